@@ -1,0 +1,19 @@
+//! The domain of proxyfleet: what a proxy instance is, what a provider can
+//! do with one, and how its failures are classified.
+//!
+//! This crate knows neither Kubernetes nor WebAssembly. The reconciler, the
+//! plugin runtime and tests all meet here: the runtime implements
+//! [`Provider`] for plugins, tests implement it with fakes, and the
+//! reconciler acts on [`ErrorClass`] without caring which it talks to.
+
+mod error;
+pub mod kv;
+mod provider;
+mod types;
+
+pub use error::{ErrorClass, ProviderError, Result};
+pub use provider::Provider;
+pub use types::{
+    Capabilities, Health, HealthIssue, HealthReason, HttpDestination, Instance, InstanceState,
+    OwnershipMark, PluginInfo, ProxySpec,
+};

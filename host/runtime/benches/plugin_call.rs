@@ -1,0 +1,133 @@
+//! `plugin_call`: what a provider call costs.
+//!
+//! - `fresh_instance`: the production path, a new store and instance per
+//!   call (InstancePre + pooling allocator + copy-on-write memory).
+//! - `reused_instance`: the same call on a pinned instance.
+//! - `native`: the same work through a native `Provider` impl.
+//! - `deadline_overrun`: a plugin looping forever under a 50 ms deadline;
+//!   the figure minus 50 ms is how late the host stops it.
+//!
+//! Needs the built fixtures: `cargo xtask plugins`, then
+//! `cargo bench -p proxyfleet-runtime --bench plugin_call`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::{
+    Health, Instance, InstanceState, PluginInfo, Provider, ProviderError, ProxySpec,
+};
+use proxyfleet_runtime::config::{EntryConfig, Grants, Limits};
+use proxyfleet_runtime::{PluginProvider, Runtime, RuntimeOptions};
+
+fn fixture(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/plugins/fixtures")
+        .join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} is missing: run `cargo xtask plugins` first", path.display());
+    path
+}
+
+fn entry(name: &str, limits: Limits) -> EntryConfig {
+    EntryConfig {
+        name: name.into(),
+        plugin: name.into(),
+        config: serde_json::json!({}),
+        grants: Grants::default(),
+        limits,
+    }
+}
+
+async fn provider(runtime: &Runtime, name: &str, limits: Limits) -> PluginProvider {
+    let revision = runtime.load_plugin(&fixture(name)).await.expect("fixture loads");
+    PluginProvider::new(runtime, entry(name, limits), revision, Arc::new(MemoryKv::new()))
+        .await
+        .expect("entry binds")
+}
+
+/// The native twin of the `noop` fixture's `get`.
+struct NativeNoop;
+
+#[async_trait]
+impl Provider for NativeNoop {
+    fn entry(&self) -> &str {
+        "native"
+    }
+    fn info(&self) -> PluginInfo {
+        unreachable!("not benchmarked")
+    }
+    async fn create(&self, _spec: &ProxySpec) -> Result<Instance, ProviderError> {
+        unreachable!("not benchmarked")
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
+        Ok(Instance {
+            provider_id: provider_id.to_owned(),
+            name: provider_id.to_owned(),
+            state: InstanceState::Running,
+            addresses: vec!["127.0.0.1".to_owned()],
+            port: None,
+            created_at: None,
+            mark: None,
+        })
+    }
+    async fn delete(&self, _provider_id: &str) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Ok(Vec::new())
+    }
+    async fn check(&self) -> Health {
+        Health::ok()
+    }
+}
+
+fn plugin_call(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    eprintln!("pooling allocator: {}", runtime.uses_pooling());
+    let noop = rt.block_on(provider(&runtime, "noop", Limits::default()));
+
+    let mut group = c.benchmark_group("plugin_call");
+    group.bench_function("fresh_instance", |b| {
+        b.to_async(&rt).iter(|| async { noop.get("vm-1").await.unwrap() });
+    });
+    let mut pinned = rt.block_on(noop.pin()).unwrap();
+    group.bench_function("reused_instance", |b| {
+        b.iter(|| rt.block_on(pinned.get("vm-1")).unwrap());
+    });
+    drop(pinned);
+    let native: Arc<dyn Provider> = Arc::new(NativeNoop);
+    group.bench_function("native", |b| {
+        b.to_async(&rt).iter(|| async { native.get("vm-1").await.unwrap() });
+    });
+    group.finish();
+
+    let limits = Limits { call_timeout: Duration::from_millis(50), ..Limits::default() };
+    let spin = rt.block_on(provider(&runtime, "spin", limits));
+    let spec = ProxySpec {
+        name: "x".into(),
+        namespace: "default".into(),
+        uid: "uid-x".into(),
+        cores: 1,
+        memory_mib: 512,
+        disk_gib: 4,
+        image: String::new(),
+        placement: Vec::new(),
+        vlan_tag: None,
+        port: 3128,
+        user_data: Vec::new(),
+        labels: Vec::new(),
+    };
+    let mut group = c.benchmark_group("deadline_overrun");
+    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    group.bench_function("spin_50ms_deadline", |b| {
+        b.to_async(&rt).iter(|| async { spin.create(&spec).await.unwrap_err() });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, plugin_call);
+criterion_main!(benches);

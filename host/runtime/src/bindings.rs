@@ -1,0 +1,19 @@
+//! Host bindings of the provider contract: the one `bindgen!` of the
+//! project. Host implementations of the imports live in `capabilities`.
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "provider-plugin",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+pub(crate) use exports::proxyfleet::provider::provider::Guest;
+pub(crate) use proxyfleet::provider::{kv, log, types};
+
+/// The contract version this host speaks.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+
+/// The name a compatible component exports the provider interface under,
+/// without its version.
+pub(crate) const PROVIDER_EXPORT: &str = "proxyfleet:provider/provider";

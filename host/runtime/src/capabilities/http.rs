@@ -1,0 +1,578 @@
+//! Outgoing HTTP for plugins (`wasi:http/outgoing-handler`), fail-closed.
+//!
+//! Every request a plugin sends passes, in order:
+//! 1. the allow-list: scheme, host and port must match a grant of the entry;
+//! 2. the address policy: an IP literal, or every address a host name
+//!    resolves to, must be public unless the grant names its range
+//!    (loopback, private, link-local and cloud metadata addresses are
+//!    refused otherwise, which also defeats DNS rebinding);
+//! 3. credential injection: the grant's header, built from a secret file
+//!    read now, so rotation needs no restart and the plugin never sees it;
+//! 4. a transport with connect and first-byte timeouts, no redirects (a
+//!    redirect could leave the allow-list) and a response size cap.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{BodyExt as _, StreamBody};
+use hyper::body::Frame;
+use ipnet::IpNet;
+use proxyfleet_core::HttpDestination;
+use tracing::Instrument as _;
+use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
+
+pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
+
+use super::Redactor;
+use crate::config::{EntryConfig, HttpGrant, Limits};
+
+/// How a transport must send one request.
+#[derive(Debug, Clone)]
+pub struct SendPolicy {
+    /// Address ranges the destination may resolve to despite the policy.
+    pub allow_addresses: Vec<IpNet>,
+    /// Budget from sending to the response headers.
+    pub first_byte_timeout: Duration,
+    /// Budget between two chunks of the response body.
+    pub between_bytes_timeout: Duration,
+}
+
+/// Sends requests that passed the allow-list. The real one is
+/// [`ReqwestTransport`]; the plugin test harness scripts its own.
+#[async_trait]
+pub trait HttpTransport: Send + Sync + fmt::Debug {
+    /// Sends `request` and returns the response with a streaming body.
+    async fn send(
+        &self,
+        request: Request<Bytes>,
+        policy: &SendPolicy,
+    ) -> Result<Response<WasiBody>, HttpError>;
+}
+
+/// The HTTP capability of one provider entry.
+#[derive(Debug)]
+pub struct EntryHttp {
+    entry: Arc<str>,
+    grants: Vec<HttpGrant>,
+    limits: Limits,
+    transport: Arc<dyn HttpTransport>,
+    redactor: Arc<Redactor>,
+}
+
+impl EntryHttp {
+    pub(crate) fn new(
+        entry: &EntryConfig,
+        transport: Arc<dyn HttpTransport>,
+        redactor: Arc<Redactor>,
+    ) -> Self {
+        Self {
+            entry: entry.name.as_str().into(),
+            grants: entry.grants.http.clone(),
+            limits: entry.limits.clone(),
+            transport,
+            redactor,
+        }
+    }
+
+    fn grant_for(&self, destination: &HttpDestination) -> Option<&HttpGrant> {
+        self.grants.iter().find(|g| {
+            g.destination.scheme == destination.scheme
+                && g.destination.host == destination.host
+                && g.destination.effective_port() == destination.effective_port()
+        })
+    }
+
+    async fn send(
+        &self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<Response<WasiBody>, HttpError> {
+        let destination = destination_of(request.uri()).ok_or(HttpError::HttpRequestUriInvalid)?;
+        let span = tracing::info_span!(
+            "plugin_http",
+            entry = %self.entry,
+            method = %request.method(),
+            destination = %destination,
+            path = request.uri().path(),
+            status = tracing::field::Empty,
+        );
+        self.send_in_span(request, options, destination, &span).instrument(span.clone()).await
+    }
+
+    async fn send_in_span(
+        &self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        destination: HttpDestination,
+        span: &tracing::Span,
+    ) -> Result<Response<WasiBody>, HttpError> {
+        let Some(grant) = self.grant_for(&destination) else {
+            tracing::warn!("refused: {destination} is not among the entry's HTTP grants");
+            return Err(HttpError::HttpRequestDenied);
+        };
+        if let Ok(ip) = destination.host.parse::<IpAddr>()
+            && let Some(kind) = refused_kind(ip, &grant.allow_addresses)
+        {
+            tracing::warn!(
+                "refused: {ip} is a {kind} address; add it to the grant's allowAddresses to allow it"
+            );
+            return Err(HttpError::DestinationIpProhibited);
+        }
+        let (mut parts, body) = request.into_parts();
+        if let Some(credential) = &grant.credential {
+            let secret =
+                tokio::fs::read_to_string(&credential.secret_file).await.map_err(|err| {
+                    tracing::error!(
+                        "credential for {destination} unavailable: cannot read {}: {err}",
+                        credential.secret_file.display()
+                    );
+                    HttpError::InternalError(Some(format!(
+                        "the host could not read the credential for {destination}"
+                    )))
+                })?;
+            let secret = secret.trim_end_matches(['\n', '\r']);
+            let value = credential.value_template.replace("{secret}", secret);
+            self.redactor.remember(secret);
+            self.redactor.remember(&value);
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                tracing::error!(
+                    "credential for {destination}: the secret file {} holds bytes that cannot \
+                     appear in a header",
+                    credential.secret_file.display()
+                );
+                HttpError::InternalError(Some(format!(
+                    "the host's credential for {destination} is not a valid header value"
+                )))
+            })?;
+            value.set_sensitive(true);
+            parts.headers.insert(credential.header.clone(), value);
+        }
+        let body = collect_limited(body, self.limits.http_response_bytes).await?;
+        let request = Request::from_parts(parts, body);
+        let options = options.unwrap_or_default();
+        let policy = SendPolicy {
+            allow_addresses: grant.allow_addresses.clone(),
+            first_byte_timeout: shorter(
+                options.first_byte_timeout,
+                self.limits.http_first_byte_timeout,
+            ),
+            between_bytes_timeout: shorter(
+                options.between_bytes_timeout,
+                self.limits.http_first_byte_timeout,
+            ),
+        };
+        let response = match self.transport.send(request, &policy).await {
+            Ok(response) => response,
+            Err(err) => {
+                tracing::warn!("failed: {err:?}");
+                return Err(err);
+            }
+        };
+        span.record("status", response.status().as_u16());
+        tracing::debug!(status = response.status().as_u16(), "answered");
+        cap_response(response, self.limits.http_response_bytes)
+    }
+}
+
+fn shorter(asked: Option<Duration>, limit: Duration) -> Duration {
+    asked.map_or(limit, |asked| asked.min(limit))
+}
+
+/// Scheme, host (lower case, without brackets) and port of a request URI.
+fn destination_of(uri: &http::Uri) -> Option<HttpDestination> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.trim_matches(['[', ']']).trim_end_matches('.').to_ascii_lowercase();
+    Some(HttpDestination { scheme, host, port: uri.port_u16() })
+}
+
+/// Why `ip` is refused unless `allowed` names it; `None` when it is public
+/// or allowed.
+pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
+    if allowed.iter().any(|net| net.contains(&ip)) {
+        return None;
+    }
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    if allowed.iter().any(|net| net.contains(&ip)) {
+        return None;
+    }
+    match ip {
+        IpAddr::V4(v4) => refused_v4(v4),
+        IpAddr::V6(v6) => refused_v6(v6),
+    }
+}
+
+fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    if ip == Ipv4Addr::new(169, 254, 169, 254) {
+        Some("cloud metadata")
+    } else if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_private() {
+        Some("private")
+    } else if ip.is_link_local() {
+        Some("link-local")
+    } else if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+        Some("non-unicast")
+    } else if ip.octets()[0] == 100 && (ip.octets()[1] & 0xc0) == 64 {
+        Some("shared (CGNAT)")
+    } else {
+        None
+    }
+}
+
+fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    const EC2_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    if ip == EC2_METADATA {
+        Some("cloud metadata")
+    } else if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_unique_local() {
+        Some("private")
+    } else if ip.is_unicast_link_local() {
+        Some("link-local")
+    } else if ip.is_unspecified() || ip.is_multicast() {
+        Some("non-unicast")
+    } else {
+        None
+    }
+}
+
+async fn collect_limited(body: WasiBody, limit: u64) -> Result<Bytes, HttpError> {
+    let collected = body.collect().await?.to_bytes();
+    if collected.len() as u64 > limit {
+        return Err(HttpError::HttpRequestBodySize(Some(collected.len() as u64)));
+    }
+    Ok(collected)
+}
+
+/// Refuses a response whose declared length is over `limit` and cuts a body
+/// that grows past it, so a plugin never buffers more than the cap.
+fn cap_response(response: Response<WasiBody>, limit: u64) -> Result<Response<WasiBody>, HttpError> {
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared
+        && length > limit
+    {
+        tracing::warn!("response of {length} bytes is over the cap of {limit}");
+        return Err(HttpError::HttpResponseBodySize(Some(length)));
+    }
+    let (parts, body) = response.into_parts();
+    let stream =
+        futures::stream::unfold((body, 0u64, false), move |(mut body, seen, done)| async move {
+            if done {
+                return None;
+            }
+            match body.frame().await {
+                None => None,
+                Some(Err(err)) => Some((Err(err), (body, seen, true))),
+                Some(Ok(frame)) => {
+                    let seen = seen + frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if seen > limit {
+                        tracing::warn!("response body passed the cap of {limit} bytes");
+                        Some((Err(HttpError::HttpResponseBodySize(Some(seen))), (body, seen, true)))
+                    } else {
+                        Some((Ok(frame), (body, seen, false)))
+                    }
+                }
+            }
+        });
+    Ok(Response::from_parts(parts, StreamBody::new(stream).boxed_unsync()))
+}
+
+/// The `wasi:http` hooks of one call: routes every request through the
+/// entry's [`EntryHttp`].
+pub(crate) struct HttpHooks {
+    pub(crate) http: Arc<EntryHttp>,
+}
+
+impl WasiHttpHooks for HttpHooks {
+    fn send_request(
+        &mut self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = wasmtime_wasi_http::Result<(
+                    Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                )>,
+            > + Send,
+    > {
+        let http = Arc::clone(&self.http);
+        Box::new(async move {
+            let response = http.send(request, options).await?;
+            let io_done: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
+                Box::new(async { Ok(()) });
+            Ok((response, io_done))
+        })
+    }
+}
+
+/// The real transport: reqwest over rustls, one client per entry.
+#[derive(Debug)]
+pub struct ReqwestTransport {
+    client: reqwest::Client,
+}
+
+impl ReqwestTransport {
+    /// A client for `entry`: its CA bundle, its address policy in the DNS
+    /// resolver, no redirects and no proxy from the environment.
+    pub fn for_entry(entry: &EntryConfig) -> Result<Self, String> {
+        let resolver = GrantResolver {
+            allowed: entry
+                .grants
+                .http
+                .iter()
+                .map(|g| (g.destination.host.clone(), g.allow_addresses.clone()))
+                .collect(),
+        };
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(entry.limits.http_connect_timeout)
+            .dns_resolver(Arc::new(resolver));
+        if let Some(ca_file) = &entry.grants.ca_file {
+            let pem = std::fs::read(ca_file).map_err(|err| {
+                format!("grants.caFile: cannot read {}: {err}", ca_file.display())
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| {
+                format!("grants.caFile: {} is not a PEM bundle: {err}", ca_file.display())
+            })?;
+            if certs.is_empty() {
+                return Err(format!("grants.caFile: {} holds no certificate", ca_file.display()));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder.build().map_err(|err| format!("cannot build HTTP client: {err}"))?;
+        Ok(Self { client })
+    }
+}
+
+#[async_trait]
+impl HttpTransport for ReqwestTransport {
+    async fn send(
+        &self,
+        request: Request<Bytes>,
+        policy: &SendPolicy,
+    ) -> Result<Response<WasiBody>, HttpError> {
+        let (parts, body) = request.into_parts();
+        let url = reqwest::Url::parse(&parts.uri.to_string())
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let mut headers = parts.headers;
+        // reqwest sets Host itself from the URL.
+        headers.remove(http::header::HOST);
+        let request = self.client.request(parts.method, url).headers(headers).body(body);
+        let response = tokio::time::timeout(policy.first_byte_timeout, request.send())
+            .await
+            .map_err(|_| HttpError::ConnectionReadTimeout)?
+            .map_err(|err| classify_reqwest(&err))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let between = policy.between_bytes_timeout;
+        let chunks = response.bytes_stream();
+        let stream = futures::stream::unfold(Box::pin(chunks), move |mut chunks| async move {
+            match tokio::time::timeout(between, chunks.next()).await {
+                Err(_) => Some((Err(HttpError::ConnectionReadTimeout), chunks)),
+                Ok(None) => None,
+                Ok(Some(Ok(data))) => Some((Ok(Frame::data(data)), chunks)),
+                Ok(Some(Err(err))) => Some((Err(classify_reqwest(&err)), chunks)),
+            }
+        });
+        let mut builder = Response::builder().status(status);
+        if let Some(h) = builder.headers_mut() {
+            *h = headers;
+        }
+        builder
+            .body(StreamBody::new(stream).boxed_unsync())
+            .map_err(|err| HttpError::InternalError(Some(err.to_string())))
+    }
+}
+
+fn classify_reqwest(err: &reqwest::Error) -> HttpError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(refused) = cause.downcast_ref::<AddressRefused>() {
+            tracing::warn!("refused: {refused}");
+            return HttpError::DestinationIpProhibited;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return HttpError::ConnectionRefused,
+                std::io::ErrorKind::TimedOut => return HttpError::ConnectionTimeout,
+                _ => {}
+            }
+        }
+        let text = cause.to_string();
+        if text.contains("certificate") || text.contains("UnknownIssuer") {
+            return HttpError::TlsCertificateError;
+        }
+        source = cause.source();
+    }
+    if err.is_timeout() {
+        HttpError::ConnectionTimeout
+    } else if err.is_connect() {
+        HttpError::ConnectionRefused
+    } else if err.is_body() || err.is_decode() {
+        HttpError::HttpResponseIncomplete
+    } else {
+        HttpError::HttpProtocolError
+    }
+}
+
+/// Every address a host name resolved to was refused by the policy.
+#[derive(Debug)]
+struct AddressRefused {
+    host: String,
+    refused: Vec<(IpAddr, &'static str)>,
+}
+
+impl fmt::Display for AddressRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} resolves only to refused addresses:", self.host)?;
+        for (ip, kind) in &self.refused {
+            write!(f, " {ip} ({kind})")?;
+        }
+        f.write_str("; add the range to the grant's allowAddresses to allow it")
+    }
+}
+
+impl std::error::Error for AddressRefused {}
+
+/// Resolves host names and drops addresses the entry's grants do not allow,
+/// so the address actually dialled is the one that was checked.
+#[derive(Debug)]
+struct GrantResolver {
+    allowed: Vec<(String, Vec<IpNet>)>,
+}
+
+impl reqwest::dns::Resolve for GrantResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().trim_end_matches('.').to_ascii_lowercase();
+        let allowed: Vec<IpNet> = self
+            .allowed
+            .iter()
+            .filter(|(h, _)| *h == host)
+            .flat_map(|(_, nets)| nets.iter().copied())
+            .collect();
+        Box::pin(async move {
+            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|err| -> Box<dyn std::error::Error + Send + Sync> { Box::new(err) })?
+                .collect();
+            let mut refused = Vec::new();
+            let mut usable = Vec::new();
+            for addr in resolved {
+                match refused_kind(addr.ip(), &allowed) {
+                    Some(kind) => refused.push((addr.ip(), kind)),
+                    None => usable.push(addr),
+                }
+            }
+            if usable.is_empty() && !refused.is_empty() {
+                return Err(Box::new(AddressRefused { host, refused }) as _);
+            }
+            Ok(Box::new(usable.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn special_addresses_are_refused_by_default() {
+        for (addr, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("::1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("192.168.0.1", "private"),
+            ("172.16.0.1", "private"),
+            ("169.254.169.254", "cloud metadata"),
+            ("fd00:ec2::254", "cloud metadata"),
+            ("169.254.1.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("fd12::1", "private"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("0.0.0.0", "non-unicast"),
+            ("100.64.0.1", "shared (CGNAT)"),
+        ] {
+            assert_eq!(refused_kind(ip(addr), &[]), Some(kind), "{addr}");
+        }
+        assert_eq!(refused_kind(ip("203.0.113.7"), &[]), None);
+        assert_eq!(refused_kind(ip("2001:db8::1"), &[]), None);
+    }
+
+    #[test]
+    fn a_granted_range_allows_exactly_that_range() {
+        let allowed = ["127.0.0.0/8".parse().unwrap()];
+        assert_eq!(refused_kind(ip("127.0.0.1"), &allowed), None);
+        assert_eq!(refused_kind(ip("::ffff:127.0.0.1"), &allowed), None);
+        assert_eq!(refused_kind(ip("10.0.0.1"), &allowed), Some("private"));
+        assert_eq!(refused_kind(ip("::1"), &allowed), Some("loopback"));
+    }
+
+    #[test]
+    fn destinations_are_normalised() {
+        let uri: http::Uri = "HTTPS://API.Example.COM./x".parse().unwrap();
+        let d = destination_of(&uri).unwrap();
+        assert_eq!(
+            (d.scheme.as_str(), d.host.as_str(), d.port),
+            ("https", "api.example.com", None)
+        );
+        let uri: http::Uri = "http://[::1]:8080/".parse().unwrap();
+        assert_eq!(destination_of(&uri).unwrap().host, "::1");
+    }
+}
+
+impl EntryHttp {
+    /// The capability of a call made before any entry is bound (`describe`):
+    /// no grants, so every request is refused.
+    pub(crate) fn for_describe(transport: Arc<dyn HttpTransport>) -> Self {
+        Self {
+            entry: "".into(),
+            grants: Vec::new(),
+            limits: Limits::default(),
+            transport,
+            redactor: Arc::new(Redactor::default()),
+        }
+    }
+}
+
+/// A transport that is never reached: stands in where no grant exists.
+#[derive(Debug)]
+pub(crate) struct DenyAll;
+
+#[async_trait]
+impl HttpTransport for DenyAll {
+    async fn send(
+        &self,
+        _request: Request<Bytes>,
+        _policy: &SendPolicy,
+    ) -> Result<Response<WasiBody>, HttpError> {
+        Err(HttpError::HttpRequestDenied)
+    }
+}
+
+/// A response body holding `bytes` in one frame.
+pub fn full_body(bytes: Bytes) -> WasiBody {
+    http_body_util::Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+}

@@ -1,0 +1,10 @@
+//! What the host offers plugins, one module per capability. Each is scoped
+//! to the provider entry the call runs for: a plugin reaches only what its
+//! entry's grants name.
+
+pub mod http;
+pub(crate) mod kv;
+pub(crate) mod log;
+mod redact;
+
+pub use redact::Redactor;

@@ -1,0 +1,66 @@
+//! Keeps secrets out of errors and logs.
+
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+/// Secrets the host has handled for one entry. Every message that leaves a
+/// plugin (errors, logs) passes through [`Redactor::redact`], since a backend
+/// may echo a credential back in an error body the plugin quotes.
+#[derive(Debug, Default)]
+pub struct Redactor {
+    secrets: Mutex<Vec<String>>,
+}
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+impl Redactor {
+    /// Remembers a secret value (a credential file's content or a header
+    /// built from it). Values shorter than 4 bytes are not worth hiding and
+    /// would mangle ordinary text.
+    pub fn remember(&self, secret: &str) {
+        if secret.len() < 4 {
+            return;
+        }
+        let mut secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !secrets.iter().any(|s| s == secret) {
+            secrets.push(secret.to_owned());
+            // Longest first, so a header value is replaced whole rather than
+            // leaving its prefix around a redacted token.
+            secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+
+    /// `text` with every remembered secret replaced.
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Cow::Borrowed(text);
+        for secret in secrets.iter() {
+            if out.contains(secret.as_str()) {
+                out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_every_occurrence_and_prefers_the_longest_secret() {
+        let redactor = Redactor::default();
+        redactor.remember("s3cret-token");
+        redactor.remember("Bearer s3cret-token");
+        let text = "401: bad header 'Bearer s3cret-token' (token s3cret-token)";
+        assert_eq!(redactor.redact(text), "401: bad header '[redacted]' (token [redacted])");
+    }
+
+    #[test]
+    fn short_values_are_left_alone() {
+        let redactor = Redactor::default();
+        redactor.remember("a");
+        assert_eq!(redactor.redact("a cat"), "a cat");
+    }
+}

@@ -1,0 +1,141 @@
+//! The WebAssembly engine shared by every plugin: configuration, the epoch
+//! ticker that enforces call deadlines, and the linker with the host's
+//! capabilities.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings::ProviderPlugin;
+use crate::cache::PrecompiledCache;
+use crate::capabilities::http::HttpTransport;
+use crate::config::MAX_MEMORY_MIB;
+use crate::error::RuntimeError;
+use crate::state::PluginState;
+
+/// How often the engine's epoch advances. A plugin stuck in a loop is
+/// stopped at most one tick after its deadline.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Instances the pooling allocator keeps slots for; calls beyond this fail
+/// to instantiate (and are retried), so it bounds memory use as well.
+const POOL_INSTANCES: u32 = 1000;
+
+/// How the runtime is set up.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeOptions {
+    /// Directory for precompiled components; `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+    /// A transport for every entry's HTTP requests instead of a real
+    /// client per entry (the test harness scripts answers this way).
+    pub http_transport: Option<Arc<dyn HttpTransport>>,
+    /// Use on-demand allocation even where pooling would work.
+    pub disable_pooling: bool,
+}
+
+/// The shared engine and linker. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<PluginState>,
+    pub(crate) cache: Option<PrecompiledCache>,
+    pub(crate) http_transport: Option<Arc<dyn HttpTransport>>,
+    pub(crate) pooling: bool,
+}
+
+impl std::fmt::Debug for RuntimeInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeInner")
+            .field("cache", &self.cache)
+            .field("pooling", &self.pooling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Creates the engine (pooling allocator where the address space
+    /// allows, on-demand otherwise), the epoch ticker and the linker.
+    pub fn new(options: RuntimeOptions) -> Result<Self, RuntimeError> {
+        let (engine, pooling) = if options.disable_pooling {
+            (build_engine(false)?, false)
+        } else {
+            match build_engine(true) {
+                Ok(engine) => (engine, true),
+                Err(err) => {
+                    tracing::warn!("pooling allocator unavailable ({err}); allocating on demand");
+                    (build_engine(false)?, false)
+                }
+            }
+        };
+        spawn_epoch_ticker(&engine);
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            .and_then(|()| {
+                ProviderPlugin::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
+            })
+            .map_err(|err| RuntimeError::Engine(format!("{err:#}")))?;
+        let cache =
+            options.cache_dir.map(|dir| PrecompiledCache::open(dir, &engine)).transpose()?;
+        Ok(Self {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                cache,
+                http_transport: options.http_transport,
+                pooling,
+            }),
+        })
+    }
+
+    /// Whether instances come from the pooling allocator.
+    pub fn uses_pooling(&self) -> bool {
+        self.inner.pooling
+    }
+}
+
+fn build_engine(pooling: bool) -> Result<Engine, RuntimeError> {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.parallel_compilation(true);
+    // Copy-on-write images make instantiation map memory instead of copying
+    // data segments: most of what a fresh instance per call costs.
+    config.memory_init_cow(true);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOL_INSTANCES)
+            .total_core_instances(POOL_INSTANCES * 8)
+            .total_memories(POOL_INSTANCES * 2)
+            .total_tables(POOL_INSTANCES * 4)
+            .total_stacks(POOL_INSTANCES)
+            .max_memories_per_component(4)
+            .max_core_instances_per_component(32)
+            .max_memory_size(usize::try_from(MAX_MEMORY_MIB << 20).unwrap_or(usize::MAX));
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&config).map_err(|err| RuntimeError::Engine(format!("{err:#}")))
+}
+
+/// Advances the epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new().name("proxyfleet-epoch".into()).spawn(move || {
+        while let Some(engine) = weak.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    });
+    if let Err(err) = spawned {
+        // Without the ticker deadlines still hold through the async timeout
+        // around every call; only pure loops could overrun.
+        tracing::error!("cannot start the epoch ticker: {err}");
+    }
+}

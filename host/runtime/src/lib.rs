@@ -1,0 +1,29 @@
+//! The plugin runtime: loads provider plugins (WebAssembly components built
+//! against `wit/provider.wit`) and runs each call in a fresh instance with
+//! only the capabilities its provider entry grants.
+//!
+//! - [`Runtime`]: the engine, linker and precompiled cache, shared.
+//! - [`Runtime::load_plugin`]: one component file → a [`PluginRevision`].
+//! - [`PluginProvider`]: an entry bound to a revision; implements
+//!   [`proxyfleet_core::Provider`].
+//! - [`Registry`]: every entry of a providers file, loaded or failed.
+//! - [`config`]: the providers file.
+//! - [`capabilities`]: what plugins may use (HTTP, key-value store, logs).
+
+mod bindings;
+mod cache;
+pub mod capabilities;
+pub mod config;
+mod engine;
+mod error;
+mod plugin;
+mod provider;
+mod registry;
+mod state;
+
+pub use bindings::CONTRACT_VERSION;
+pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
+pub use error::{ConfigError, LoadError, RuntimeError};
+pub use plugin::PluginRevision;
+pub use provider::{PinnedInstance, PluginProvider};
+pub use registry::{EntryState, PluginLoad, Registry};

@@ -1,0 +1,275 @@
+//! A loaded plugin revision: one component file, compiled and linked once,
+//! instantiated afresh for every call.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use proxyfleet_core::kv::{KvStore, MemoryKv};
+use proxyfleet_core::{Capabilities, HttpDestination, PluginInfo};
+use sha2::{Digest as _, Sha256};
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use crate::bindings::{CONTRACT_VERSION, PROVIDER_EXPORT, ProviderPluginPre, types as wit};
+use crate::capabilities::Redactor;
+use crate::capabilities::http::{EntryHttp, HttpTransport};
+use crate::config::{EntryConfig, Limits};
+use crate::engine::Runtime;
+use crate::error::LoadError;
+use crate::state::{CallScope, PluginState};
+
+/// One version of one plugin, ready to instantiate.
+pub struct PluginRevision {
+    /// What the plugin said about itself at load.
+    pub info: PluginInfo,
+    /// sha256 of the component file, hex.
+    pub digest: String,
+    /// Where it was loaded from.
+    pub source: PathBuf,
+    /// When it was loaded.
+    pub loaded_at: SystemTime,
+    /// Whether the compiled code came from the precompiled cache.
+    pub from_cache: bool,
+    pub(crate) pre: ProviderPluginPre<PluginState>,
+}
+
+impl std::fmt::Debug for PluginRevision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRevision")
+            .field("info", &self.info)
+            .field("digest", &self.digest)
+            .field("source", &self.source)
+            .field("from_cache", &self.from_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Loads a component: reads it, compiles it (or takes the cached
+    /// compilation), checks its contract version, links it and asks it to
+    /// `describe` itself.
+    pub async fn load_plugin(&self, path: &Path) -> Result<Arc<PluginRevision>, LoadError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let inner = &self.inner;
+        let cached = inner.cache.as_ref().and_then(|cache| cache.load(&inner.engine, &digest));
+        let from_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let engine = inner.engine.clone();
+                let compiled = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+                    .await
+                    .map_err(|err| LoadError::Invalid {
+                        path: path.to_owned(),
+                        message: format!("compilation did not finish: {err}"),
+                    })?
+                    .map_err(|err| LoadError::Invalid {
+                        path: path.to_owned(),
+                        message: format!("{err:#}"),
+                    })?;
+                if let Some(cache) = &inner.cache {
+                    cache.store(&digest, &compiled);
+                }
+                compiled
+            }
+        };
+        check_contract(path, &component, &inner.engine)?;
+        let instance_pre = inner.linker.instantiate_pre(&component).map_err(|err| {
+            LoadError::Link { path: path.to_owned(), message: format!("{err:#}") }
+        })?;
+        let pre = ProviderPluginPre::new(instance_pre).map_err(|err| LoadError::Link {
+            path: path.to_owned(),
+            message: format!("{err:#}"),
+        })?;
+        let info = describe(self, path, &pre).await?;
+        tracing::info!(
+            plugin = %info.name,
+            version = %info.version,
+            digest = %digest,
+            from_cache,
+            "loaded plugin {}",
+            path.display()
+        );
+        Ok(Arc::new(PluginRevision {
+            info,
+            digest,
+            source: path.to_owned(),
+            loaded_at: SystemTime::now(),
+            from_cache,
+            pre,
+        }))
+    }
+}
+
+/// Refuses a component that does not export the provider interface in a
+/// version compatible with [`CONTRACT_VERSION`], naming what it exports.
+fn check_contract(
+    path: &Path,
+    component: &Component,
+    engine: &wasmtime::Engine,
+) -> Result<(), LoadError> {
+    let exports: Vec<String> =
+        component.component_type().exports(engine).map(|(name, _)| name.to_owned()).collect();
+    let provider_exports: Vec<&String> =
+        exports.iter().filter(|name| name.starts_with(PROVIDER_EXPORT)).collect();
+    let Some(found) = provider_exports.first() else {
+        return Err(LoadError::Invalid {
+            path: path.to_owned(),
+            message: format!(
+                "it does not export {PROVIDER_EXPORT}; its exports are [{}]",
+                exports.join(", ")
+            ),
+        });
+    };
+    let version = found.strip_prefix(PROVIDER_EXPORT).and_then(|v| v.strip_prefix('@'));
+    match version {
+        Some(version) if is_compatible(version) => Ok(()),
+        _ => Err(LoadError::IncompatibleContract {
+            path: path.to_owned(),
+            found: (*found).clone(),
+            host_version: CONTRACT_VERSION,
+            compatible: COMPATIBLE_RANGE,
+        }),
+    }
+}
+
+/// What [`is_compatible`] accepts, for error messages.
+const COMPATIBLE_RANGE: &str = "0.1.x";
+
+/// Semver compatibility as the component model's linker applies it: below
+/// 1.0 the minor version is the breaking one, from 1.0 the major.
+pub(crate) fn is_compatible(version: &str) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.split(['.', '-', '+']);
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    let (Some((major, minor)), Some((host_major, host_minor))) =
+        (parse(version), parse(CONTRACT_VERSION))
+    else {
+        return false;
+    };
+    if host_major == 0 {
+        major == 0 && minor == host_minor
+    } else {
+        major == host_major && minor <= host_minor
+    }
+}
+
+async fn describe(
+    runtime: &Runtime,
+    path: &Path,
+    pre: &ProviderPluginPre<PluginState>,
+) -> Result<PluginInfo, LoadError> {
+    let fail = |message: String| LoadError::Describe { path: path.to_owned(), message };
+    // `describe` runs before any entry is bound: no grants, a throwaway
+    // store, default limits.
+    let limits = Limits::default();
+    let scope = CallScope {
+        entry: "".into(),
+        plugin: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .into(),
+        operation: "describe",
+        proxy: None,
+        kv: Arc::new(MemoryKv::new()) as Arc<dyn KvStore>,
+        redactor: Arc::new(Redactor::default()),
+    };
+    let http = Arc::new(EntryHttp::for_describe(deny_all_transport()));
+    let mut store = new_store(runtime, PluginState::new(scope, http, limits.memory_bytes), &limits);
+    let call = async {
+        let plugin = pre.instantiate_async(&mut store).await?;
+        plugin.proxyfleet_provider_provider().call_describe(&mut store).await
+    };
+    let info = tokio::time::timeout(limits.call_timeout, call)
+        .await
+        .map_err(|_| fail(format!("did not answer within {:?}", limits.call_timeout)))?
+        .map_err(|err| fail(format!("{err:#}")))?;
+    if !is_compatible(&info.contract_version) {
+        return Err(LoadError::IncompatibleContract {
+            path: path.to_owned(),
+            found: format!("a plugin that says it speaks contract {}", info.contract_version),
+            host_version: CONTRACT_VERSION,
+            compatible: COMPATIBLE_RANGE,
+        });
+    }
+    if info.name.is_empty() {
+        return Err(fail("the plugin's name is empty".into()));
+    }
+    Ok(PluginInfo {
+        name: info.name,
+        version: info.version,
+        contract_version: info.contract_version,
+        config_schema: info.config_schema,
+        capabilities: Capabilities {
+            http: info
+                .capabilities
+                .http
+                .into_iter()
+                .map(|d: wit::HttpDestination| HttpDestination {
+                    scheme: d.scheme.to_ascii_lowercase(),
+                    host: d.host.to_ascii_lowercase(),
+                    port: d.port,
+                })
+                .collect(),
+        },
+    })
+}
+
+fn deny_all_transport() -> Arc<dyn HttpTransport> {
+    Arc::new(crate::capabilities::http::DenyAll)
+}
+
+/// A store for one call: memory cap, and a deadline enforced by epoch
+/// interruption that also yields to the executor on every tick.
+pub(crate) fn new_store(
+    runtime: &Runtime,
+    state: PluginState,
+    limits: &Limits,
+) -> Store<PluginState> {
+    let mut store = Store::new(&runtime.inner.engine, state);
+    store.limiter(|state| &mut state.memory);
+    store.data_mut().deadline = std::time::Instant::now() + limits.call_timeout;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|store| {
+        if std::time::Instant::now() >= store.data().deadline {
+            Err(wasmtime::Trap::Interrupt.into())
+        } else {
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        }
+    });
+    store
+}
+
+/// Builds the HTTP capability of an entry: the runtime's shared transport
+/// when one was given, otherwise a real client for the entry.
+pub(crate) fn entry_http(
+    runtime: &Runtime,
+    entry: &EntryConfig,
+    redactor: Arc<Redactor>,
+) -> Result<Arc<EntryHttp>, String> {
+    let transport: Arc<dyn HttpTransport> = match &runtime.inner.http_transport {
+        Some(transport) => Arc::clone(transport),
+        None => Arc::new(crate::capabilities::http::ReqwestTransport::for_entry(entry)?),
+    };
+    Ok(Arc::new(EntryHttp::new(entry, transport, redactor)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compatibility_follows_semver_zero_rules() {
+        assert!(is_compatible("0.1.0"));
+        assert!(is_compatible("0.1.7"));
+        assert!(!is_compatible("0.2.0"));
+        assert!(!is_compatible("1.1.0"));
+        assert!(!is_compatible("nonsense"));
+    }
+}

@@ -1,0 +1,460 @@
+//! Provider calls into a plugin: one fresh instance per call, under the
+//! entry's deadline, memory cap and concurrency cap, with failures
+//! classified at the boundary (plugin errors are values, traps are not).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::{
+    ErrorClass, Health, HealthIssue, HealthReason, Instance, InstanceState, OwnershipMark,
+    PluginInfo, Provider, ProviderError, ProxySpec,
+};
+use tokio::sync::Semaphore;
+use tracing::Instrument as _;
+use wasmtime::Store;
+
+use crate::bindings::{Guest, types as wit};
+use crate::capabilities::Redactor;
+use crate::capabilities::http::EntryHttp;
+use crate::config::EntryConfig;
+use crate::engine::Runtime;
+use crate::plugin::{PluginRevision, new_store};
+use crate::state::{CallScope, PluginState};
+
+/// A provider entry served by a plugin. The revision sits behind a
+/// swappable handle: a call takes the current revision when it starts and
+/// finishes on it even if a newer one is swapped in meanwhile.
+pub struct PluginProvider {
+    runtime: Runtime,
+    config: EntryConfig,
+    config_json: String,
+    revision: ArcSwap<PluginRevision>,
+    permits: Semaphore,
+    http: Arc<EntryHttp>,
+    kv: Arc<dyn KvStore>,
+    redactor: Arc<Redactor>,
+}
+
+impl std::fmt::Debug for PluginProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginProvider")
+            .field("entry", &self.config.name)
+            .field("revision", &self.revision.load().digest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The operations of the contract, as one value so that a single code path
+/// sets up, runs and classifies every call.
+enum Operation<'a> {
+    ValidateConfig,
+    Create(&'a ProxySpec),
+    Get(&'a str),
+    Delete(&'a str),
+    List,
+    Check,
+}
+
+enum Answer {
+    Unit,
+    Instance(wit::Instance),
+    Instances(Vec<wit::Instance>),
+    Health(wit::Health),
+}
+
+impl Operation<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::ValidateConfig => "validate-config",
+            Self::Create(_) => "create",
+            Self::Get(_) => "get",
+            Self::Delete(_) => "delete",
+            Self::List => "list",
+            Self::Check => "check",
+        }
+    }
+
+    fn proxy(&self) -> Option<String> {
+        match self {
+            Self::Create(spec) => Some(format!("{}/{}", spec.namespace, spec.name)),
+            Self::Get(id) | Self::Delete(id) => Some((*id).to_owned()),
+            _ => None,
+        }
+    }
+}
+
+impl PluginProvider {
+    /// Binds an entry to a plugin revision and has the plugin validate the
+    /// entry's config. An entry whose config is refused is not created.
+    pub async fn new(
+        runtime: &Runtime,
+        config: EntryConfig,
+        revision: Arc<PluginRevision>,
+        kv: Arc<dyn KvStore>,
+    ) -> Result<Self, ProviderError> {
+        let redactor = Arc::new(Redactor::default());
+        let http = crate::plugin::entry_http(runtime, &config, Arc::clone(&redactor))
+            .map_err(ProviderError::invalid_config)?;
+        let provider = Self {
+            runtime: runtime.clone(),
+            config_json: config.config.to_string(),
+            permits: Semaphore::new(config.limits.concurrency),
+            config,
+            revision: ArcSwap::new(revision),
+            http,
+            kv,
+            redactor,
+        };
+        provider.call(Operation::ValidateConfig).await?;
+        Ok(provider)
+    }
+
+    /// The revision new calls go to.
+    pub fn revision(&self) -> Arc<PluginRevision> {
+        self.revision.load_full()
+    }
+
+    /// Makes `revision` serve new calls; calls in flight finish on the old
+    /// one, which is dropped when the last of them ends. Returns the old one.
+    pub fn swap_revision(&self, revision: Arc<PluginRevision>) -> Arc<PluginRevision> {
+        self.revision.swap(revision)
+    }
+
+    /// The entry's config.
+    pub fn config(&self) -> &EntryConfig {
+        &self.config
+    }
+
+    fn scope(&self, revision: &PluginRevision, operation: &Operation<'_>) -> CallScope {
+        CallScope {
+            entry: self.config.name.as_str().into(),
+            plugin: revision.info.name.as_str().into(),
+            operation: operation.name(),
+            proxy: operation.proxy(),
+            kv: Arc::clone(&self.kv),
+            redactor: Arc::clone(&self.redactor),
+        }
+    }
+
+    fn context(&self, deadline_ms: u64) -> wit::CallContext {
+        wit::CallContext {
+            entry: self.config.name.clone(),
+            config: self.config_json.clone(),
+            deadline_ms,
+        }
+    }
+
+    async fn call(&self, operation: Operation<'_>) -> Result<Answer, ProviderError> {
+        let revision = self.revision.load_full();
+        let span = tracing::info_span!(
+            "provider_call",
+            entry = %self.config.name,
+            plugin = %revision.info.name,
+            plugin_version = %revision.info.version,
+            operation = operation.name(),
+            proxy = operation.proxy().unwrap_or_default(),
+            result = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self.call_on(&revision, operation).instrument(span.clone()).await;
+        let class = result.as_ref().err().map_or("ok", |e| e.class.as_str());
+        span.record("result", class);
+        tracing::debug!(parent: &span, elapsed_ms = started.elapsed().as_millis() as u64, "call ended");
+        result
+    }
+
+    async fn call_on(
+        &self,
+        revision: &PluginRevision,
+        operation: Operation<'_>,
+    ) -> Result<Answer, ProviderError> {
+        let limits = &self.config.limits;
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ProviderError::unavailable("the entry is shutting down"))?;
+        let state = PluginState::new(
+            self.scope(revision, &operation),
+            Arc::clone(&self.http),
+            limits.memory_bytes,
+        );
+        let mut store = new_store(&self.runtime, state, limits);
+        let ctx = self.context(limits.call_timeout.as_millis() as u64);
+        let run = run_operation(&mut store, revision, &ctx, &operation);
+        // The epoch callback stops guest code at the deadline; this timeout
+        // also bounds time spent in host calls (HTTP, store) and cancels them.
+        let outcome =
+            tokio::time::timeout(limits.call_timeout + crate::engine::EPOCH_TICK, run).await;
+        match outcome {
+            Err(_) => Err(ProviderError::timeout(format!(
+                "{} did not finish within its {:?} deadline",
+                operation.name(),
+                limits.call_timeout
+            ))),
+            Ok(Err(trap)) => Err(self.classify_trap(&trap, store.data().memory.hit, &operation)),
+            Ok(Ok(Err(plugin_error))) => Err(self.classify_plugin_error(plugin_error)),
+            Ok(Ok(Ok(answer))) => Ok(answer),
+        }
+    }
+
+    fn classify_trap(
+        &self,
+        trap: &wasmtime::Error,
+        memory_cap_hit: bool,
+        operation: &Operation<'_>,
+    ) -> ProviderError {
+        let limits = &self.config.limits;
+        if matches!(trap.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) {
+            return ProviderError::timeout(format!(
+                "{} was stopped at its {:?} deadline",
+                operation.name(),
+                limits.call_timeout
+            ));
+        }
+        let detail = format!("{trap:?}");
+        let detail = self.redactor.redact(&detail);
+        tracing::error!(backtrace = %detail, "plugin trapped; its instance is discarded");
+        let reason = if memory_cap_hit {
+            format!("memory cap of {} MiB reached", limits.memory_bytes >> 20)
+        } else {
+            self.redactor.redact(&trap.to_string()).into_owned()
+        };
+        ProviderError::plugin_fault(format!("{} trapped: {reason}", operation.name()))
+    }
+
+    fn classify_plugin_error(&self, err: wit::ProviderError) -> ProviderError {
+        use wit::ProviderError as E;
+        let (class, message) = match err {
+            E::NotFound(m) => (ErrorClass::NotFound, m),
+            E::Transient(m) => (ErrorClass::Transient, m),
+            E::Permanent(m) => (ErrorClass::Permanent, m),
+            E::QuotaExceeded(m) => (ErrorClass::QuotaExceeded, m),
+            E::Conflict(m) => (ErrorClass::Conflict, m),
+            E::Unauthorized(m) => (ErrorClass::Unauthorized, m),
+            E::InvalidConfig(m) => (ErrorClass::InvalidConfig, m),
+            E::InvalidSpec(m) => (ErrorClass::InvalidSpec, m),
+        };
+        ProviderError::new(class, self.redactor.redact(&message).into_owned())
+    }
+
+    fn expect_instance(answer: Answer) -> Result<Instance, ProviderError> {
+        match answer {
+            Answer::Instance(instance) => Ok(instance_from_wit(instance)),
+            _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
+        }
+    }
+}
+
+/// Instantiates the revision in `store` and runs one operation. The outer
+/// error is a trap; the inner one the plugin's own answer.
+async fn run_operation(
+    store: &mut Store<PluginState>,
+    revision: &PluginRevision,
+    ctx: &wit::CallContext,
+    operation: &Operation<'_>,
+) -> wasmtime::Result<Result<Answer, wit::ProviderError>> {
+    let plugin = revision.pre.instantiate_async(&mut *store).await?;
+    let guest: &Guest = plugin.proxyfleet_provider_provider();
+    Ok(match operation {
+        Operation::ValidateConfig => {
+            guest.call_validate_config(&mut *store, &ctx.config).await?.map(|()| Answer::Unit)
+        }
+        Operation::Create(spec) => {
+            guest.call_create(&mut *store, ctx, &spec_to_wit(spec)).await?.map(Answer::Instance)
+        }
+        Operation::Get(id) => guest.call_get(&mut *store, ctx, id).await?.map(Answer::Instance),
+        Operation::Delete(id) => {
+            guest.call_delete(&mut *store, ctx, id).await?.map(|()| Answer::Unit)
+        }
+        Operation::List => guest.call_list(&mut *store, ctx).await?.map(Answer::Instances),
+        Operation::Check => Ok(Answer::Health(guest.call_check(&mut *store, ctx).await?)),
+    })
+}
+
+#[async_trait]
+impl Provider for PluginProvider {
+    fn entry(&self) -> &str {
+        &self.config.name
+    }
+
+    fn info(&self) -> PluginInfo {
+        self.revision.load().info.clone()
+    }
+
+    async fn create(&self, spec: &ProxySpec) -> Result<Instance, ProviderError> {
+        Self::expect_instance(self.call(Operation::Create(spec)).await?)
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
+        Self::expect_instance(self.call(Operation::Get(provider_id)).await?)
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        self.call(Operation::Delete(provider_id)).await.map(|_| ())
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        match self.call(Operation::List).await? {
+            Answer::Instances(list) => Ok(list.into_iter().map(instance_from_wit).collect()),
+            _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
+        }
+    }
+
+    async fn check(&self) -> Health {
+        match self.call(Operation::Check).await {
+            Ok(Answer::Health(health)) => health_from_wit(health, &self.redactor),
+            Ok(_) => Health::unhealthy(HealthReason::Other, "unexpected answer shape"),
+            Err(err) => {
+                let reason = match err.class {
+                    ErrorClass::Timeout => HealthReason::Timeout,
+                    _ => HealthReason::Other,
+                };
+                Health::unhealthy(reason, err.to_string())
+            }
+        }
+    }
+}
+
+fn spec_to_wit(spec: &ProxySpec) -> wit::ProxySpec {
+    wit::ProxySpec {
+        name: spec.name.clone(),
+        namespace: spec.namespace.clone(),
+        uid: spec.uid.clone(),
+        cores: spec.cores,
+        memory_mib: spec.memory_mib,
+        disk_gib: spec.disk_gib,
+        image: spec.image.clone(),
+        placement: spec.placement.clone(),
+        network: wit::Network { vlan_tag: spec.vlan_tag },
+        port: spec.port,
+        user_data: spec.user_data.clone(),
+        labels: spec.labels.clone(),
+    }
+}
+
+fn instance_from_wit(instance: wit::Instance) -> Instance {
+    Instance {
+        provider_id: instance.provider_id,
+        name: instance.name,
+        state: match instance.state {
+            wit::InstanceState::Provisioning => InstanceState::Provisioning,
+            wit::InstanceState::Running => InstanceState::Running,
+            wit::InstanceState::Stopped => InstanceState::Stopped,
+            wit::InstanceState::Failed => InstanceState::Failed,
+            wit::InstanceState::Deleting => InstanceState::Deleting,
+        },
+        addresses: instance.addresses,
+        port: instance.port,
+        created_at: instance.created_at,
+        mark: instance.mark.map(|m| OwnershipMark {
+            uid: m.uid,
+            namespace: m.namespace,
+            name: m.name,
+            created_at: m.created_at,
+        }),
+    }
+}
+
+fn health_from_wit(health: wit::Health, redactor: &Redactor) -> Health {
+    Health {
+        healthy: health.healthy,
+        issues: health
+            .issues
+            .into_iter()
+            .map(|issue| HealthIssue {
+                reason: match issue.reason {
+                    wit::HealthReason::CredentialsUnavailable => {
+                        HealthReason::CredentialsUnavailable
+                    }
+                    wit::HealthReason::CertificateInvalid => HealthReason::CertificateInvalid,
+                    wit::HealthReason::StorageNotFound => HealthReason::StorageNotFound,
+                    wit::HealthReason::TemplateNotFound => HealthReason::TemplateNotFound,
+                    wit::HealthReason::Timeout => HealthReason::Timeout,
+                    wit::HealthReason::Unreachable => HealthReason::Unreachable,
+                    wit::HealthReason::Unauthorized => HealthReason::Unauthorized,
+                    wit::HealthReason::Misconfigured => HealthReason::Misconfigured,
+                    wit::HealthReason::Other => HealthReason::Other,
+                },
+                message: redactor.redact(&issue.message).into_owned(),
+            })
+            .collect(),
+    }
+}
+
+/// One instance kept across calls, for callers that trade per-call
+/// isolation for speed (benchmarks, batch reads). It holds one of the
+/// entry's concurrency permits while it lives, and keeps the runtime's
+/// invariant: an instance that trapped is never entered again.
+pub struct PinnedInstance<'a> {
+    provider: &'a PluginProvider,
+    store: Store<PluginState>,
+    plugin: crate::bindings::ProviderPlugin,
+    trapped: Option<String>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl std::fmt::Debug for PinnedInstance<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedInstance")
+            .field("entry", &self.provider.config.name)
+            .field("trapped", &self.trapped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginProvider {
+    /// Instantiates the current revision once for several calls.
+    pub async fn pin(&self) -> Result<PinnedInstance<'_>, ProviderError> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ProviderError::unavailable("the entry is shutting down"))?;
+        let revision = self.revision.load_full();
+        let operation = Operation::Get("");
+        let state = PluginState::new(
+            self.scope(&revision, &operation),
+            Arc::clone(&self.http),
+            self.config.limits.memory_bytes,
+        );
+        let mut store = new_store(&self.runtime, state, &self.config.limits);
+        let plugin = revision
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|trap| self.classify_trap(&trap, store.data().memory.hit, &operation))?;
+        Ok(PinnedInstance { provider: self, store, plugin, trapped: None, _permit: permit })
+    }
+}
+
+impl PinnedInstance<'_> {
+    /// `get` on the pinned instance.
+    pub async fn get(&mut self, provider_id: &str) -> Result<Instance, ProviderError> {
+        if let Some(reason) = &self.trapped {
+            return Err(ProviderError::plugin_fault(format!(
+                "this instance trapped earlier ({reason}) and is not entered again"
+            )));
+        }
+        let limits = &self.provider.config.limits;
+        self.store.data_mut().deadline = Instant::now() + limits.call_timeout;
+        let ctx = self.provider.context(limits.call_timeout.as_millis() as u64);
+        let guest = self.plugin.proxyfleet_provider_provider();
+        match guest.call_get(&mut self.store, &ctx, provider_id).await {
+            Err(trap) => {
+                let err = self.provider.classify_trap(
+                    &trap,
+                    self.store.data().memory.hit,
+                    &Operation::Get(provider_id),
+                );
+                self.trapped = Some(err.message.clone());
+                Err(err)
+            }
+            Ok(Err(plugin_error)) => Err(self.provider.classify_plugin_error(plugin_error)),
+            Ok(Ok(instance)) => Ok(instance_from_wit(instance)),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The data of one plugin store: WASI context with nothing granted, the
+//! HTTP hooks of the entry, limits, and who the call is for.
+
+use std::sync::Arc;
+
+use proxyfleet_core::kv::KvStore;
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::capabilities::Redactor;
+use crate::capabilities::http::{EntryHttp, HttpHooks};
+
+/// Who a call is for; every log line and store access is scoped by it.
+#[derive(Clone)]
+pub(crate) struct CallScope {
+    pub(crate) entry: Arc<str>,
+    pub(crate) plugin: Arc<str>,
+    pub(crate) operation: &'static str,
+    pub(crate) proxy: Option<String>,
+    pub(crate) kv: Arc<dyn KvStore>,
+    pub(crate) redactor: Arc<Redactor>,
+}
+
+/// Caps linear memory growth and remembers that it did, so a trap caused by
+/// the cap is reported as such rather than as a bare "out of bounds".
+#[derive(Debug)]
+pub(crate) struct MemoryCap {
+    pub(crate) max_bytes: usize,
+    pub(crate) hit: bool,
+}
+
+/// Most table elements a plugin may hold; Rust plugins need a few hundred.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.hit = true;
+            return Err(wasmtime::format_err!(
+                "memory cap of {} MiB reached (asked for {} MiB)",
+                self.max_bytes >> 20,
+                desired.div_ceil(1 << 20)
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// The `T` of `Store<T>` for plugin calls.
+pub(crate) struct PluginState {
+    wasi: WasiCtx,
+    http_ctx: WasiHttpCtx,
+    table: ResourceTable,
+    hooks: HttpHooks,
+    pub(crate) memory: MemoryCap,
+    pub(crate) scope: CallScope,
+    /// When the running call must end; read by the epoch callback.
+    pub(crate) deadline: std::time::Instant,
+}
+
+impl PluginState {
+    pub(crate) fn new(scope: CallScope, http: Arc<EntryHttp>, max_memory_bytes: usize) -> Self {
+        // No preopens, no environment, no arguments, closed stdio, and
+        // sockets off: a plugin's only way out is the HTTP capability.
+        let wasi = WasiCtx::builder().allow_tcp(false).allow_udp(false).build();
+        Self {
+            wasi,
+            http_ctx: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            hooks: HttpHooks { http },
+            memory: MemoryCap { max_bytes: max_memory_bytes, hit: false },
+            scope,
+            deadline: std::time::Instant::now(),
+        }
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http_ctx, table: &mut self.table, hooks: &mut self.hooks }
+    }
+}
+
+impl crate::bindings::types::Host for PluginState {}

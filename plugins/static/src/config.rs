@@ -1,0 +1,231 @@
+//! The entry config: the list of proxy endpoints that already exist.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use proxyfleet_sdk::{ProviderError, Result};
+use serde::Deserialize;
+
+/// JSON schema of [`StaticConfig`], reported by `describe`.
+pub const CONFIG_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "static provider entry",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["endpoints"],
+  "properties": {
+    "endpoints": {
+      "description": "Existing proxies to hand out, one Proxy each: host:port, with IPv6 addresses in brackets.",
+      "type": "array",
+      "items": {
+        "type": "string",
+        "minLength": 1,
+        "examples": ["203.0.113.10:3128", "[2001:db8::1]:8080", "proxy-1.example.net:3128"]
+      }
+    }
+  }
+}"#;
+
+/// `{"endpoints": ["203.0.113.10:3128", ...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticConfig {
+    /// In the order they are handed out.
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl StaticConfig {
+    /// Parses and checks an entry config; errors name the key, e.g.
+    /// `endpoints[3]`.
+    pub fn parse(json: &str) -> Result<Self> {
+        let config: Self = proxyfleet_sdk::parse_config(json)?;
+        let mut first_index: HashMap<&Endpoint, usize> = HashMap::new();
+        for (index, endpoint) in config.endpoints.iter().enumerate() {
+            if let Some(first) = first_index.insert(endpoint, index) {
+                return Err(ProviderError::InvalidConfig(format!(
+                    "config key `endpoints[{index}]`: {endpoint} repeats endpoints[{first}]"
+                )));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Whether `id` (an endpoint in its `host:port` form) is configured.
+    pub fn contains(&self, id: &str) -> bool {
+        self.endpoints.iter().any(|endpoint| endpoint.id() == id)
+    }
+}
+
+/// One proxy endpoint, `host:port`. Its canonical text ([`Endpoint::id`]) is
+/// the instance's provider ID and the key of its assignment, so equal
+/// endpoints written differently (`[2001:DB8::1]:80` and `[2001:db8::1]:80`,
+/// `Proxy.example:80` and `proxy.example:80`) are the same endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Endpoint {
+    /// An IP address (without brackets) or a DNS name, lowercase.
+    host: String,
+    port: u16,
+}
+
+impl Endpoint {
+    /// The address a client connects to: the IP or host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The proxy port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Canonical `host:port`, IPv6 in brackets.
+    pub fn id(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl TryFrom<String> for Endpoint {
+    type Error = String;
+
+    fn try_from(text: String) -> std::result::Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("an endpoint must not be empty".to_owned());
+        }
+        if let Ok(address) = text.parse::<SocketAddr>() {
+            return nonzero_port(address.ip().to_string(), address.port(), text);
+        }
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| format!("`{text}` is not host:port (IPv6 addresses go in brackets)"))?;
+        let port: u16 =
+            port.parse().map_err(|_| format!("`{text}` has an invalid port `{port}`"))?;
+        if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+            return Err(format!("`{text}` is not a valid socket address"));
+        }
+        if !is_dns_name(host) {
+            return Err(format!(
+                "`{text}` does not start with an IP address or a DNS name (IPv6 addresses go in brackets)"
+            ));
+        }
+        nonzero_port(host.to_ascii_lowercase(), port, text)
+    }
+}
+
+fn nonzero_port(host: String, port: u16, text: &str) -> std::result::Result<Endpoint, String> {
+    if port == 0 {
+        return Err(format!("`{text}` has port 0"));
+    }
+    Ok(Endpoint { host, port })
+}
+
+/// Letters, digits and `-` in dot-separated labels of 1-63 characters that
+/// neither start nor end with `-`; at most 253 characters, optional final dot
+/// not allowed (it would make two spellings of one endpoint).
+fn is_dns_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(text: &str) -> std::result::Result<Endpoint, String> {
+        Endpoint::try_from(text.to_owned())
+    }
+
+    fn config_error(json: &str) -> String {
+        match StaticConfig::parse(json) {
+            Err(ProviderError::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_addresses_and_names() {
+        let v4 = endpoint("203.0.113.10:3128").expect("valid");
+        assert_eq!(
+            (v4.host(), v4.port(), v4.id().as_str()),
+            ("203.0.113.10", 3128, "203.0.113.10:3128")
+        );
+        let v6 = endpoint("[2001:DB8::1]:8080").expect("valid");
+        assert_eq!((v6.host(), v6.id().as_str()), ("2001:db8::1", "[2001:db8::1]:8080"));
+        let name = endpoint(" Proxy-1.Example.net:3128 ").expect("valid");
+        assert_eq!(name.id(), "proxy-1.example.net:3128");
+    }
+
+    #[test]
+    fn rejects_what_is_not_host_port() {
+        for text in [
+            "",
+            "   ",
+            "203.0.113.10",
+            "2001:db8::1:8080",
+            "[2001:db8::1]",
+            "203.0.113.10:70000",
+            "203.0.113.10:0",
+            "host:http",
+            "-bad.example:80",
+            "under_score.example:80",
+            "a..b:80",
+            ":80",
+            "http://proxy:3128",
+        ] {
+            assert!(endpoint(text).is_err(), "`{text}` accepted");
+        }
+    }
+
+    #[test]
+    fn config_errors_name_the_key() {
+        let message = config_error(r#"{"endpoints": ["a:1", "b:2", "c:3", "nope"]}"#);
+        assert!(
+            message.starts_with("config key `endpoints[3]`: `nope` is not host:port"),
+            "{message}"
+        );
+        let message = config_error(r#"{"endpoints": ["a:1", ""]}"#);
+        assert_eq!(message, "config key `endpoints[1]`: an endpoint must not be empty");
+        let message = config_error(r#"{"endpoints": ["a:1", 5]}"#);
+        assert!(message.starts_with("config key `endpoints[1]`: invalid type"), "{message}");
+        let message = config_error(r#"{"endpoints": [], "extra": true}"#);
+        assert!(message.starts_with("config key `extra`: unknown field `extra`"), "{message}");
+        let message = config_error("{}");
+        assert_eq!(message, "config: missing field `endpoints`");
+    }
+
+    #[test]
+    fn duplicates_are_refused() {
+        let message = config_error(r#"{"endpoints": ["A.example:1", "b:2", "a.example:1"]}"#);
+        assert_eq!(message, "config key `endpoints[2]`: a.example:1 repeats endpoints[0]");
+    }
+
+    #[test]
+    fn empty_lists_are_valid_config() {
+        let config = StaticConfig::parse(r#"{"endpoints": []}"#).expect("valid");
+        assert!(config.endpoints.is_empty());
+    }
+
+    #[test]
+    fn schema_is_json() {
+        let schema: serde_json::Value = serde_json::from_str(CONFIG_SCHEMA).expect("schema parses");
+        assert_eq!(schema["required"][0], "endpoints");
+    }
+}

@@ -1,0 +1,355 @@
+//! Ownership marks: written into the backend when an instance is created and
+//! read back from it, so the host's orphan collection can tell our instances
+//! (and which Proxy owns each) from anyone else's.
+//!
+//! Two encodings, for the two kinds of place a backend offers:
+//!
+//! - text, for a free-text field such as a VM description or notes: three
+//!   `proxyfleet.io/<key>: <value>` lines, found again by
+//!   [`OwnershipMark::from_text`] wherever they sit in the field;
+//! - labels, for backends that only take restricted key/value labels (GCP,
+//!   Kubernetes): lowercase `[a-z0-9_-]`, at most 63 characters each.
+
+use sha2::{Digest, Sha256};
+
+use crate::{OwnershipMark, ProviderError, ProxySpec};
+
+const TEXT_UID: &str = "proxyfleet.io/uid:";
+const TEXT_OWNER: &str = "proxyfleet.io/owner:";
+const TEXT_CREATED_AT: &str = "proxyfleet.io/created-at:";
+
+const LABEL_UID: &str = "proxyfleet-uid";
+const LABEL_NAMESPACE: &str = "proxyfleet-namespace";
+const LABEL_NAME: &str = "proxyfleet-name";
+const LABEL_CREATED_AT: &str = "proxyfleet-created-at";
+
+/// The label keys [`OwnershipMark::to_labels`] writes, e.g. to filter a
+/// backend's listing down to instances that carry a mark.
+pub const MARK_LABEL_KEYS: [&str; 4] = [LABEL_UID, LABEL_NAMESPACE, LABEL_NAME, LABEL_CREATED_AT];
+
+/// Longest label key or value GCP and Kubernetes accept.
+const LABEL_MAX: usize = 63;
+
+/// Hex digits of the hash that stands in for the tail of a name too long for
+/// a label value.
+const NAME_HASH_HEX: usize = 10;
+
+/// A mark field that cannot be stored as a label value without losing it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// The UID is the mark's identity, so it is never shortened or hashed.
+    #[error(
+        "uid `{0}` cannot be stored as a label value (needs 1-63 characters of [a-z0-9_-], starting and ending alphanumeric)"
+    )]
+    Uid(String),
+    /// Namespaces are DNS labels in Kubernetes, so they always fit there.
+    #[error(
+        "namespace `{0}` cannot be stored as a label value (needs 1-63 characters of [a-z0-9_-], starting and ending alphanumeric)"
+    )]
+    Namespace(String),
+}
+
+impl From<LabelError> for ProviderError {
+    fn from(error: LabelError) -> Self {
+        ProviderError::InvalidSpec(error.to_string())
+    }
+}
+
+impl OwnershipMark {
+    /// The mark for an instance created for `spec` at `created_at` (seconds
+    /// since the Unix epoch, e.g. [`crate::now_unix`]).
+    pub fn for_spec(spec: &ProxySpec, created_at: u64) -> Self {
+        Self {
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            created_at,
+        }
+    }
+
+    /// The text encoding, three lines without a trailing newline:
+    ///
+    /// ```text
+    /// proxyfleet.io/uid: 6f1c…
+    /// proxyfleet.io/owner: <namespace>/<name>
+    /// proxyfleet.io/created-at: 1767225600
+    /// ```
+    ///
+    /// Kubernetes UIDs, namespaces and names contain no whitespace or `/`
+    /// (the namespace), which is what keeps this decodable.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{TEXT_UID} {}\n{TEXT_OWNER} {}/{}\n{TEXT_CREATED_AT} {}",
+            self.uid, self.namespace, self.name, self.created_at
+        )
+    }
+
+    /// Finds a mark written by [`Self::to_text`] in `text`, tolerating other
+    /// lines around it, text before the key on its line (a comment marker,
+    /// indentation), `\r\n` line ends, and the lines in any order. The first
+    /// occurrence of each key wins. `None` when any of the three is missing
+    /// or malformed.
+    pub fn from_text(text: &str) -> Option<Self> {
+        let uid = text_value(text, TEXT_UID).filter(|uid| !uid.contains(char::is_whitespace))?;
+        let (namespace, name) = text_value(text, TEXT_OWNER)?.split_once('/')?;
+        let created_at = text_value(text, TEXT_CREATED_AT)?.parse().ok()?;
+        let well_formed = |part: &str| !part.is_empty() && !part.contains(char::is_whitespace);
+        if !(well_formed(namespace) && well_formed(name)) {
+            return None;
+        }
+        Some(Self {
+            uid: uid.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            created_at,
+        })
+    }
+
+    /// The label encoding: [`MARK_LABEL_KEYS`] with values that are valid
+    /// GCP and Kubernetes label values.
+    ///
+    /// The UID and namespace are stored as they are and must fit (Kubernetes
+    /// UIDs and namespaces always do). The name may be a DNS subdomain of up
+    /// to 253 characters: dots become underscores (reversed on decode), and
+    /// a name still too long is cut and given a hash suffix, so it comes back
+    /// shortened. Compare marks by UID.
+    pub fn to_labels(&self) -> Result<Vec<(String, String)>, LabelError> {
+        if !is_label_value(&self.uid) {
+            return Err(LabelError::Uid(self.uid.clone()));
+        }
+        if !is_label_value(&self.namespace) {
+            return Err(LabelError::Namespace(self.namespace.clone()));
+        }
+        Ok(vec![
+            (LABEL_UID.to_owned(), self.uid.clone()),
+            (LABEL_NAMESPACE.to_owned(), self.namespace.clone()),
+            (LABEL_NAME.to_owned(), name_label(&self.name)),
+            (LABEL_CREATED_AT.to_owned(), self.created_at.to_string()),
+        ])
+    }
+
+    /// Reads a mark back from labels written by [`Self::to_labels`]; other
+    /// labels are ignored. `None` when a mark label is missing or malformed.
+    ///
+    /// For a slice of pairs pass `labels.iter().map(|(k, v)| (k, v))`.
+    pub fn from_labels<K, V>(labels: impl IntoIterator<Item = (K, V)>) -> Option<Self>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let (mut uid, mut namespace, mut name, mut created_at) = (None, None, None, None);
+        for (key, value) in labels {
+            let value = value.as_ref();
+            match key.as_ref() {
+                LABEL_UID => uid = Some(value.to_owned()),
+                LABEL_NAMESPACE => namespace = Some(value.to_owned()),
+                LABEL_NAME => name = Some(value.replace('_', ".")),
+                LABEL_CREATED_AT => created_at = Some(value.parse().ok()?),
+                _ => {}
+            }
+        }
+        let mark = Self { uid: uid?, namespace: namespace?, name: name?, created_at: created_at? };
+        (!mark.uid.is_empty() && !mark.namespace.is_empty() && !mark.name.is_empty())
+            .then_some(mark)
+    }
+}
+
+/// The trimmed rest of the first line that contains `key`.
+fn text_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| {
+        let start = line.find(key)? + key.len();
+        Some(line[start..].trim()).filter(|value| !value.is_empty())
+    })
+}
+
+/// A value both GCP (`[a-z0-9_-]{0,63}`) and Kubernetes (alphanumeric at both
+/// ends) accept, and not empty.
+fn is_label_value(value: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !value.is_empty()
+        && value.len() <= LABEL_MAX
+        && value.chars().all(allowed)
+        && value.starts_with(alphanumeric)
+        && value.ends_with(alphanumeric)
+}
+
+fn name_label(name: &str) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| match c {
+            '.' => '_',
+            c if c.is_ascii_alphanumeric() => c.to_ascii_lowercase(),
+            '-' | '_' => c,
+            _ => '-',
+        })
+        .collect();
+    if mapped == name.replace('.', "_") && is_label_value(&mapped) {
+        return mapped;
+    }
+    // Lossy: keep a readable head and make it unique with a hash of the
+    // whole name. The head stays alphanumeric at its end after trimming.
+    let digest = hex(&Sha256::digest(name.as_bytes()));
+    let head_len = LABEL_MAX - NAME_HASH_HEX - 1;
+    let head: String = mapped.chars().take(head_len).collect();
+    let head = head.trim_matches(|c: char| c == '-' || c == '_');
+    if head.is_empty() {
+        format!("h{}", &digest[..NAME_HASH_HEX])
+    } else {
+        format!("{head}-{}", &digest[..NAME_HASH_HEX])
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Network;
+
+    fn mark() -> OwnershipMark {
+        OwnershipMark {
+            uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+            namespace: "egress".into(),
+            name: "proxy-a".into(),
+            created_at: 1_767_225_600,
+        }
+    }
+
+    #[test]
+    fn for_spec_copies_identity() {
+        let spec = ProxySpec {
+            name: "p".into(),
+            namespace: "ns".into(),
+            uid: "u".into(),
+            cores: 1,
+            memory_mib: 512,
+            disk_gib: 8,
+            image: "debian".into(),
+            placement: Vec::new(),
+            network: Network { vlan_tag: None },
+            port: 3128,
+            user_data: Vec::new(),
+            labels: Vec::new(),
+        };
+        let mark = OwnershipMark::for_spec(&spec, 42);
+        assert_eq!(
+            (mark.uid.as_str(), mark.namespace.as_str(), mark.name.as_str()),
+            ("u", "ns", "p")
+        );
+        assert_eq!(mark.created_at, 42);
+    }
+
+    #[test]
+    fn text_round_trips() {
+        let text = mark().to_text();
+        assert_eq!(
+            text,
+            "proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n\
+             proxyfleet.io/owner: egress/proxy-a\n\
+             proxyfleet.io/created-at: 1767225600"
+        );
+        assert_eq!(OwnershipMark::from_text(&text), Some(mark()));
+    }
+
+    #[test]
+    fn text_is_found_among_other_text() {
+        let description = format!(
+            "Managed by the network team.\r\n\r\n# {}\r\nDo not edit.\r\n",
+            mark().to_text().replace('\n', "\r\n# ")
+        );
+        assert_eq!(OwnershipMark::from_text(&description), Some(mark()));
+
+        let reordered = "proxyfleet.io/created-at: 1767225600\n\
+                         notes\n\
+                         proxyfleet.io/owner: egress/proxy-a\n\
+                         proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n";
+        assert_eq!(OwnershipMark::from_text(reordered), Some(mark()));
+    }
+
+    #[test]
+    fn text_without_a_complete_mark_is_not_ours() {
+        assert_eq!(OwnershipMark::from_text(""), None);
+        assert_eq!(OwnershipMark::from_text("a VM someone made by hand"), None);
+        let without_owner = "proxyfleet.io/uid: u\nproxyfleet.io/created-at: 1";
+        assert_eq!(OwnershipMark::from_text(without_owner), None);
+        let bad_time =
+            "proxyfleet.io/uid: u\nproxyfleet.io/owner: a/b\nproxyfleet.io/created-at: soon";
+        assert_eq!(OwnershipMark::from_text(bad_time), None);
+        let bad_owner =
+            "proxyfleet.io/uid: u\nproxyfleet.io/owner: ab\nproxyfleet.io/created-at: 1";
+        assert_eq!(OwnershipMark::from_text(bad_owner), None);
+    }
+
+    #[test]
+    fn labels_round_trip() {
+        let labels = mark().to_labels().expect("a Kubernetes mark fits");
+        for (key, value) in &labels {
+            assert!(is_label_value(key), "{key}");
+            assert!(is_label_value(value), "{value}");
+        }
+        let mut with_others = vec![("team".to_owned(), "net".to_owned())];
+        with_others.extend(labels);
+        let decoded = OwnershipMark::from_labels(with_others.iter().map(|(k, v)| (k, v)));
+        assert_eq!(decoded, Some(mark()));
+    }
+
+    #[test]
+    fn dotted_names_round_trip_through_labels() {
+        let dotted = OwnershipMark { name: "proxy.eu-west.example".into(), ..mark() };
+        let labels = dotted.to_labels().expect("fits");
+        assert_eq!(OwnershipMark::from_labels(labels), Some(dotted));
+    }
+
+    #[test]
+    fn long_names_are_shortened_with_a_hash() {
+        let long = OwnershipMark { name: format!("{}.example.com", "a".repeat(100)), ..mark() };
+        let other = OwnershipMark { name: format!("{}.example.org", "a".repeat(100)), ..mark() };
+        let value = |mark: &OwnershipMark| {
+            mark.to_labels()
+                .expect("fits")
+                .into_iter()
+                .find(|(key, _)| key == LABEL_NAME)
+                .map(|(_, value)| value)
+                .expect("name label")
+        };
+        let (long_value, other_value) = (value(&long), value(&other));
+        assert!(is_label_value(&long_value), "{long_value}");
+        assert_eq!(long_value.len(), LABEL_MAX);
+        assert_ne!(long_value, other_value);
+        assert_eq!(long_value, value(&long), "deterministic");
+    }
+
+    #[test]
+    fn identity_fields_that_do_not_fit_are_refused() {
+        let upper = OwnershipMark { uid: "UID-1".into(), ..mark() };
+        assert_eq!(upper.to_labels(), Err(LabelError::Uid("UID-1".into())));
+        let bad_namespace = OwnershipMark { namespace: "-x".into(), ..mark() };
+        assert!(matches!(bad_namespace.to_labels(), Err(LabelError::Namespace(_))));
+        assert!(matches!(
+            ProviderError::from(LabelError::Uid("U".into())),
+            ProviderError::InvalidSpec(_)
+        ));
+    }
+
+    #[test]
+    fn incomplete_labels_are_not_a_mark() {
+        let labels = [("proxyfleet-uid", "u"), ("proxyfleet-namespace", "n")];
+        assert_eq!(OwnershipMark::from_labels(labels), None);
+        let bad_time = [
+            ("proxyfleet-uid", "u"),
+            ("proxyfleet-namespace", "n"),
+            ("proxyfleet-name", "p"),
+            ("proxyfleet-created-at", "x"),
+        ];
+        assert_eq!(OwnershipMark::from_labels(bad_time), None);
+    }
+}

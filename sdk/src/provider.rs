@@ -1,0 +1,125 @@
+//! The [`Provider`] trait and the glue that exports an implementation as the
+//! component's `provider` interface.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::bindings::exports::proxyfleet::provider::provider::Guest;
+use crate::bindings::proxyfleet::provider::types as wit;
+use crate::{CallContext, Health, Instance, PluginInfo, ProxySpec, Result};
+
+/// A provider backend: what a plugin implements.
+///
+/// The host may call any function concurrently from separate instances of
+/// the component and retries after errors and timeouts, so every operation
+/// must be safe to repeat: keep state in the backend (or the [`crate::kv`]
+/// store), never in memory between calls. Errors are classified by their
+/// [`crate::ProviderError`] variant, which decides what the host does next.
+pub trait Provider {
+    /// Name, version, contract version, config schema and the HTTP
+    /// destinations the plugin needs. Called once when the plugin loads.
+    fn describe() -> PluginInfo;
+
+    /// Checks an entry's config (JSON) when the entry is loaded, before any
+    /// other call for it. Return [`crate::ProviderError::InvalidConfig`]
+    /// naming the key; [`crate::parse_config`] does that for serde types.
+    fn validate_config(config: &str) -> Result<()>;
+
+    /// Brings an instance for `spec` into existence.
+    ///
+    /// Idempotent: a retry for the same `spec.uid` must adopt what an
+    /// earlier attempt left (derive the backend name or ID from the UID with
+    /// [`crate::derive_name`] or [`crate::derive_number`], and find it again)
+    /// instead of making a second instance. Mark what it creates with
+    /// [`crate::OwnershipMark`].
+    fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance>;
+
+    /// The instance `provider_id` as the backend sees it now;
+    /// [`crate::ProviderError::NotFound`] when it is gone.
+    fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance>;
+
+    /// Deletes the instance. Idempotent: one that is already gone counts as
+    /// deleted, so return `Ok(())` for it.
+    fn delete(ctx: &CallContext, provider_id: &str) -> Result<()>;
+
+    /// Every instance this entry owns (carrying our ownership mark), for
+    /// orphan collection.
+    fn list(ctx: &CallContext) -> Result<Vec<Instance>>;
+
+    /// Whether the backend is usable with this entry's config and
+    /// credentials. Issues on a healthy result are warnings.
+    fn check(ctx: &CallContext) -> Health;
+}
+
+/// Exports a [`Provider`] implementation as the plugin's `provider`
+/// interface. Use it once, at the top level of the plugin crate (a `cdylib`):
+///
+/// ```ignore
+/// struct MyProvider;
+/// impl proxyfleet_sdk::Provider for MyProvider { /* ... */ }
+/// proxyfleet_sdk::export_provider!(MyProvider);
+/// ```
+///
+/// The exports are only emitted for wasm targets: on the host target (unit
+/// tests) they would be shared-library symbols named like
+/// `proxyfleet:provider/provider@0.1.0#create`, which native linkers reject.
+/// There the macro only checks that the type implements [`Provider`].
+#[macro_export]
+macro_rules! export_provider {
+    ($provider:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            // The generated export macro takes an identifier, not a path or
+            // a generic type, hence the alias.
+            type ProxyfleetExportedProvider = $crate::__private::Export<$provider>;
+    $crate::bindings::export!(ProxyfleetExportedProvider with_types_in $crate::bindings);
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: () = $crate::__private::assert_provider::<$provider>();
+    };
+}
+
+/// Compile-time check behind `export_provider!` off wasm.
+#[doc(hidden)]
+pub const fn assert_provider<P: Provider>() {}
+
+/// Adapts a [`Provider`] to the generated `Guest` trait: converts errors to
+/// the contract's variant and passes borrowed arguments.
+#[doc(hidden)]
+pub struct Export<P>(PhantomData<fn() -> P>);
+
+impl<P> fmt::Debug for Export<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Export")
+    }
+}
+
+impl<P: Provider> Guest for Export<P> {
+    fn describe() -> PluginInfo {
+        P::describe()
+    }
+
+    fn validate_config(config: String) -> Result<(), wit::ProviderError> {
+        P::validate_config(&config).map_err(Into::into)
+    }
+
+    fn create(ctx: CallContext, spec: ProxySpec) -> Result<Instance, wit::ProviderError> {
+        P::create(&ctx, &spec).map_err(Into::into)
+    }
+
+    fn get(ctx: CallContext, provider_id: String) -> Result<Instance, wit::ProviderError> {
+        P::get(&ctx, &provider_id).map_err(Into::into)
+    }
+
+    fn delete(ctx: CallContext, provider_id: String) -> Result<(), wit::ProviderError> {
+        P::delete(&ctx, &provider_id).map_err(Into::into)
+    }
+
+    fn list(ctx: CallContext) -> Result<Vec<Instance>, wit::ProviderError> {
+        P::list(&ctx).map_err(Into::into)
+    }
+
+    fn check(ctx: CallContext) -> Health {
+        P::check(&ctx)
+    }
+}

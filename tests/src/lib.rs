@@ -1,0 +1,250 @@
+//! Shared pieces of the end-to-end tests: where the built plugins are, and
+//! small real servers on loopback that record what reaches them.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use proxyfleet_core::Provider;
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use tokio::net::TcpListener;
+
+/// The workspace's root folder.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_owned()
+}
+
+/// The folder `cargo xtask plugins` writes components to.
+pub fn plugin_dir() -> PathBuf {
+    std::env::var_os("PROXYFLEET_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/plugins"))
+}
+
+/// The built component `name` (e.g. `static`, `fixtures/spin`).
+///
+/// # Panics
+/// When it has not been built: these tests need the real components.
+pub fn plugin(name: &str) -> PathBuf {
+    let path = plugin_dir().join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask plugins` (or the README's test command) first",
+        path.display()
+    );
+    path
+}
+
+/// A request a [`TestServer`] received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Headers, names lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a [`TestServer`] answers every request with.
+#[derive(Debug, Clone)]
+pub struct Canned {
+    /// Status code.
+    pub status: u16,
+    /// Body.
+    pub body: Bytes,
+}
+
+/// An HTTP or HTTPS server on 127.0.0.1 that records requests and answers
+/// each with a canned response.
+#[derive(Debug)]
+pub struct TestServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<SeenRequest>>>,
+    canned: Arc<Mutex<Canned>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    /// A plain HTTP server.
+    pub async fn http(canned: Canned) -> Self {
+        Self::start(canned, None).await
+    }
+
+    /// An HTTPS server presenting `cert` (PEM chain) with `key` (PEM).
+    pub async fn https(canned: Canned, cert_pem: &str, key_pem: &str) -> Self {
+        let certs: Vec<_> = rustls::pki_types::pem::PemObject::pem_slice_iter(cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("certificate PEM");
+        let key =
+            rustls::pki_types::pem::PemObject::from_pem_slice(key_pem.as_bytes()).expect("key PEM");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server certificate");
+        Self::start(canned, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start(canned: Canned, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let canned = Arc::new(Mutex::new(canned));
+        let (seen_task, canned_task) = (Arc::clone(&seen), Arc::clone(&canned));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (seen, canned, tls) =
+                    (Arc::clone(&seen_task), Arc::clone(&canned_task), tls.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let (seen, canned) = (Arc::clone(&seen), Arc::clone(&canned));
+                        async move { Ok::<_, Infallible>(answer(&req, &seen, &canned)) }
+                    });
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ =
+                                    builder.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, seen, canned, task }
+    }
+
+    /// Every request received so far.
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// Changes the canned answer.
+    pub fn set_canned(&self, canned: Canned) {
+        *self.canned.lock().expect("lock") = canned;
+    }
+}
+
+fn answer(
+    req: &Request<Incoming>,
+    seen: &Mutex<Vec<SeenRequest>>,
+    canned: &Mutex<Canned>,
+) -> Response<Full<Bytes>> {
+    seen.lock().expect("lock").push(SeenRequest {
+        method: req.method().to_string(),
+        path: req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default(),
+        headers: req
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())
+            })
+            .collect(),
+    });
+    let canned = canned.lock().expect("lock").clone();
+    Response::builder().status(canned.status).body(Full::new(canned.body)).expect("valid response")
+}
+
+/// A CA and a server certificate for `localhost` signed by it, as PEM:
+/// (ca certificate, server certificate, server key).
+pub fn localhost_tls() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().expect("server key");
+    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("server params")
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate");
+    (ca_cert.pem(), server_cert.pem(), server_key.serialize_pem())
+}
+
+/// A `tracing` writer that keeps everything in memory, to assert on logs.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned()
+    }
+
+    /// Installs a subscriber that writes every event (trace level and up)
+    /// here, for the current thread, until the guard drops.
+    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An entry `fetch` served by the `http-fetch` fixture (copied into `dir`),
+/// with `grants` (YAML indented under `grants:`) and `limits` (YAML flow
+/// mapping body) spliced into its providers file.
+pub async fn fetch_provider(dir: &Path, grants: &str, limits: &str) -> Arc<dyn Provider> {
+    std::fs::copy(plugin("fixtures/http-fetch"), dir.join("http-fetch.wasm"))
+        .expect("copy fixture");
+    let yaml = format!(
+        "providers:\n  - name: fetch\n    plugin: http-fetch\n    limits: {{ {limits} }}\n    grants:\n{grants}"
+    );
+    let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let registry = Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
+        .await
+        .expect("plugin directory readable");
+    registry.provider("fetch").expect("the fetch entry is ready")
+}
+
+/// What the `http-fetch` fixture observed of a response (its instance name).
+pub fn observed(name: &str) -> serde_json::Value {
+    serde_json::from_str(name).expect("http-fetch reports JSON")
+}

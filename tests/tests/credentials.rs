@@ -1,0 +1,52 @@
+//! Credential injection against a real HTTPS server. Alone in its test
+//! binary because it asserts on captured logs: `tracing` caches whether a
+//! callsite is enabled process-wide, and a test thread without a subscriber
+//! that reaches a callsite first would hide it from this test's subscriber.
+
+use proxyfleet_core::ErrorClass;
+use proxyfleet_tests::{Canned, CapturedLogs, TestServer, fetch_provider, localhost_tls, observed};
+
+#[tokio::test(flavor = "current_thread")]
+async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
+    let logs = CapturedLogs::default();
+    let _guard = logs.install();
+    let (ca, cert, key) = localhost_tls();
+    let server =
+        TestServer::https(Canned { status: 200, body: "welcome".into() }, &cert, &key).await;
+    let port = server.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, "s3cret-token-1\n").unwrap();
+    let grants = format!(
+        "      caFile: {}\n      http:\n        - url: https://localhost:{port}\n          allowAddresses: [127.0.0.1, '::1']\n          credential: {{ header: Authorization, valueTemplate: 'Bearer {{secret}}', secretFile: {} }}\n",
+        ca_file.display(),
+        secret_file.display()
+    );
+    let fetch = fetch_provider(dir.path(), &grants, "").await;
+    let url = format!("https://localhost:{port}/api");
+
+    let answer = fetch.get(&url).await.unwrap();
+    assert_eq!(server.seen()[0].header("authorization"), Some("Bearer s3cret-token-1"));
+    assert_eq!(observed(&answer.name)["body"], "welcome");
+    assert!(!answer.name.contains("s3cret"), "the plugin saw the credential: {}", answer.name);
+
+    // Rotation: the file is read on every request.
+    std::fs::write(&secret_file, "s3cret-token-2").unwrap();
+    fetch.get(&url).await.unwrap();
+    assert_eq!(server.seen()[1].header("authorization"), Some("Bearer s3cret-token-2"));
+
+    // A backend that echoes the credential: the plugin quotes the body in
+    // its error, and the host redacts it.
+    server
+        .set_canned(Canned { status: 401, body: "bad credentials: Bearer s3cret-token-2".into() });
+    let err = fetch.get(&url).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Unauthorized, "{err}");
+    assert!(!err.message.contains("s3cret"), "the error leaks the secret: {err}");
+    assert!(err.message.contains("[redacted]"), "{err}");
+
+    let logged = logs.text();
+    assert!(logged.contains("plugin_http"), "requests are logged in spans: {logged}");
+    assert!(!logged.contains("s3cret"), "the logs leak the secret:\n{logged}");
+}

@@ -1,0 +1,136 @@
+//! Misbehaving plugins: each is stopped or refused, classified, and never
+//! takes down the host or another plugin's calls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proxyfleet_core::ErrorClass;
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_harness::SpecBuilder;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{EntryState, LoadError, Registry, Runtime, RuntimeOptions};
+use proxyfleet_tests::{plugin, plugin_dir, workspace_root};
+
+/// Every entry below runs in one runtime, so a witness entry proves the
+/// host kept serving after a misbehaving plugin.
+const PROVIDERS: &str = r#"
+providers:
+  - { name: witness, plugin: noop }
+  - { name: looping, plugin: spin, limits: { timeout: 300ms } }
+  - { name: greedy, plugin: hog, limits: { memoryMiB: 16 } }
+  - { name: panicky, plugin: panic }
+  - { name: outdated, plugin: wrong-major }
+"#;
+
+async fn fixtures() -> Registry {
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(workspace_root().join("target/test-plugin-cache")),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let config = ProvidersConfig::parse(PROVIDERS).unwrap();
+    Registry::load(&runtime, &config, &plugin_dir().join("fixtures"), Arc::new(MemoryKv::new()))
+        .await
+        .unwrap()
+}
+
+async fn witness_still_serves(registry: &Registry) {
+    let instance =
+        registry.provider("witness").unwrap().create(&SpecBuilder::new("w").build()).await;
+    instance.expect("another plugin's calls keep working");
+}
+
+#[tokio::test]
+async fn an_infinite_loop_is_stopped_at_the_deadline() {
+    let registry = fixtures().await;
+    let looping = registry.provider("looping").unwrap();
+    let started = Instant::now();
+    let err = looping.create(&SpecBuilder::new("x").build()).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(err.class, ErrorClass::Timeout, "{err}");
+    assert!(err.message.contains("300ms"), "the message names the deadline: {err}");
+    // Only catches a hang; the overrun itself is measured by the
+    // `plugin_call` bench, not asserted here.
+    assert!(elapsed < Duration::from_secs(5), "stopped after {elapsed:?}");
+    eprintln!("loop stopped after {elapsed:?} (deadline 300ms)");
+    assert!(looping.check().await.healthy, "the next call gets a fresh instance");
+    witness_still_serves(&registry).await;
+}
+
+#[tokio::test]
+async fn allocation_past_the_memory_cap_is_a_plugin_fault() {
+    let registry = fixtures().await;
+    let greedy = registry.provider("greedy").unwrap();
+    let err = greedy.create(&SpecBuilder::new("x").build()).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    assert!(err.message.contains("memory cap of 16 MiB"), "{err}");
+    assert!(greedy.check().await.healthy, "the next call gets a fresh instance");
+    witness_still_serves(&registry).await;
+}
+
+#[tokio::test]
+async fn a_panic_is_a_plugin_fault_and_the_instance_is_not_reused() {
+    let registry = fixtures().await;
+    let panicky = registry.provider("panicky").unwrap();
+    let err = panicky.create(&SpecBuilder::new("x").build()).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    assert!(err.message.contains("create trapped"), "{err}");
+    // A reused instance would answer "cannot enter component instance".
+    assert!(panicky.check().await.healthy, "the next call gets a fresh instance");
+    witness_still_serves(&registry).await;
+}
+
+#[tokio::test]
+async fn another_breaking_contract_version_is_refused_at_load() {
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let err = runtime.load_plugin(&plugin("fixtures/wrong-major")).await.unwrap_err();
+    assert!(matches!(err, LoadError::IncompatibleContract { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("proxyfleet:provider/provider@0.2.0"), "{message}");
+    assert!(message.contains("proxyfleet:provider@0.1.0"), "{message}");
+
+    let registry = fixtures().await;
+    match &registry.entries()["outdated"] {
+        EntryState::Failed(reason) => assert!(reason.contains("@0.2.0"), "{reason}"),
+        EntryState::Ready(_) => panic!("an incompatible plugin must not serve"),
+    }
+    witness_still_serves(&registry).await;
+}
+
+#[tokio::test]
+async fn a_corrupt_file_is_refused_and_the_rest_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("fixtures/noop"), dir.path().join("noop.wasm")).unwrap();
+    let mut corrupt = std::fs::read(plugin("fixtures/noop")).unwrap();
+    corrupt.truncate(corrupt.len() / 2);
+    std::fs::write(dir.path().join("broken.wasm"), corrupt).unwrap();
+    std::fs::write(dir.path().join("junk.wasm"), b"not wasm at all").unwrap();
+    let config = ProvidersConfig::parse(
+        "providers:\n  - { name: witness, plugin: noop }\n  - { name: a, plugin: broken }\n  - { name: b, plugin: junk }\n",
+    )
+    .unwrap();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry =
+        Registry::load(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap();
+    for entry in ["a", "b"] {
+        let err = registry.provider(entry).err().expect("a corrupt plugin must not serve");
+        assert_eq!(err.class, ErrorClass::Unavailable);
+        assert!(err.message.contains("not a usable WebAssembly component"), "{err}");
+    }
+    witness_still_serves(&registry).await;
+}
+
+#[tokio::test]
+async fn an_entry_naming_a_missing_plugin_says_where_it_looked() {
+    let registry = fixtures().await;
+    let config =
+        ProvidersConfig::parse("providers:\n  - { name: lost, plugin: nowhere }\n").unwrap();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lonely =
+        Registry::load(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap();
+    let err = lonely.provider("lost").err().unwrap();
+    assert!(err.message.contains("no nowhere.wasm in"), "{err}");
+    let err = registry.provider("unknown-entry").err().unwrap();
+    assert!(err.message.contains("witness"), "lists the entries there are: {err}");
+}
