@@ -20,6 +20,8 @@ providers:
   - { name: greedy, plugin: hog, limits: { memoryMiB: 16 } }
   - { name: panicky, plugin: panic }
   - { name: outdated, plugin: wrong-major }
+  - { name: serial, plugin: spin, limits: { timeout: 300ms, concurrency: 1 } }
+  - { name: patient, plugin: spin, limits: { timeout: 30s, concurrency: 1 } }
 "#;
 
 async fn fixtures() -> Registry {
@@ -133,4 +135,37 @@ async fn an_entry_naming_a_missing_plugin_says_where_it_looked() {
     assert!(err.message.contains("no nowhere.wasm in"), "{err}");
     let err = registry.provider("unknown-entry").err().unwrap();
     assert!(err.message.contains("witness"), "lists the entries there are: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_cap_queues_calls_beyond_it() {
+    let registry = fixtures().await;
+    let serial = registry.provider("serial").unwrap();
+    let started = Instant::now();
+    let spec = SpecBuilder::new("x").build();
+    let (a, b) = tokio::join!(serial.create(&spec), serial.create(&spec));
+    assert_eq!(a.unwrap_err().class, ErrorClass::Timeout);
+    assert_eq!(b.unwrap_err().class, ErrorClass::Timeout);
+    // With one slot the second call starts only when the first ends, so
+    // both together take at least two deadlines.
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "ran side by side: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_call_gives_back_its_slot() {
+    let registry = fixtures().await;
+    let patient = registry.provider("patient").unwrap();
+    let spec = SpecBuilder::new("x").build();
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), patient.create(&spec)).await;
+    assert!(cancelled.is_err(), "the looping call cannot finish by itself");
+    // The entry has one slot and a 30 s deadline: had the cancelled call
+    // kept running or kept its slot, this would wait for it.
+    let health = tokio::time::timeout(Duration::from_secs(10), patient.check())
+        .await
+        .expect("the slot of the cancelled call was given back");
+    assert!(health.healthy);
 }
