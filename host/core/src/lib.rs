@@ -7,8 +7,11 @@
 //! reconciler acts on [`ErrorClass`] without caring which it talks to.
 
 mod error;
+pub mod fake;
 pub mod kv;
 mod provider;
+pub mod proxy;
+pub mod reconcile;
 mod types;
 
 pub use error::{ErrorClass, ProviderError, Result};

@@ -1,0 +1,274 @@
+//! A Proxy as the reconciler sees it, whatever it came from (a Kubernetes
+//! object or a standalone file): identity, desired state and status.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::ProxySpec;
+
+/// Default proxy port.
+pub const DEFAULT_PORT: u16 = 3128;
+
+/// Identity of a Proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyMeta {
+    /// Stable unique ID; providers derive instance names from it.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Increases on every spec change.
+    pub generation: i64,
+}
+
+/// What a Proxy asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyDesired {
+    /// Provider entry name.
+    pub provider: String,
+    /// Virtual CPUs.
+    pub cores: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Boot disk in GiB.
+    pub disk_gib: u64,
+    /// Provider-specific image key.
+    pub image: String,
+    /// Placement hints.
+    pub placement: BTreeMap<String, String>,
+    /// 802.1Q VLAN tag.
+    pub vlan_tag: Option<u16>,
+    /// Proxy port.
+    pub port: u16,
+    /// cloud-init user-data (already resolved from its Secret or file).
+    pub user_data: Vec<u8>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ProxyDesired {
+    /// Hash of everything whose change needs a new instance. Labels are left
+    /// out: they change in place (or not at all) without a replacement.
+    pub fn spec_hash(&self) -> String {
+        let mut hasher = Sha256::new();
+        let mut field = |name: &str, value: &[u8]| {
+            // Length-prefixed so that no two field sequences collide.
+            hasher.update((name.len() as u64).to_le_bytes());
+            hasher.update(name.as_bytes());
+            hasher.update((value.len() as u64).to_le_bytes());
+            hasher.update(value);
+        };
+        field("provider", self.provider.as_bytes());
+        field("cores", &self.cores.to_le_bytes());
+        field("memoryMiB", &self.memory_mib.to_le_bytes());
+        field("diskGiB", &self.disk_gib.to_le_bytes());
+        field("image", self.image.as_bytes());
+        for (key, value) in &self.placement {
+            field("placement.key", key.as_bytes());
+            field("placement.value", value.as_bytes());
+        }
+        field("vlanTag", &self.vlan_tag.map_or([0xff; 3], |t| [0, (t >> 8) as u8, t as u8]));
+        field("port", &self.port.to_le_bytes());
+        field("userData", &self.user_data);
+        let digest = hasher.finalize();
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The spec handed to the provider.
+    pub fn to_spec(&self, meta: &ProxyMeta) -> ProxySpec {
+        ProxySpec {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            cores: self.cores,
+            memory_mib: self.memory_mib,
+            disk_gib: self.disk_gib,
+            image: self.image.clone(),
+            placement: self.placement.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            vlan_tag: self.vlan_tag,
+            port: self.port,
+            user_data: self.user_data.clone(),
+            labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+}
+
+/// Where a Proxy is in its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Nothing done yet.
+    #[default]
+    Pending,
+    /// The instance is being created or has no address yet.
+    Provisioning,
+    /// The instance runs and has an address.
+    Running,
+    /// Stopped for a reason that needs a spec or config change.
+    Failed,
+    /// The Proxy is being deleted.
+    Deleting,
+}
+
+/// Condition types a Proxy reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConditionType {
+    /// The instance exists, runs and has an address.
+    Provisioned,
+    /// Health probes through the proxy succeed (set by the health engine).
+    Healthy,
+    /// Provisioned and not known to be unhealthy: may be handed out.
+    Ready,
+}
+
+/// Condition status, as in Kubernetes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    /// Holds.
+    True,
+    /// Does not hold.
+    False,
+    /// Not known.
+    Unknown,
+}
+
+/// One condition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Which condition.
+    #[serde(rename = "type")]
+    pub kind: ConditionType,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// Machine-readable reason, CamelCase.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+    /// Unix seconds of the last change of `status`.
+    pub last_transition_time: u64,
+}
+
+/// What the reconciler records about a Proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyStatus {
+    /// Phase.
+    pub phase: Phase,
+    /// The provider's ID of the instance, written as soon as it is known.
+    #[serde(rename = "providerID")]
+    pub provider_id: Option<String>,
+    /// Address of the instance.
+    pub ip: Option<String>,
+    /// Proxy port when the provider decides it.
+    pub port: Option<u16>,
+    /// Conditions.
+    pub conditions: Vec<Condition>,
+    /// Generation the status describes.
+    pub observed_generation: i64,
+    /// Spec hash of the instance that exists (or is being created).
+    pub spec_hash: Option<String>,
+    /// Plugin serving the Proxy's provider entry.
+    pub plugin: Option<String>,
+    /// Its version.
+    pub plugin_version: Option<String>,
+    /// Failed attempts in a row, for backoff.
+    pub attempts: u32,
+    /// Spec hash a final failure was latched for: no provider calls until the
+    /// spec changes.
+    pub failed_spec_hash: Option<String>,
+    /// Polls in a row that saw the running instance flap to provisioning.
+    pub flaps: u32,
+}
+
+impl ProxyStatus {
+    /// The condition of `kind`, if set.
+    pub fn condition(&self, kind: ConditionType) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+
+    /// Sets a condition, keeping its transition time when the status stays.
+    pub fn set_condition(
+        &mut self,
+        kind: ConditionType,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+        now: u64,
+    ) {
+        let message = message.into();
+        match self.conditions.iter_mut().find(|c| c.kind == kind) {
+            Some(existing) => {
+                if existing.status != status {
+                    existing.last_transition_time = now;
+                }
+                existing.status = status;
+                existing.reason = reason.to_owned();
+                existing.message = message;
+            }
+            None => self.conditions.push(Condition {
+                kind,
+                status,
+                reason: reason.to_owned(),
+                message,
+                last_transition_time: now,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired() -> ProxyDesired {
+        ProxyDesired {
+            provider: "lab".into(),
+            cores: 1,
+            memory_mib: 512,
+            disk_gib: 4,
+            image: "debian-12".into(),
+            placement: BTreeMap::new(),
+            vlan_tag: None,
+            port: DEFAULT_PORT,
+            user_data: Vec::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_hash_covers_what_needs_a_new_instance_and_not_labels() {
+        let base = desired();
+        let mut labelled = base.clone();
+        labelled.labels.insert("team".into(), "crawl".into());
+        assert_eq!(base.spec_hash(), labelled.spec_hash());
+        let changes: [fn(&mut ProxyDesired); 8] = [
+            |d| d.provider = "other".into(),
+            |d| d.cores = 2,
+            |d| d.memory_mib = 1024,
+            |d| d.disk_gib = 8,
+            |d| d.image = "debian-13".into(),
+            |d| d.vlan_tag = Some(0),
+            |d| d.port = 8080,
+            |d| d.user_data = b"#cloud-config".to_vec(),
+        ];
+        for change in changes {
+            let mut changed = base.clone();
+            change(&mut changed);
+            assert_ne!(base.spec_hash(), changed.spec_hash(), "{changed:?}");
+        }
+    }
+
+    #[test]
+    fn condition_transition_time_moves_only_on_a_status_change() {
+        let mut status = ProxyStatus::default();
+        status.set_condition(ConditionType::Ready, ConditionStatus::False, "A", "", 10);
+        status.set_condition(ConditionType::Ready, ConditionStatus::False, "B", "", 20);
+        assert_eq!(status.condition(ConditionType::Ready).unwrap().last_transition_time, 10);
+        status.set_condition(ConditionType::Ready, ConditionStatus::True, "C", "", 30);
+        assert_eq!(status.condition(ConditionType::Ready).unwrap().last_transition_time, 30);
+    }
+}
