@@ -76,7 +76,7 @@ commands:
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
   lint               rustfmt and clippy over both workspaces
-  demo               build everything and show the standalone providers as the host sees them";
+  demo               the standalone mode on the static plugin against local tinyproxies";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -459,34 +459,163 @@ fn lint(repo: &Repo) -> Result<()> {
     Ok(())
 }
 
-/// The README's first command: builds the plugins and the binary, then
-/// loads the standalone providers file and shows what the host sees.
+/// The README's first command: the standalone mode on the static plugin
+/// against two real tinyproxy instances on loopback, then a request through
+/// each proxy it reports.
 fn demo(repo: &Repo) -> Result<()> {
-    step("debian packages", || ensure_debian_packages(DEBIAN_WASM_PACKAGES))?;
+    let mut packages = DEBIAN_WASM_PACKAGES.to_vec();
+    packages.extend(DEMO_PACKAGES);
+    step("debian packages", || ensure_debian_packages(&packages))?;
     step("plugins", || build_plugins(repo))?;
     step("proxyfleet binary", || {
         run_command(cargo().args(["build", "-p", "proxyfleet-operator"]).current_dir(&repo.root))
     })?;
-    let binary = repo.root.join("target/debug/proxyfleet");
-    let plugins = repo.plugin_outputs();
-    step("describe the static plugin", || {
-        run_command(
-            Command::new(&binary)
-                .args(["--log-format", "text", "plugin", "describe"])
-                .arg(plugins.join("static.wasm")),
-        )
+    let work = repo.root.join("target/demo");
+    if work.exists() {
+        fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    fs::create_dir_all(work.join("www"))?;
+    fs::write(work.join("www/hello.txt"), "hello from the origin, through a proxyfleet proxy\n")?;
+    let mut services = Services::default();
+    step("origin and proxies on loopback", || {
+        services.start(
+            "origin",
+            Command::new("python3")
+                .args(["-m", "http.server", DEMO_ORIGIN_PORT, "--bind", "127.0.0.1"])
+                .current_dir(work.join("www")),
+            &work,
+        )?;
+        for port in DEMO_PROXY_PORTS {
+            let config = work.join(format!("tinyproxy-{port}.conf"));
+            fs::write(
+                &config,
+                format!(
+                    "User nobody\nGroup nogroup\nPort {port}\nListen 127.0.0.1\nTimeout 60\n\
+                     MaxClients 50\nAllow 127.0.0.1\nLogLevel Warning\n"
+                ),
+            )?;
+            services.start(
+                &format!("tinyproxy-{port}"),
+                Command::new("tinyproxy").arg("-d").arg("-c").arg(&config),
+                &work,
+            )?;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
     })?;
-    step("check every provider entry", || {
-        run_command(
+    let binary = repo.root.join("target/debug/proxyfleet");
+    let report = step_output("reconcile the standalone Proxies", || {
+        stdout_of(
             Command::new(&binary)
-                .args(["--log-format", "text", "providers", "check", "--providers"])
+                .args(["--log-format", "text", "standalone", "--once", "--providers"])
                 .arg(repo.root.join("deploy/standalone/providers.yaml"))
+                .arg("--proxies")
+                .arg(repo.root.join("deploy/standalone/proxies"))
+                .arg("--state")
+                .arg(work.join("state.redb"))
                 .arg("--plugin-dir")
-                .arg(&plugins)
+                .arg(repo.plugin_outputs())
                 .arg("--cache-dir")
                 .arg(repo.root.join("target/plugin-cache")),
         )
+    })?;
+    eprint!("{report}");
+    step("a request through every proxy", || {
+        let mut proxies = 0;
+        for line in report.lines().filter(|l| l.contains("\"phase\":\"Running\"")) {
+            let (Some(ip), Some(port)) = (json_field(line, "ip"), json_field(line, "port")) else {
+                continue;
+            };
+            let proxy = format!("http://{ip}:{port}");
+            let url = format!("http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt");
+            run_command(Command::new("curl").args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-x",
+                &proxy,
+                &url,
+            ]))?;
+            proxies += 1;
+        }
+        ensure!(
+            proxies == DEMO_PROXY_PORTS.len(),
+            "expected {} running proxies",
+            DEMO_PROXY_PORTS.len()
+        );
+        Ok(())
     })
+}
+
+/// Debian packages the demo runs besides the wasm toolchain.
+const DEMO_PACKAGES: &[&str] = &["tinyproxy", "curl"];
+/// Must match the endpoints in deploy/standalone/providers.yaml.
+const DEMO_PROXY_PORTS: [u16; 2] = [8888, 8889];
+const DEMO_ORIGIN_PORT: &str = "18080";
+
+/// Background processes the demo started; stopped when dropped.
+#[derive(Default)]
+struct Services {
+    children: Vec<(String, std::process::Child)>,
+}
+
+impl Services {
+    fn start(&mut self, name: &str, command: &mut Command, logs: &Path) -> Result<()> {
+        let log = fs::File::create(logs.join(format!("{name}.log")))?;
+        let child = command
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {name}: `{}`", show(command)))?;
+        eprintln!("xtask: started {name} (pid {})", child.id());
+        self.children.push((name.to_owned(), child));
+        Ok(())
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for (name, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("xtask: stopped {name}");
+        }
+    }
+}
+
+/// The value of `"key":` in one line of flat JSON, without quotes.
+fn json_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let start = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = &line[start..];
+    let value = rest.split([',', '}']).next()?;
+    Some(value.trim_matches('"')).filter(|v| *v != "null")
+}
+
+/// Runs `command` with its logs (stderr) shown, and returns its stdout; on
+/// failure the stdout is shown too, since it says what went wrong.
+fn stdout_of(command: &mut Command) -> Result<String> {
+    let shown = show(command);
+    eprintln!("xtask: $ {shown}");
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start `{shown}`"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        eprint!("{stdout}");
+        bail!("`{shown}` failed ({})", output.status);
+    }
+    Ok(stdout)
+}
+
+/// Like [`step`], for a step that produces output.
+fn step_output(name: &str, run: impl FnOnce() -> Result<String>) -> Result<String> {
+    let mut output = String::new();
+    step(name, || {
+        output = run()?;
+        Ok(())
+    })?;
+    Ok(output)
 }
 
 /// Runs one named step, announcing it and naming it in its failure.

@@ -127,7 +127,7 @@ BUILD="$CACHE/build"
 GOPATH_DIR="$BUILD/gopath"
 SRC="$GOPATH_DIR/src/k8s.io/kubernetes"
 DL="$BUILD/dl"
-rm -rf "$DL" "$SRC" "$BUILD/out"
+rm -rf "$DL" "$SRC" "$BUILD/out" "$CACHE"/.trash.*
 mkdir -p "$DL" "$(dirname "$SRC")" "$BUILD/out" "$BUILD/tools"
 
 log "apt-get source kubernetes=$DEB_VERSION"
@@ -241,8 +241,12 @@ mv -f "$STAMP.tmp" "$STAMP"
 
 cd /
 if [[ "${PROXYFLEET_KUBE_KEEP_BUILD:-0}" != 1 ]]; then
-  log "removing build tree $BUILD (set PROXYFLEET_KUBE_KEEP_BUILD=1 to keep it)"
-  chmod -R u+w "$BUILD" 2>/dev/null || true
-  rm -rf "$BUILD"
+  # Deleting the Go build cache (tens of thousands of files) takes minutes on a
+  # busy disk: rename it away now and delete it in the background.
+  trash="$CACHE/.trash.$$"
+  mv "$BUILD" "$trash"
+  log "removing build tree in the background (set PROXYFLEET_KUBE_KEEP_BUILD=1 to keep it)"
+  (exec 9>&-; chmod -R u+w "$trash" 2>/dev/null; nice -n 19 rm -rf "$trash") </dev/null >/dev/null 2>&1 &
+  disown || true
 fi
 log "done: $BIN/kube-apiserver, $BIN/kube-controller-manager ($KUBE_VERSION from Debian kubernetes $SOURCE_VERSION)"

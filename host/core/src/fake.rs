@@ -40,6 +40,7 @@ struct Inner {
     created: u32,
     start_provisioning: bool,
     slow_deletes: bool,
+    lists_unmarked: bool,
 }
 
 impl FakeProvider {
@@ -62,6 +63,13 @@ impl FakeProvider {
     /// removes it.
     pub fn slow_deletes(self) -> Self {
         self.lock().slow_deletes = true;
+        self
+    }
+
+    /// `list` also returns instances without a mark, as a buggy plugin
+    /// might.
+    pub fn lists_unmarked(self) -> Self {
+        self.lock().lists_unmarked = true;
         self
     }
 
@@ -188,7 +196,13 @@ impl Provider for FakeProvider {
 
     async fn list(&self) -> Result<Vec<Instance>> {
         self.enter(Op::List, "")?;
-        Ok(self.lock().instances.values().filter(|i| i.mark.is_some()).cloned().collect())
+        let inner = self.lock();
+        Ok(inner
+            .instances
+            .values()
+            .filter(|i| inner.lists_unmarked || i.mark.is_some())
+            .cloned()
+            .collect())
     }
 
     async fn check(&self) -> Health {

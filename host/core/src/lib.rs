@@ -8,6 +8,7 @@
 
 mod error;
 pub mod fake;
+pub mod gc;
 pub mod kv;
 mod provider;
 pub mod proxy;

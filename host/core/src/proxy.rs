@@ -78,6 +78,44 @@ impl ProxyDesired {
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
 
+    /// Checks ranges and names; the error names the field (as written in
+    /// a manifest) and what is allowed. Both modes run it; in Kubernetes the
+    /// CRD schema refuses most of this earlier.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err =
+            |field: &str, message: String| Err(FieldError { field: field.to_owned(), message });
+        if !is_dns_label(&self.provider) {
+            return err(
+                "spec.provider",
+                format!("{:?} is not a provider entry name (a DNS-1123 label)", self.provider),
+            );
+        }
+        if !(1..=256).contains(&self.cores) {
+            return err("spec.cores", format!("{} is out of range; use 1 to 256", self.cores));
+        }
+        if !(64..=1 << 20).contains(&self.memory_mib) {
+            return err(
+                "spec.memoryMiB",
+                format!("{} is out of range; use 64 to 1048576", self.memory_mib),
+            );
+        }
+        if !(1..=65536).contains(&self.disk_gib) {
+            return err(
+                "spec.diskGiB",
+                format!("{} is out of range; use 1 to 65536", self.disk_gib),
+            );
+        }
+        if self.port == 0 {
+            return err("spec.port", "0 is not a port; use 1 to 65535".to_owned());
+        }
+        if let Some(tag) = self.vlan_tag
+            && !(1..=4094).contains(&tag)
+        {
+            return err("spec.network.vlanTag", format!("{tag} is out of range; use 1 to 4094"));
+        }
+        Ok(())
+    }
+
     /// The spec handed to the provider.
     pub fn to_spec(&self, meta: &ProxyMeta) -> ProxySpec {
         ProxySpec {
@@ -95,6 +133,26 @@ impl ProxyDesired {
             labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         }
     }
+}
+
+/// A field of a Proxy that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    /// The field's path, e.g. `spec.memoryMiB`.
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+/// RFC 1123 label: 1 to 63 lowercase letters, digits and '-', starting and
+/// ending with a letter or digit.
+pub fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
 }
 
 /// Where a Proxy is in its life.
@@ -260,6 +318,22 @@ mod tests {
             change(&mut changed);
             assert_ne!(base.spec_hash(), changed.spec_hash(), "{changed:?}");
         }
+    }
+
+    #[test]
+    fn validation_names_the_field_and_the_range() {
+        let mut d = desired();
+        assert_eq!(d.validate(), Ok(()));
+        d.memory_mib = 16;
+        let err = d.validate().unwrap_err();
+        assert_eq!(err.field, "spec.memoryMiB");
+        assert!(err.message.contains("64 to 1048576"), "{err}");
+        let mut d = desired();
+        d.vlan_tag = Some(4095);
+        assert_eq!(d.validate().unwrap_err().field, "spec.network.vlanTag");
+        let mut d = desired();
+        d.provider = "Not_A_Label".into();
+        assert_eq!(d.validate().unwrap_err().field, "spec.provider");
     }
 
     #[test]

@@ -3,12 +3,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
+use proxyfleet_standalone::{Settings, Standalone};
 
 #[derive(Debug, Parser)]
 #[command(name = "proxyfleet", version, about = "Keeps fleets of egress proxies alive")]
@@ -41,6 +44,40 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Runs on this machine without Kubernetes: Proxies from manifest
+    /// files, state in an embedded database.
+    Standalone(StandaloneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct StandaloneArgs {
+    #[command(flatten)]
+    setup: Setup,
+    /// A Proxy manifest file or a folder of them.
+    #[arg(long, default_value = "proxies")]
+    proxies: PathBuf,
+    /// The state database file.
+    #[arg(long, default_value = "proxyfleet-state.redb")]
+    state: PathBuf,
+    /// Reconcile until every Proxy is running or failed, print them as JSON
+    /// lines, and exit (non-zero when one is not running).
+    #[arg(long)]
+    once: bool,
+    /// With --once: how long to wait for the Proxies to settle.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    settle_timeout: Duration,
+    /// Log the orphans that would be deleted instead of deleting them.
+    #[arg(long)]
+    gc_dry_run: bool,
+    /// Orphans younger than this are left alone.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    gc_min_age: Duration,
+    /// How often orphans are collected.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    gc_interval: Duration,
+    /// How often every provider entry is checked.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    provider_check_interval: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +149,7 @@ fn init_logging(format: LogFormat, verbose: u8) {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Providers { command: ProvidersCommand::Check { setup } } => check(setup).await,
+        Command::Standalone(args) => standalone(args).await,
         Command::Plugin { command: PluginCommand::Describe { file } } => {
             let runtime = Runtime::new(RuntimeOptions::default())?;
             let revision = runtime.load_plugin(&file).await?;
@@ -159,6 +197,51 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
         println_json(&line);
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
+    let providers = ProvidersConfig::load(&args.setup.providers)?;
+    let mut settings = Settings::new(args.proxies, args.state, providers, args.setup.plugin_dir);
+    settings.cache_dir = args.setup.cache_dir;
+    settings.gc_dry_run = args.gc_dry_run;
+    settings.gc_min_age = args.gc_min_age;
+    settings.gc_interval = args.gc_interval;
+    settings.check_interval = args.provider_check_interval;
+    let standalone = Arc::new(Standalone::open(settings).await?);
+    if !args.once {
+        let shutdown = async {
+            if let Err(err) = tokio::signal::ctrl_c().await {
+                tracing::error!("cannot wait for Ctrl-C: {err}");
+                std::future::pending::<()>().await;
+            }
+            tracing::info!("shutting down");
+        };
+        standalone.run(shutdown).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let records = standalone.run_until_settled(args.settle_timeout).await?;
+    let mut all_running = true;
+    for record in records {
+        all_running &= record.status.phase == Phase::Running;
+        let reason = record
+            .status
+            .condition(ConditionType::Provisioned)
+            .map(|c| format!("{}: {}", c.reason, c.message));
+        println_json(&serde_json::json!({
+            "proxy": record.key(),
+            "uid": record.meta.uid,
+            "provider": record.desired.provider,
+            "phase": record.status.phase,
+            "providerID": record.status.provider_id,
+            "ip": record.status.ip,
+            "port": record.status.port.unwrap_or(record.desired.port),
+            "provisioned": reason,
+        }));
+    }
+    for check in standalone.check_providers().await {
+        println_json(&serde_json::json!({ "providerCheck": check }));
+    }
+    Ok(if all_running { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[expect(clippy::print_stdout, reason = "command output goes to stdout; logs go to stderr")]

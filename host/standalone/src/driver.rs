@@ -1,0 +1,420 @@
+//! The standalone driver: reads desired Proxies from files, keeps their
+//! records in the embedded store, and runs the core reconciler, orphan
+//! collection and provider checks on them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt as _;
+use proxyfleet_core::gc::{GcReport, collect_orphans};
+use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::proxy::{Phase, ProxyMeta, ProxyStatus};
+use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
+use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
+
+use crate::desired;
+use crate::error::Result;
+use crate::store::{ProxyRecord, Store, record_key};
+
+/// How a standalone installation runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A Proxy manifest file or folder.
+    pub proxies: PathBuf,
+    /// The state database file.
+    pub state: PathBuf,
+    /// Provider entries.
+    pub providers: ProvidersConfig,
+    /// Folder of plugin components.
+    pub plugin_dir: PathBuf,
+    /// Folder for precompiled plugins.
+    pub cache_dir: Option<PathBuf>,
+    /// Reconciler timing.
+    pub policy: Policy,
+    /// How often the manifests are read again.
+    pub rescan: Duration,
+    /// How often orphans are collected.
+    pub gc_interval: Duration,
+    /// Orphans younger than this are left alone.
+    pub gc_min_age: Duration,
+    /// Log what would be collected instead of deleting it.
+    pub gc_dry_run: bool,
+    /// How often providers are checked.
+    pub check_interval: Duration,
+    /// Proxies reconciled at once.
+    pub concurrency: usize,
+}
+
+impl Settings {
+    /// Settings with the default timings.
+    pub fn new(
+        proxies: PathBuf,
+        state: PathBuf,
+        providers: ProvidersConfig,
+        plugin_dir: PathBuf,
+    ) -> Self {
+        Self {
+            proxies,
+            state,
+            providers,
+            plugin_dir,
+            cache_dir: None,
+            policy: Policy::default(),
+            rescan: Duration::from_secs(2),
+            gc_interval: Duration::from_secs(300),
+            gc_min_age: Duration::from_secs(600),
+            gc_dry_run: false,
+            check_interval: Duration::from_secs(60),
+            concurrency: 16,
+        }
+    }
+}
+
+/// The result of a provider check, as published.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderCheck {
+    /// Entry name.
+    pub entry: String,
+    /// Plugin name and version, when loaded.
+    pub plugin: Option<String>,
+    /// Whether the entry can serve calls.
+    pub health: Health,
+    /// Unix seconds of the last healthy check.
+    pub last_success: Option<u64>,
+    /// Unix seconds of this check.
+    pub checked_at: u64,
+}
+
+/// A standalone installation.
+#[derive(Debug)]
+pub struct Standalone {
+    settings: Settings,
+    store: Arc<Store>,
+    registry: Registry,
+    /// When each record is due for its next pass; a record that is absent
+    /// waits for a change of its manifest.
+    schedule: Mutex<HashMap<String, Instant>>,
+    checks: Mutex<BTreeMap<String, ProviderCheck>>,
+}
+
+impl Standalone {
+    /// Opens the state database and loads the providers.
+    pub async fn open(settings: Settings) -> Result<Self> {
+        let store = Arc::new(Store::open(&settings.state)?);
+        let runtime = Runtime::new(RuntimeOptions {
+            cache_dir: settings.cache_dir.clone(),
+            ..RuntimeOptions::default()
+        })?;
+        let kv: Arc<dyn KvStore> = Arc::clone(&store) as _;
+        let registry =
+            Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?;
+        // Every stored record gets a pass after a restart: that is how an
+        // interrupted create or delete resumes.
+        let now = Instant::now();
+        let schedule = store.records()?.into_iter().map(|r| (r.key(), now)).collect();
+        Ok(Self {
+            settings,
+            store,
+            registry,
+            schedule: Mutex::new(schedule),
+            checks: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn schedule(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.schedule.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every Proxy record.
+    pub fn records(&self) -> Result<Vec<ProxyRecord>> {
+        self.store.records()
+    }
+
+    /// The provider entries.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Reads the manifests and brings the records in line: new Proxies get
+    /// a UID and a record, changed ones a new generation, removed ones are
+    /// marked for deletion. A manifest error changes nothing.
+    pub fn sync_desired(&self) -> Result<()> {
+        let wanted = desired::load(&self.settings.proxies)?;
+        let mut records: HashMap<String, ProxyRecord> =
+            self.store.records()?.into_iter().map(|r| (r.key(), r)).collect();
+        let now = Instant::now();
+        let mut seen = HashSet::new();
+        for proxy in wanted {
+            let key = record_key(&proxy.namespace, &proxy.name);
+            seen.insert(key.clone());
+            match records.remove(&key) {
+                None => {
+                    let record = ProxyRecord {
+                        meta: ProxyMeta {
+                            uid: uuid::Uuid::new_v4().to_string(),
+                            namespace: proxy.namespace,
+                            name: proxy.name,
+                            generation: 1,
+                        },
+                        desired: proxy.desired,
+                        status: ProxyStatus::default(),
+                        finalizer: false,
+                        deleting: false,
+                    };
+                    tracing::info!(proxy = %key, uid = %record.meta.uid, "new Proxy");
+                    self.store.put_record(&record)?;
+                    self.schedule().insert(key, now);
+                }
+                // A Proxy re-added while its old incarnation is still being
+                // deleted is created once that deletion has finished.
+                Some(record) if record.deleting => {}
+                Some(mut record) if record.desired != proxy.desired => {
+                    record.desired = proxy.desired;
+                    record.meta.generation += 1;
+                    tracing::info!(proxy = %key, generation = record.meta.generation, "Proxy changed");
+                    self.store.put_record(&record)?;
+                    self.schedule().insert(key, now);
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, mut record) in records {
+            if !record.deleting && !seen.contains(&key) {
+                record.deleting = true;
+                tracing::info!(proxy = %key, "Proxy removed from the manifests; deleting its instance");
+                self.store.put_record(&record)?;
+                self.schedule().insert(key, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a pass for every record that is due; returns how many ran.
+    pub async fn reconcile_due(&self) -> usize {
+        let now = Instant::now();
+        let due: Vec<String> =
+            self.schedule().iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
+        let count = due.len();
+        futures::stream::iter(due)
+            .map(|key| async move {
+                if let Err(err) = self.reconcile_one(&key).await {
+                    tracing::error!(proxy = %key, "reconcile failed: {err}");
+                    self.schedule().insert(key, Instant::now() + self.settings.policy.backoff_base);
+                }
+            })
+            .buffer_unordered(self.settings.concurrency.max(1))
+            .collect::<()>()
+            .await;
+        count
+    }
+
+    async fn reconcile_one(&self, key: &str) -> Result<()> {
+        let Some(mut record) = self.store.record(key)? else {
+            self.schedule().remove(key);
+            return Ok(());
+        };
+        let provider = self.registry.provider(&record.desired.provider);
+        let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
+            Ok(provider) => Ok(provider.as_ref()),
+            Err(err) => Err(err.clone()),
+        };
+        let state = ProxyState {
+            meta: &record.meta,
+            desired: &record.desired,
+            status: &record.status,
+            deleting: record.deleting,
+            has_finalizer: record.finalizer,
+        };
+        let started = Instant::now();
+        let outcome =
+            reconcile(state, provider_ref, &self.settings.policy, unix_now(), rand::random()).await;
+        for event in &outcome.events {
+            if event.warning {
+                tracing::warn!(proxy = %key, reason = event.reason, "{}", event.message);
+            } else {
+                tracing::info!(proxy = %key, reason = event.reason, "{}", event.message);
+            }
+        }
+        tracing::debug!(proxy = %key, elapsed_ms = started.elapsed().as_millis() as u64, phase = ?outcome.status.phase, "reconciled");
+        record.status = outcome.status;
+        match outcome.finalizer {
+            FinalizerChange::Add => record.finalizer = true,
+            FinalizerChange::Remove => record.finalizer = false,
+            FinalizerChange::Keep => {}
+        }
+        if record.deleting && !record.finalizer {
+            self.store.remove_record(key)?;
+            self.schedule().remove(key);
+            tracing::info!(proxy = %key, "Proxy deleted");
+            return Ok(());
+        }
+        self.store.put_record(&record)?;
+        let mut schedule = self.schedule();
+        match outcome.requeue_after {
+            Some(after) => schedule.insert(key.to_owned(), Instant::now() + after),
+            None => schedule.remove(key),
+        };
+        Ok(())
+    }
+
+    /// Collects orphans on every loaded entry.
+    pub async fn collect_garbage(&self) -> Vec<(String, Result<GcReport, ProviderError>)> {
+        let live: HashSet<String> = match self.store.records() {
+            Ok(records) => records.into_iter().map(|r| r.meta.uid).collect(),
+            Err(err) => {
+                // Without the live set nothing can be told apart: skip.
+                tracing::error!("orphan collection skipped: {err}");
+                return Vec::new();
+            }
+        };
+        let mut reports = Vec::new();
+        for (name, state) in self.registry.entries() {
+            let EntryState::Ready(provider) = state else { continue };
+            let report = collect_orphans(
+                provider.as_ref(),
+                &live,
+                self.settings.gc_min_age,
+                unix_now(),
+                self.settings.gc_dry_run,
+            )
+            .await;
+            match &report {
+                Ok(r) if self.settings.gc_dry_run && !r.deleted.is_empty() => {
+                    tracing::warn!(entry = %name, would_delete = ?r.deleted, "orphans found (dry run: nothing deleted)");
+                }
+                Ok(r) => tracing::info!(
+                    entry = %name,
+                    found = r.found,
+                    deleted = r.deleted.len(),
+                    skipped_foreign = r.skipped_foreign,
+                    skipped_young = r.skipped_young,
+                    failed = r.failed.len(),
+                    "orphan collection"
+                ),
+                Err(err) => tracing::warn!(entry = %name, "orphan collection failed: {err}"),
+            }
+            reports.push((name.clone(), report));
+        }
+        reports
+    }
+
+    /// Checks every entry, each within min(15 s, the check interval); a
+    /// check that runs out of time reports `Timeout`.
+    pub async fn check_providers(&self) -> Vec<ProviderCheck> {
+        let timeout = self.settings.check_interval.min(Duration::from_secs(15));
+        let now = unix_now();
+        let checks = self.registry.entries().iter().map(|(name, state)| async move {
+            let (plugin, health) = match state {
+                EntryState::Failed(reason) => {
+                    (None, Health::unhealthy(HealthReason::Misconfigured, reason.clone()))
+                }
+                EntryState::Ready(provider) => {
+                    let revision = provider.revision();
+                    let plugin = Some(format!("{} {}", revision.info.name, revision.info.version));
+                    let health = tokio::time::timeout(timeout, provider.check())
+                        .await
+                        .unwrap_or_else(|_| {
+                            Health::unhealthy(
+                                HealthReason::Timeout,
+                                format!("check did not answer within {timeout:?}"),
+                            )
+                        });
+                    (plugin, health)
+                }
+            };
+            (name.clone(), plugin, health)
+        });
+        let results = futures::future::join_all(checks).await;
+        let mut published = self.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (entry, plugin, health) in results {
+            let last_success = if health.healthy {
+                Some(now)
+            } else {
+                published.get(&entry).and_then(|c| c.last_success)
+            };
+            if !health.healthy {
+                tracing::warn!(entry = %entry, issues = ?health.issues, "provider check failed");
+            }
+            published.insert(
+                entry.clone(),
+                ProviderCheck { entry, plugin, health, last_success, checked_at: now },
+            );
+        }
+        published.values().cloned().collect()
+    }
+
+    /// The latest provider checks.
+    pub fn provider_checks(&self) -> Vec<ProviderCheck> {
+        self.checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Reconciles until every Proxy is running or failed and no deletion is
+    /// pending, or `timeout` passes. Returns the records as they are then.
+    pub async fn run_until_settled(&self, timeout: Duration) -> Result<Vec<ProxyRecord>> {
+        let deadline = Instant::now() + timeout;
+        self.sync_desired()?;
+        loop {
+            self.reconcile_due().await;
+            let records = self.store.records()?;
+            let settled = records
+                .iter()
+                .all(|r| !r.deleting && matches!(r.status.phase, Phase::Running | Phase::Failed));
+            if settled || Instant::now() >= deadline {
+                return Ok(records);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs until `shutdown` resolves: rescans the manifests, reconciles
+    /// what is due, collects orphans and checks providers on their
+    /// intervals. Checks run in their own task so a slow check never holds
+    /// up a reconcile.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let checker = {
+            let this = Arc::clone(&self);
+            tokio::spawn(async move {
+                loop {
+                    this.check_providers().await;
+                    tokio::time::sleep(this.settings.check_interval).await;
+                }
+            })
+        };
+        tokio::pin!(shutdown);
+        let mut next_rescan = Instant::now();
+        let mut next_gc = Instant::now() + self.settings.gc_interval;
+        let result = loop {
+            if Instant::now() >= next_rescan {
+                if let Err(err) = self.sync_desired() {
+                    tracing::error!("manifests not applied: {err}");
+                }
+                next_rescan = Instant::now() + self.settings.rescan;
+            }
+            self.reconcile_due().await;
+            if Instant::now() >= next_gc {
+                self.collect_garbage().await;
+                next_gc = Instant::now() + self.settings.gc_interval;
+            }
+            tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        };
+        checker.abort();
+        result
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,33 @@
+//! Errors of the standalone mode.
+
+use std::path::PathBuf;
+
+/// Why the standalone mode cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state database failed.
+    #[error("state database: {0}")]
+    Store(String),
+    /// A Proxy manifest is wrong.
+    #[error("{file}: {message}")]
+    Manifest {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong, naming the document and field, and the fix.
+        message: String,
+    },
+    /// The manifests cannot be read.
+    #[error("cannot read Proxy manifests at {path}: {source}")]
+    Read {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The runtime could not start or load.
+    #[error(transparent)]
+    Runtime(#[from] proxyfleet_runtime::RuntimeError),
+}
+
+/// Results of the standalone mode.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,276 @@
+//! The embedded database of a standalone installation: every Proxy's
+//! record (identity, last desired state, status, finalizer) and the plugins'
+//! key-value stores, in one redb file so a restart resumes where it stopped.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use proxyfleet_core::kv::{self, CasOutcome, KvEntry, KvError, KvStore};
+use proxyfleet_core::proxy::{ProxyDesired, ProxyMeta, ProxyStatus};
+use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// `namespace/name` → JSON [`ProxyRecord`].
+const PROXIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("proxies");
+/// `scope \0 key` → 8-byte little-endian version, then the value.
+const KV: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("kv");
+/// Counters.
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const KV_VERSION: &str = "kv-version";
+
+/// What the store keeps of one Proxy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyRecord {
+    /// Identity; the UID is made here the first time the Proxy is seen.
+    pub meta: ProxyMeta,
+    /// The desired state last read from the files (kept after the Proxy
+    /// leaves them, so its instance can still be deleted).
+    pub desired: ProxyDesired,
+    /// Status.
+    pub status: ProxyStatus,
+    /// Our finalizer is on: an instance may exist.
+    pub finalizer: bool,
+    /// The Proxy left the files; its instance is being deleted.
+    pub deleting: bool,
+}
+
+impl ProxyRecord {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        record_key(&self.meta.namespace, &self.meta.name)
+    }
+}
+
+/// The store key of a Proxy.
+pub fn record_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The database.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|err| Error::Store(format!("cannot create {}: {err}", dir.display())))?;
+        }
+        let db = Database::create(path).map_err(|err| {
+            Error::Store(format!("cannot open state database {}: {err}", path.display()))
+        })?;
+        let txn = db.begin_write().map_err(store_err)?;
+        txn.open_table(PROXIES).map_err(store_err)?;
+        txn.open_table(KV).map_err(store_err)?;
+        txn.open_table(META).map_err(store_err)?;
+        txn.commit().map_err(store_err)?;
+        Ok(Self { db })
+    }
+
+    /// Every Proxy record, by key.
+    pub fn records(&self) -> Result<Vec<ProxyRecord>> {
+        let txn = self.db.begin_read().map_err(store_err)?;
+        let table = txn.open_table(PROXIES).map_err(store_err)?;
+        let mut records = Vec::new();
+        for item in table.iter().map_err(store_err)? {
+            let (_, value) = item.map_err(store_err)?;
+            records.push(decode(value.value())?);
+        }
+        Ok(records)
+    }
+
+    /// One record.
+    pub fn record(&self, key: &str) -> Result<Option<ProxyRecord>> {
+        let txn = self.db.begin_read().map_err(store_err)?;
+        let table = txn.open_table(PROXIES).map_err(store_err)?;
+        table.get(key).map_err(store_err)?.map(|v| decode(v.value())).transpose()
+    }
+
+    /// Writes a record.
+    pub fn put_record(&self, record: &ProxyRecord) -> Result<()> {
+        let bytes = serde_json::to_vec(record).map_err(|err| Error::Store(err.to_string()))?;
+        let txn = self.db.begin_write().map_err(store_err)?;
+        txn.open_table(PROXIES)
+            .map_err(store_err)?
+            .insert(record.key().as_str(), bytes.as_slice())
+            .map_err(store_err)?;
+        txn.commit().map_err(store_err)
+    }
+
+    /// Removes a record.
+    pub fn remove_record(&self, key: &str) -> Result<()> {
+        let txn = self.db.begin_write().map_err(store_err)?;
+        txn.open_table(PROXIES).map_err(store_err)?.remove(key).map_err(store_err)?;
+        txn.commit().map_err(store_err)
+    }
+
+    fn kv_get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
+        kv::validate_request(key, None)?;
+        let txn = self.db.begin_read().map_err(kv_err)?;
+        let table = txn.open_table(KV).map_err(kv_err)?;
+        let found = table.get(kv_key(scope, key).as_str()).map_err(kv_err)?;
+        Ok(found.map(|v| split_entry(key, v.value())))
+    }
+
+    fn kv_cas(
+        &self,
+        scope: &str,
+        key: &str,
+        expected: Option<u64>,
+        value: Option<&[u8]>,
+    ) -> Result<CasOutcome, KvError> {
+        kv::validate_request(key, value)?;
+        let map_key = kv_key(scope, key);
+        // One write transaction: the compare and the swap are atomic, and
+        // redb admits one writer at a time.
+        let txn = self.db.begin_write().map_err(kv_err)?;
+        let outcome = {
+            let mut table = txn.open_table(KV).map_err(kv_err)?;
+            let current =
+                table.get(map_key.as_str()).map_err(kv_err)?.map(|v| split_entry(key, v.value()));
+            if current.as_ref().map(|e| e.version) != expected {
+                return Ok(CasOutcome::Conflict(current));
+            }
+            match value {
+                Some(value) => {
+                    let mut meta = txn.open_table(META).map_err(kv_err)?;
+                    // Versions come from one counter so a deleted and
+                    // re-created key never repeats a version.
+                    let version =
+                        meta.get(KV_VERSION).map_err(kv_err)?.map_or(0, |v| v.value()) + 1;
+                    meta.insert(KV_VERSION, version).map_err(kv_err)?;
+                    let mut bytes = version.to_le_bytes().to_vec();
+                    bytes.extend_from_slice(value);
+                    table.insert(map_key.as_str(), bytes.as_slice()).map_err(kv_err)?;
+                    CasOutcome::Applied(version)
+                }
+                None => {
+                    table.remove(map_key.as_str()).map_err(kv_err)?;
+                    CasOutcome::Applied(0)
+                }
+            }
+        };
+        txn.commit().map_err(kv_err)?;
+        Ok(outcome)
+    }
+
+    fn kv_list(&self, scope: &str, prefix: &str) -> Result<Vec<KvEntry>, KvError> {
+        let txn = self.db.begin_read().map_err(kv_err)?;
+        let table = txn.open_table(KV).map_err(kv_err)?;
+        let start = kv_key(scope, prefix);
+        let mut entries = Vec::new();
+        for item in table.range(start.as_str()..).map_err(kv_err)? {
+            let (k, v) = item.map_err(kv_err)?;
+            let Some(key) = k.value().strip_prefix(&format!("{scope}\0")).map(str::to_owned) else {
+                break;
+            };
+            if !key.starts_with(prefix) {
+                break;
+            }
+            entries.push(split_entry(&key, v.value()));
+        }
+        Ok(entries)
+    }
+}
+
+fn kv_key(scope: &str, key: &str) -> String {
+    format!("{scope}\0{key}")
+}
+
+fn split_entry(key: &str, bytes: &[u8]) -> KvEntry {
+    let (version, value) = bytes.split_at(8.min(bytes.len()));
+    let mut raw = [0u8; 8];
+    raw[..version.len()].copy_from_slice(version);
+    KvEntry { key: key.to_owned(), value: value.to_vec(), version: u64::from_le_bytes(raw) }
+}
+
+fn decode(bytes: &[u8]) -> Result<ProxyRecord> {
+    serde_json::from_slice(bytes)
+        .map_err(|err| Error::Store(format!("a stored Proxy record is unreadable: {err}")))
+}
+
+fn store_err(err: impl std::fmt::Display) -> Error {
+    Error::Store(err.to_string())
+}
+
+fn kv_err(err: impl std::fmt::Display) -> KvError {
+    KvError::Unavailable(err.to_string())
+}
+
+// The calls are short and local; running them inline keeps the ordering of
+// a plugin's store calls exactly as it made them.
+#[async_trait]
+impl KvStore for Store {
+    async fn get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
+        self.kv_get(scope, key)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        scope: &str,
+        key: &str,
+        expected: Option<u64>,
+        value: Option<Vec<u8>>,
+    ) -> Result<CasOutcome, KvError> {
+        self.kv_cas(scope, key, expected, value.as_deref())
+    }
+
+    async fn list(&self, scope: &str, prefix: &str) -> Result<Vec<KvEntry>, KvError> {
+        self.kv_list(scope, prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn cas_semantics_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let version = {
+            let store = Store::open(&path).unwrap();
+            let CasOutcome::Applied(v) = store
+                .compare_and_swap("e", "endpoint/a", None, Some(b"uid-1".to_vec()))
+                .await
+                .unwrap()
+            else {
+                panic!("first write applies")
+            };
+            let again = store
+                .compare_and_swap("e", "endpoint/a", None, Some(b"uid-2".to_vec()))
+                .await
+                .unwrap();
+            assert!(matches!(again, CasOutcome::Conflict(Some(ref e)) if e.value == b"uid-1"));
+            v
+        };
+        let store = Store::open(&path).unwrap();
+        let entry = store.get("e", "endpoint/a").await.unwrap().unwrap();
+        assert_eq!((entry.value.as_slice(), entry.version), (b"uid-1".as_slice(), version));
+        store.compare_and_swap("e", "endpoint/a", Some(version), None).await.unwrap();
+        store.compare_and_swap("e", "endpoint/a", None, Some(vec![])).await.unwrap();
+        let stale = store.compare_and_swap("e", "endpoint/a", Some(version), None).await.unwrap();
+        assert!(matches!(stale, CasOutcome::Conflict(_)), "versions never repeat");
+    }
+
+    #[tokio::test]
+    async fn list_stays_inside_its_scope_and_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.redb")).unwrap();
+        for (scope, key) in [("a", "x/1"), ("a", "x/2"), ("a", "y/1"), ("ab", "x/3")] {
+            store.compare_and_swap(scope, key, None, Some(vec![])).await.unwrap();
+        }
+        let keys: Vec<_> =
+            store.list("a", "x/").await.unwrap().into_iter().map(|e| e.key).collect();
+        assert_eq!(keys, ["x/1", "x/2"]);
+        assert_eq!(store.list("a", "").await.unwrap().len(), 3);
+    }
+}

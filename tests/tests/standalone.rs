@@ -1,0 +1,159 @@
+//! Standalone mode end to end: manifests in, the real static plugin, the
+//! embedded store, restarts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use proxyfleet_core::kv::KvStore as _;
+use proxyfleet_core::proxy::{ConditionType, Phase};
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_standalone::store::Store;
+use proxyfleet_standalone::{Settings, Standalone};
+use proxyfleet_tests::plugin;
+
+const PROVIDERS: &str = "providers:\n  - name: local\n    plugin: static\n    config: { endpoints: ['127.0.0.1:18001', '127.0.0.1:18002'] }\n";
+
+fn manifest(name: &str, provider: &str, port: u16) -> String {
+    format!(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: {name} }}\nspec: {{ provider: {provider}, port: {port} }}\n---\n"
+    )
+}
+
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("plugins")).unwrap();
+        std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
+        std::fs::create_dir(dir.path().join("proxies")).unwrap();
+        Self { dir }
+    }
+
+    fn write(&self, manifests: &str) {
+        std::fs::write(self.dir.path().join("proxies/proxies.yaml"), manifests).unwrap();
+    }
+
+    fn path(&self, rest: &str) -> std::path::PathBuf {
+        self.dir.path().join(rest)
+    }
+
+    async fn open(&self) -> Standalone {
+        let mut settings = Settings::new(
+            self.path("proxies"),
+            self.path("state/state.redb"),
+            ProvidersConfig::parse(PROVIDERS).unwrap(),
+            self.path("plugins"),
+        );
+        settings.gc_min_age = Duration::ZERO;
+        Standalone::open(settings).await.unwrap()
+    }
+}
+
+async fn assignments(state: &Path) -> Vec<String> {
+    let store = Store::open(state).unwrap();
+    store.list("local", "").await.unwrap().into_iter().map(|e| e.key).collect()
+}
+
+#[tokio::test]
+async fn proxies_converge_on_the_static_plugin_and_go_when_removed() {
+    let site = Site::new();
+    site.write(&(manifest("a", "local", 3128) + &manifest("b", "local", 3128)));
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.len(), 2);
+    let mut endpoints = Vec::new();
+    for record in &records {
+        assert_eq!(record.status.phase, Phase::Running, "{record:?}");
+        assert!(record.finalizer);
+        assert_eq!(record.status.plugin.as_deref(), Some("static"));
+        endpoints.push((record.status.ip.clone().unwrap(), record.status.port.unwrap()));
+    }
+    endpoints.sort();
+    assert_eq!(endpoints, [("127.0.0.1".to_owned(), 18001), ("127.0.0.1".to_owned(), 18002)]);
+
+    site.write(&manifest("a", "local", 3128));
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.iter().map(|r| r.meta.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    drop(standalone);
+    assert_eq!(
+        assignments(&site.path("state/state.redb")).await.len(),
+        1,
+        "b's endpoint was released"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_after_an_unrecorded_create_adopts_instead_of_duplicating() {
+    let site = Site::new();
+    site.write(&manifest("a", "local", 3128));
+    let (uid, endpoint) = {
+        let standalone = site.open().await;
+        standalone.sync_desired().unwrap();
+        standalone.reconcile_due().await; // puts the finalizer on
+        let record = standalone.records().unwrap().remove(0);
+        assert!(record.finalizer && record.status.provider_id.is_none());
+        // The create reaches the backend, then the process dies before the
+        // status is written.
+        let provider = standalone.registry().provider("local").unwrap();
+        let instance = provider.create(&record.desired.to_spec(&record.meta)).await.unwrap();
+        (record.meta.uid, instance.provider_id)
+    };
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records[0].meta.uid, uid, "the UID survives the restart");
+    assert_eq!(records[0].status.provider_id.as_deref(), Some(endpoint.as_str()));
+    drop(standalone);
+    assert_eq!(assignments(&site.path("state/state.redb")).await.len(), 1, "no second instance");
+}
+
+#[tokio::test]
+async fn a_spec_change_replaces_and_an_unknown_provider_is_reported() {
+    let site = Site::new();
+    site.write(&(manifest("a", "local", 3128) + &manifest("lost", "nowhere", 3128)));
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(2)).await.unwrap();
+    let lost = records.iter().find(|r| r.meta.name == "lost").unwrap();
+    let provisioned = lost.status.condition(ConditionType::Provisioned).unwrap();
+    assert_eq!(provisioned.reason, "ProviderUnavailable");
+    assert!(provisioned.message.contains("nowhere"), "{}", provisioned.message);
+
+    let before = records.iter().find(|r| r.meta.name == "a").unwrap().clone();
+    site.write(&(manifest("a", "local", 8080) + &manifest("lost", "nowhere", 3128)));
+    let records = standalone.run_until_settled(Duration::from_secs(2)).await.unwrap();
+    let after = records.iter().find(|r| r.meta.name == "a").unwrap();
+    assert_eq!(after.meta.generation, before.meta.generation + 1);
+    assert_eq!(after.status.observed_generation, after.meta.generation);
+    assert_ne!(after.status.spec_hash, before.status.spec_hash);
+    assert_eq!(after.status.phase, Phase::Running);
+}
+
+#[tokio::test]
+async fn orphans_are_collected_and_checks_are_published() {
+    let site = Site::new();
+    site.write(&manifest("a", "local", 3128));
+    let standalone = site.open().await;
+    standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    // An assignment no Proxy of this installation owns.
+    let provider = standalone.registry().provider("local").unwrap();
+    let mut orphan = standalone.records().unwrap()[0].clone();
+    orphan.meta.uid = "uid-of-a-proxy-long-gone".into();
+    provider.create(&orphan.desired.to_spec(&orphan.meta)).await.unwrap();
+    assert_eq!(provider.list().await.unwrap().len(), 2);
+
+    let reports = standalone.collect_garbage().await;
+    let (entry, report) = &reports[0];
+    assert_eq!(entry, "local");
+    assert_eq!(report.as_ref().unwrap().deleted.len(), 1);
+    let left = provider.list().await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].mark.as_ref().unwrap().uid, standalone.records().unwrap()[0].meta.uid);
+
+    let checks = standalone.check_providers().await;
+    assert_eq!(checks.len(), 1);
+    assert!(checks[0].health.healthy);
+    assert!(checks[0].last_success.is_some());
+    assert_eq!(checks[0].plugin.as_deref(), Some("static 0.1.0"));
+}
