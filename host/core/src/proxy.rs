@@ -279,10 +279,11 @@ impl ProxyStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn desired() -> ProxyDesired {
+    /// A valid desired state on provider entry `lab`.
+    pub(crate) fn desired() -> ProxyDesired {
         ProxyDesired {
             provider: "lab".into(),
             cores: 1,

@@ -1,11 +1,8 @@
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
 use crate::fake::{FakeProvider, Op};
-use crate::proxy::{
-    ConditionStatus, ConditionType, DEFAULT_PORT, Phase, ProxyDesired, ProxyMeta, ProxyStatus,
-};
+use crate::proxy::{ConditionStatus, ConditionType, Phase, ProxyDesired, ProxyMeta, ProxyStatus};
 use crate::{ErrorClass, Instance, InstanceState, OwnershipMark, ProviderError};
 
 /// A Proxy and its stored state across passes, like a store would keep it.
@@ -27,18 +24,7 @@ impl Proxy {
                 name: name.into(),
                 generation: 1,
             },
-            desired: ProxyDesired {
-                provider: "lab".into(),
-                cores: 1,
-                memory_mib: 512,
-                disk_gib: 4,
-                image: "debian-12".into(),
-                placement: BTreeMap::new(),
-                vlan_tag: None,
-                port: DEFAULT_PORT,
-                user_data: Vec::new(),
-                labels: BTreeMap::new(),
-            },
+            desired: crate::proxy::tests::desired(),
             status: ProxyStatus::default(),
             deleting: false,
             has_finalizer: true,
