@@ -157,3 +157,36 @@ async fn orphans_are_collected_and_checks_are_published() {
     assert!(checks[0].last_success.is_some());
     assert_eq!(checks[0].plugin.as_deref(), Some("static 0.1.0"));
 }
+
+fn pool_manifest(replicas: u32) -> String {
+    format!(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: ProxyPool\nmetadata: {{ name: crawl }}\n\
+         spec: {{ replicas: {replicas}, template: {{ spec: {{ provider: local }} }} }}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_pool_scales_its_members_up_and_down() {
+    let site = Site::new();
+    site.write(&pool_manifest(2));
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        assert_eq!(record.pool.as_deref(), Some("default/crawl"));
+        assert!(record.meta.name.starts_with("crawl-"), "{}", record.meta.name);
+        assert_eq!(record.status.phase, Phase::Running);
+    }
+
+    site.write(&pool_manifest(1));
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.len(), 1, "scaled down to one member");
+    let survivor = records[0].meta.uid.clone();
+
+    site.write(&pool_manifest(2));
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().any(|r| r.meta.uid == survivor), "scaling up keeps the existing member");
+    drop(standalone);
+    assert_eq!(assignments(&site.path("state/state.redb")).await.len(), 2);
+}

@@ -231,6 +231,7 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
             "proxy": record.key(),
             "uid": record.meta.uid,
             "provider": record.desired.provider,
+            "pool": record.pool,
             "phase": record.status.phase,
             "providerID": record.status.provider_id,
             "ip": record.status.ip,

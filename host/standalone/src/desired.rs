@@ -1,5 +1,6 @@
-//! Desired Proxies from manifest files: the same `proxyfleet.io/v1alpha1`
-//! `Proxy` documents Kubernetes takes, so manifests move between modes.
+//! Desired Proxies and ProxyPools from manifest files: the same
+//! `proxyfleet.io/v1alpha1` documents Kubernetes takes, so manifests move
+//! between modes.
 //!
 //! A path is one YAML file or a folder of `*.yaml`/`*.yml` files (not
 //! recursive), each holding one or more documents separated by `---`.
@@ -7,6 +8,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
+use proxyfleet_core::pool::PoolSpec;
 use proxyfleet_core::proxy::{DEFAULT_PORT, ProxyDesired, is_dns_label};
 use serde::Deserialize;
 
@@ -26,13 +30,73 @@ pub struct DesiredProxy {
     pub desired: ProxyDesired,
 }
 
+/// One ProxyPool from the manifests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredPool {
+    /// Namespace (`default` when not given).
+    pub namespace: String,
+    /// Name; members are named `<name>-<suffix>`.
+    pub name: String,
+    /// Replicas, spread, recycling.
+    pub spec: PoolSpec,
+    /// What each member asks for; its provider is set per member.
+    pub template: ProxyDesired,
+}
+
+/// Everything the manifests declare.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// Proxies declared one by one.
+    pub proxies: Vec<DesiredProxy>,
+    /// Pools.
+    pub pools: Vec<DesiredPool>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawManifest {
     api_version: String,
     kind: String,
     metadata: RawMetadata,
+    spec: serde_yaml::Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPoolSpec {
+    replicas: u32,
+    template: RawTemplate,
+    #[serde(default)]
+    providers: Vec<RawWeightedProvider>,
+    max_age: Option<String>,
+    #[serde(default)]
+    min_available: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTemplate {
+    metadata: Option<RawTemplateMetadata>,
     spec: RawProxySpec,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTemplateMetadata {
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeightedProvider {
+    name: String,
+    #[serde(default = "one")]
+    weight: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,7 +114,7 @@ struct RawMetadata {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawProxySpec {
-    provider: String,
+    provider: Option<String>,
     cores: Option<u32>,
     #[serde(rename = "memoryMiB")]
     memory_mib: Option<u64>,
@@ -76,10 +140,10 @@ struct RawNetwork {
     vlan_tag: Option<u16>,
 }
 
-/// Reads every Proxy at `path`. Any invalid document fails the whole read,
-/// naming the file, the document and the field: acting on half a set of
-/// manifests could delete the instances of the other half.
-pub fn load(path: &Path) -> Result<Vec<DesiredProxy>> {
+/// Reads every Proxy and ProxyPool at `path`. Any invalid document fails
+/// the whole read, naming the file, the document and the field: acting on
+/// half a set of manifests could delete the instances of the other half.
+pub fn load(path: &Path) -> Result<Desired> {
     let read_err = |source| Error::Read { path: path.to_owned(), source };
     let files = if path.is_dir() {
         let mut files = Vec::new();
@@ -94,28 +158,42 @@ pub fn load(path: &Path) -> Result<Vec<DesiredProxy>> {
     } else {
         vec![path.to_owned()]
     };
-    let mut proxies: Vec<DesiredProxy> = Vec::new();
+    let mut desired = Desired::default();
     for file in files {
         let text = std::fs::read_to_string(&file)
             .map_err(|source| Error::Read { path: file.clone(), source })?;
-        for proxy in parse(&file, &text)? {
-            if proxies.iter().any(|p| p.namespace == proxy.namespace && p.name == proxy.name) {
+        let parsed = parse(&file, &text)?;
+        let names = desired
+            .proxies
+            .iter()
+            .map(|p| ("Proxy", &p.namespace, &p.name))
+            .chain(desired.pools.iter().map(|p| ("ProxyPool", &p.namespace, &p.name)));
+        let mut seen: Vec<(&str, String, String)> =
+            names.map(|(k, ns, n)| (k, ns.clone(), n.clone())).collect();
+        let new = parsed
+            .proxies
+            .iter()
+            .map(|p| ("Proxy", &p.namespace, &p.name))
+            .chain(parsed.pools.iter().map(|p| ("ProxyPool", &p.namespace, &p.name)));
+        for (kind, namespace, name) in new {
+            if seen.iter().any(|(k, ns, n)| *k == kind && ns == namespace && n == name) {
                 return Err(Error::Manifest {
                     file,
                     message: format!(
-                        "Proxy {}/{} is declared twice; names must be unique per namespace",
-                        proxy.namespace, proxy.name
+                        "{kind} {namespace}/{name} is declared twice; names must be unique per namespace"
                     ),
                 });
             }
-            proxies.push(proxy);
+            seen.push((kind, namespace.clone(), name.clone()));
         }
+        desired.proxies.extend(parsed.proxies);
+        desired.pools.extend(parsed.pools);
     }
-    Ok(proxies)
+    Ok(desired)
 }
 
-fn parse(file: &Path, text: &str) -> Result<Vec<DesiredProxy>> {
-    let mut proxies = Vec::new();
+fn parse(file: &Path, text: &str) -> Result<Desired> {
+    let mut desired = Desired::default();
     for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let fail = |message: String| Error::Manifest {
             file: file.to_owned(),
@@ -126,36 +204,143 @@ fn parse(file: &Path, text: &str) -> Result<Vec<DesiredProxy>> {
             continue;
         }
         let raw: RawManifest = serde_yaml::from_value(value).map_err(|e| fail(e.to_string()))?;
-        proxies.push(validate(file, raw).map_err(fail)?);
+        match raw.kind.as_str() {
+            "Proxy" => desired.proxies.push(validate_proxy(file, raw).map_err(fail)?),
+            "ProxyPool" => desired.pools.push(validate_pool(file, raw).map_err(fail)?),
+            other => {
+                return Err(fail(format!(
+                    "kind {other:?} is not supported; use Proxy or ProxyPool"
+                )));
+            }
+        }
     }
-    Ok(proxies)
+    Ok(desired)
 }
 
-fn validate(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
+/// Namespace and name of a document, checked.
+fn identity(raw: &RawManifest) -> Result<(String, String), String> {
     if raw.api_version != API_VERSION {
         return Err(format!(
             "apiVersion {:?} is not supported; use {API_VERSION}",
             raw.api_version
         ));
     }
-    if raw.kind != "Proxy" {
-        return Err(format!("kind {:?} is not supported here; use Proxy", raw.kind));
-    }
-    let name = raw.metadata.name;
+    let name = raw.metadata.name.clone();
     if !is_dns_label(&name) {
         return Err(format!(
             "metadata.name: {name:?} is not a DNS-1123 label (lowercase letters, digits, '-')"
         ));
     }
-    let namespace = raw.metadata.namespace.unwrap_or_else(|| "default".to_owned());
+    let namespace = raw.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
     if !is_dns_label(&namespace) {
         return Err(format!("metadata.namespace: {namespace:?} is not a DNS-1123 label"));
     }
-    let spec = raw.spec;
+    Ok((namespace, name))
+}
+
+fn validate_proxy(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
+    let (namespace, name) = identity(&raw)?;
+    let spec: RawProxySpec =
+        serde_yaml::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
+    let Some(provider) = spec.provider.clone() else {
+        return Err(format!("{name}: spec.provider is required: name a provider entry"));
+    };
+    let desired = proxy_desired(file, &name, "spec", spec, raw.metadata.labels, provider)?;
+    Ok(DesiredProxy { namespace, name, desired })
+}
+
+fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
+    let (namespace, name) = identity(&raw)?;
+    let spec: RawPoolSpec =
+        serde_yaml::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
+    if spec.replicas > 10_000 {
+        return Err(format!(
+            "{name}: spec.replicas: {} is out of range; use 0 to 10000",
+            spec.replicas
+        ));
+    }
+    let entries: Vec<(String, u32)> = if spec.providers.is_empty() {
+        match &spec.template.spec.provider {
+            Some(provider) => vec![(provider.clone(), 1)],
+            None => {
+                return Err(format!(
+                    "{name}: name a provider in spec.template.spec.provider or list spec.providers"
+                ));
+            }
+        }
+    } else {
+        if spec.template.spec.provider.is_some() {
+            return Err(format!(
+                "{name}: spec.template.spec.provider and spec.providers both name providers; keep one"
+            ));
+        }
+        for (i, entry) in spec.providers.iter().enumerate() {
+            if entry.weight == 0 || !is_dns_label(&entry.name) {
+                return Err(format!(
+                    "{name}: spec.providers[{i}]: needs a provider entry name and a weight of at least 1"
+                ));
+            }
+        }
+        spec.providers.iter().map(|p| (p.name.clone(), p.weight)).collect()
+    };
+    let max_age = spec
+        .max_age
+        .map(|text| {
+            humantime_like(&text).ok_or_else(|| {
+                format!("{name}: spec.maxAge: {text:?} is not a duration such as 24h or 90m")
+            })
+        })
+        .transpose()?;
+    if spec.min_available > spec.replicas {
+        return Err(format!(
+            "{name}: spec.minAvailable: {} is more than spec.replicas ({})",
+            spec.min_available, spec.replicas
+        ));
+    }
+    let labels = spec.template.metadata.map(|m| m.labels).unwrap_or_default();
+    let first = entries[0].0.clone();
+    let template =
+        proxy_desired(file, &name, "spec.template.spec", spec.template.spec, labels, first)?;
+    Ok(DesiredPool {
+        namespace,
+        name,
+        spec: PoolSpec {
+            replicas: spec.replicas,
+            entries,
+            max_age,
+            min_available: spec.min_available,
+        },
+        template,
+    })
+}
+
+/// Durations as `90s`, `15m`, `24h` or `7d`.
+fn humantime_like(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
+    let value: u64 = text[..unit_at].parse().ok()?;
+    let seconds = match &text[unit_at..] {
+        "s" => value,
+        "m" => value * 60,
+        "h" => value * 3600,
+        "d" => value * 86_400,
+        _ => return None,
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+fn proxy_desired(
+    file: &Path,
+    name: &str,
+    at: &str,
+    spec: RawProxySpec,
+    mut labels: BTreeMap<String, String>,
+    provider: String,
+) -> Result<ProxyDesired, String> {
     if spec.user_data_secret_ref.is_some() {
         return Err(format!(
-            "{name}: spec.userDataSecretRef names a Kubernetes Secret; standalone mode reads \
-             user-data from a file: use spec.userDataFile"
+            "{name}: {at}.userDataSecretRef names a Kubernetes Secret; standalone mode reads \
+             user-data from a file: use {at}.userDataFile"
         ));
     }
     let user_data = match spec.user_data_file {
@@ -163,14 +348,13 @@ fn validate(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
         Some(relative) => {
             let path = file.parent().unwrap_or(Path::new(".")).join(&relative);
             std::fs::read(&path).map_err(|err| {
-                format!("{name}: spec.userDataFile: cannot read {}: {err}", path.display())
+                format!("{name}: {at}.userDataFile: cannot read {}: {err}", path.display())
             })?
         }
     };
-    let mut labels = raw.metadata.labels;
     labels.extend(spec.labels);
     let desired = ProxyDesired {
-        provider: spec.provider,
+        provider,
         cores: spec.cores.unwrap_or(1),
         memory_mib: spec.memory_mib.unwrap_or(512),
         disk_gib: spec.disk_gib.unwrap_or(8),
@@ -181,8 +365,10 @@ fn validate(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
         user_data,
         labels,
     };
-    desired.validate().map_err(|err| format!("{name}: {err}"))?;
-    Ok(DesiredProxy { namespace, name, desired })
+    desired.validate().map_err(|err| {
+        format!("{name}: {}", err.to_string().replacen("spec.", &format!("{at}."), 1))
+    })?;
+    Ok(desired)
 }
 
 #[cfg(test)]
@@ -190,7 +376,7 @@ mod tests {
     use super::*;
 
     fn parse_one(yaml: &str) -> Result<Vec<DesiredProxy>> {
-        parse(Path::new("proxies.yaml"), yaml)
+        parse(Path::new("proxies.yaml"), yaml).map(|d| d.proxies)
     }
 
     #[test]
@@ -250,6 +436,43 @@ mod tests {
         let err = load(dir.path()).unwrap_err().to_string();
         assert!(err.contains("declared twice"), "{err}");
         std::fs::remove_file(dir.path().join("2.yml")).unwrap();
-        assert_eq!(load(dir.path()).unwrap().len(), 1);
+        assert_eq!(load(dir.path()).unwrap().proxies.len(), 1);
+    }
+
+    #[test]
+    fn pools_spread_over_weighted_providers() {
+        let desired = parse(
+            Path::new("pools.yaml"),
+            "apiVersion: proxyfleet.io/v1alpha1\nkind: ProxyPool\nmetadata: { name: crawl }\n\
+             spec:\n  replicas: 3\n  maxAge: 24h\n  minAvailable: 2\n\
+             \x20 providers: [ { name: pve, weight: 2 }, { name: gce } ]\n\
+             \x20 template: { metadata: { labels: { pool: crawl } }, spec: { cores: 2 } }\n",
+        )
+        .unwrap();
+        let pool = &desired.pools[0];
+        assert_eq!(pool.spec.entries, [("pve".to_owned(), 2), ("gce".to_owned(), 1)]);
+        assert_eq!(pool.spec.max_age, Some(Duration::from_secs(86_400)));
+        assert_eq!(pool.template.cores, 2);
+        assert_eq!(pool.template.labels["pool"], "crawl");
+    }
+
+    #[test]
+    fn pool_errors_name_the_field() {
+        let pool = |spec: &str| {
+            parse(
+                Path::new("pools.yaml"),
+                &format!("apiVersion: proxyfleet.io/v1alpha1\nkind: ProxyPool\nmetadata: {{ name: p }}\nspec: {spec}\n"),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let err = pool("{ replicas: 1, template: { spec: {} } }");
+        assert!(err.contains("spec.providers"), "{err}");
+        let err = pool("{ replicas: 1, minAvailable: 2, template: { spec: { provider: a } } }");
+        assert!(err.contains("spec.minAvailable"), "{err}");
+        let err = pool("{ replicas: 1, maxAge: soon, template: { spec: { provider: a } } }");
+        assert!(err.contains("spec.maxAge"), "{err}");
+        let err = pool("{ replicas: 1, template: { spec: { provider: a, memoryMiB: 1 } } }");
+        assert!(err.contains("spec.template.spec.memoryMiB"), "{err}");
     }
 }

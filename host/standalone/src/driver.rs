@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt as _;
 use proxyfleet_core::gc::{GcReport, collect_orphans};
 use proxyfleet_core::kv::KvStore;
-use proxyfleet_core::proxy::{Phase, ProxyMeta, ProxyStatus};
+use proxyfleet_core::pool::{self, Member};
+use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
 use proxyfleet_runtime::config::ProvidersConfig;
@@ -142,54 +143,116 @@ impl Standalone {
 
     /// Reads the manifests and brings the records in line: new Proxies get
     /// a UID and a record, changed ones a new generation, removed ones are
-    /// marked for deletion. A manifest error changes nothing.
+    /// marked for deletion; pools are planned and their members made or
+    /// removed. A manifest error changes nothing.
     pub fn sync_desired(&self) -> Result<()> {
         let wanted = desired::load(&self.settings.proxies)?;
         let mut records: HashMap<String, ProxyRecord> =
             self.store.records()?.into_iter().map(|r| (r.key(), r)).collect();
-        let now = Instant::now();
-        let mut seen = HashSet::new();
-        for proxy in wanted {
+        let now = unix_now();
+        let mut keep = HashSet::new();
+        for proxy in wanted.proxies {
             let key = record_key(&proxy.namespace, &proxy.name);
-            seen.insert(key.clone());
-            match records.remove(&key) {
-                None => {
-                    let record = ProxyRecord {
-                        meta: ProxyMeta {
-                            uid: uuid::Uuid::new_v4().to_string(),
-                            namespace: proxy.namespace,
-                            name: proxy.name,
-                            generation: 1,
-                        },
-                        desired: proxy.desired,
-                        status: ProxyStatus::default(),
-                        finalizer: false,
-                        deleting: false,
-                    };
-                    tracing::info!(proxy = %key, uid = %record.meta.uid, "new Proxy");
-                    self.store.put_record(&record)?;
-                    self.schedule().insert(key, now);
+            keep.insert(key.clone());
+            let existing = records.remove(&key);
+            self.upsert(existing, &proxy.namespace, &proxy.name, proxy.desired, None, now)?;
+        }
+        for pool in &wanted.pools {
+            let pool_key = record_key(&pool.namespace, &pool.name);
+            let members: Vec<&ProxyRecord> =
+                records.values().filter(|r| r.pool.as_deref() == Some(pool_key.as_str())).collect();
+            let view: Vec<Member> = members
+                .iter()
+                .map(|r| Member {
+                    name: r.meta.name.clone(),
+                    provider: r.desired.provider.clone(),
+                    created_at: r.created_at,
+                    ready: r.status.condition(ConditionType::Ready).map(|c| c.status)
+                        == Some(ConditionStatus::True),
+                    deleting: r.deleting,
+                })
+                .collect();
+            let plan = pool::plan(&pool.spec, &view, now);
+            if !plan.create.is_empty() || !plan.delete.is_empty() {
+                tracing::info!(pool = %pool_key, create = ?plan.create, delete = ?plan.delete, ready = plan.ready, total = plan.total, "pool plan");
+            }
+            let mut updates = Vec::new();
+            for member in members {
+                if member.deleting || plan.delete.contains(&member.meta.name) {
+                    continue;
                 }
-                // A Proxy re-added while its old incarnation is still being
-                // deleted is created once that deletion has finished.
-                Some(record) if record.deleting => {}
-                Some(mut record) if record.desired != proxy.desired => {
-                    record.desired = proxy.desired;
-                    record.meta.generation += 1;
-                    tracing::info!(proxy = %key, generation = record.meta.generation, "Proxy changed");
-                    self.store.put_record(&record)?;
-                    self.schedule().insert(key, now);
-                }
-                Some(_) => {}
+                keep.insert(member.key());
+                let mut want = pool.template.clone();
+                want.provider = member.desired.provider.clone();
+                updates.push((member.clone(), want));
+            }
+            for (member, want) in updates {
+                let (namespace, name) = (member.meta.namespace.clone(), member.meta.name.clone());
+                self.upsert(Some(member), &namespace, &name, want, Some(&pool_key), now)?;
+            }
+            for provider in plan.create {
+                let suffix = &uuid::Uuid::new_v4().simple().to_string()[..5];
+                let stem: String = pool.name.chars().take(57).collect();
+                let name = format!("{}-{suffix}", stem.trim_end_matches('-'));
+                keep.insert(record_key(&pool.namespace, &name));
+                let mut want = pool.template.clone();
+                want.provider = provider;
+                self.upsert(None, &pool.namespace, &name, want, Some(&pool_key), now)?;
             }
         }
         for (key, mut record) in records {
-            if !record.deleting && !seen.contains(&key) {
+            if !record.deleting && !keep.contains(&key) {
                 record.deleting = true;
-                tracing::info!(proxy = %key, "Proxy removed from the manifests; deleting its instance");
+                tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
                 self.store.put_record(&record)?;
-                self.schedule().insert(key, now);
+                self.schedule().insert(key, Instant::now());
             }
+        }
+        Ok(())
+    }
+
+    /// Creates or updates one record from its desired state.
+    fn upsert(
+        &self,
+        existing: Option<ProxyRecord>,
+        namespace: &str,
+        name: &str,
+        desired: proxyfleet_core::proxy::ProxyDesired,
+        pool: Option<&str>,
+        now: u64,
+    ) -> Result<()> {
+        let key = record_key(namespace, name);
+        match existing {
+            None => {
+                let record = ProxyRecord {
+                    meta: ProxyMeta {
+                        uid: uuid::Uuid::new_v4().to_string(),
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        generation: 1,
+                    },
+                    desired,
+                    status: ProxyStatus::default(),
+                    finalizer: false,
+                    deleting: false,
+                    pool: pool.map(str::to_owned),
+                    created_at: now,
+                };
+                tracing::info!(proxy = %key, uid = %record.meta.uid, pool = ?pool, "new Proxy");
+                self.store.put_record(&record)?;
+                self.schedule().insert(key, Instant::now());
+            }
+            // A Proxy re-added while its old incarnation is still being
+            // deleted is created once that deletion has finished.
+            Some(record) if record.deleting => {}
+            Some(mut record) if record.desired != desired => {
+                record.desired = desired;
+                record.meta.generation += 1;
+                tracing::info!(proxy = %key, generation = record.meta.generation, "Proxy changed");
+                self.store.put_record(&record)?;
+                self.schedule().insert(key, Instant::now());
+            }
+            Some(_) => {}
         }
         Ok(())
     }
@@ -362,8 +425,10 @@ impl Standalone {
     /// pending, or `timeout` passes. Returns the records as they are then.
     pub async fn run_until_settled(&self, timeout: Duration) -> Result<Vec<ProxyRecord>> {
         let deadline = Instant::now() + timeout;
-        self.sync_desired()?;
         loop {
+            // Pools are planned on every sync: a member that went away is
+            // replaced by the next one.
+            self.sync_desired()?;
             self.reconcile_due().await;
             let records = self.store.records()?;
             let settled = records

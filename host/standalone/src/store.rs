@@ -35,6 +35,12 @@ pub struct ProxyRecord {
     pub finalizer: bool,
     /// The Proxy left the files; its instance is being deleted.
     pub deleting: bool,
+    /// The ProxyPool (`namespace/name`) the Proxy belongs to.
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// Unix seconds the record was made.
+    #[serde(default)]
+    pub created_at: u64,
 }
 
 impl ProxyRecord {
