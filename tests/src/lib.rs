@@ -248,3 +248,51 @@ pub async fn fetch_provider(dir: &Path, grants: &str, limits: &str) -> Arc<dyn P
 pub fn observed(name: &str) -> serde_json::Value {
     serde_json::from_str(name).expect("http-fetch reports JSON")
 }
+
+/// A client for the test API server that `deploy/dev/kube-apiserver/start.sh`
+/// runs on loopback, as its admin.
+///
+/// # Panics
+/// When the server has not been started: these tests need the real one.
+pub async fn kube_admin_client() -> kube::Client {
+    let state = std::env::var_os("PROXYFLEET_KUBE_STATE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+            .join(".cache/proxyfleet/kube/state")
+    });
+    let kubeconfig = state.join("kubeconfig");
+    assert!(
+        kubeconfig.is_file(),
+        "{} is missing: start the test API server with deploy/dev/kube-apiserver/start.sh \
+         (the README's test command does)",
+        kubeconfig.display()
+    );
+    let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig).expect("readable kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("usable kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Creates a namespace with a unique name for one test.
+pub async fn kube_test_namespace(client: &kube::Client, prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = format!("{prefix}-{}", std::process::id() ^ rand_suffix());
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))
+            .expect("namespace");
+    namespaces
+        .create(&kube::api::PostParams::default(), &namespace)
+        .await
+        .expect("create namespace");
+    name
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}

@@ -410,6 +410,12 @@ fn test(repo: &Repo) -> Result<()> {
     step("debian packages", || ensure_debian_packages(DEBIAN_TEST_PACKAGES))?;
     step("sync-wit --check", || sync_wit(repo, true))?;
     step("plugins", || build_plugins(repo))?;
+    // Builds Kubernetes 1.20 from Debian's source once (cached outside the
+    // repo), then starts etcd, kube-apiserver and kube-controller-manager
+    // on loopback for the tests that need a real API server.
+    step("test API server", || {
+        run_command(Command::new("bash").arg(repo.root.join("deploy/dev/kube-apiserver/start.sh")))
+    })?;
     step("host tests", || {
         run_command(cargo().args(["test", "--workspace"]).current_dir(&repo.root))
     })?;

@@ -107,7 +107,7 @@ if ! have_deb_src; then
 fi
 
 log "apt-get update"
-apt-get update -qq >/dev/null || die "apt-get update failed"
+apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null || die "apt-get update failed"
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -115,7 +115,7 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if ((${#missing[@]})); then
   log "apt-get install ${missing[*]}"
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || die "apt-get install failed for: ${missing[*]}"
 fi
 [[ -x "$GOROOT_DEB/bin/go" ]] || die "$GOROOT_DEB/bin/go missing after installing golang-$GO_PKG_VERSION-go"

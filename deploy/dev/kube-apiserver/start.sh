@@ -71,6 +71,7 @@ port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # start NAME EXE ARGS...: detached (own session), log to $STATE/NAME.log
 start_proc() {
   local name="$1"; shift
+  rm -f "$STATE/$name.pid"
   {
     printf '\n==== %s starting at %s\n' "$name" "$(date -u +%FT%TZ)"
     printf '%q ' "$@"; printf '\n'
@@ -78,8 +79,7 @@ start_proc() {
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/$name.pid" "$@" \
     </dev/null >>"$STATE/$name.log" 2>&1 9>&- &
   disown || true
-  local i
-  for i in $(seq 50); do [[ -s "$STATE/$name.pid" ]] && break; sleep 0.1; done
+  for _ in $(seq 50); do [[ -s "$STATE/$name.pid" ]] && break; sleep 0.1; done
 }
 
 wait_for() { # DESCRIPTION TIMEOUT NAME EXE CMD...

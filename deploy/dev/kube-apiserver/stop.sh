@@ -22,14 +22,14 @@ log() { printf '[kube-stop] %s\n' "$*" >&2; }
 
 # stop NAME EXE: only the process whose pid file names it AND runs EXE
 stop_one() {
-  local name="$1" exe="$2" pidfile="$STATE/$1.pid" pid i
+  local name="$1" exe="$2" pidfile="$STATE/$1.pid" pid
   [[ -f "$pidfile" ]] || return 0
   pid="$(cat "$pidfile" 2>/dev/null || true)"
   if [[ "$pid" =~ ^[0-9]+$ && -n "$exe" ]] \
      && [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$exe")" ]]; then
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 100); do
+    for _ in $(seq 100); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done

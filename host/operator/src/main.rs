@@ -44,6 +44,9 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Prints the CustomResourceDefinitions of Proxy and ProxyPool as YAML,
+    /// for `kubectl apply -f -`.
+    Crd,
     /// Runs on this machine without Kubernetes: Proxies from manifest
     /// files, state in an embedded database.
     Standalone(StandaloneArgs),
@@ -150,6 +153,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Providers { command: ProvidersCommand::Check { setup } } => check(setup).await,
         Command::Standalone(args) => standalone(args).await,
+        Command::Crd => {
+            print_text(&proxyfleet_kube::crd::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugin { command: PluginCommand::Describe { file } } => {
             let runtime = Runtime::new(RuntimeOptions::default())?;
             let revision = runtime.load_plugin(&file).await?;
@@ -248,4 +255,9 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
 #[expect(clippy::print_stdout, reason = "command output goes to stdout; logs go to stderr")]
 fn println_json(value: &serde_json::Value) {
     println!("{value}");
+}
+
+#[expect(clippy::print_stdout, reason = "command output goes to stdout; logs go to stderr")]
+fn print_text(text: &str) {
+    print!("{text}");
 }

@@ -1,0 +1,281 @@
+//! The `proxyfleet.io/v1alpha1` resources: `Proxy` and `ProxyPool`. The
+//! CRDs are generated from these types (`proxyfleet crd`); the schema
+//! carries defaults and ranges so the API server refuses bad specs before
+//! the controller sees them.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The Secret label that marks Secrets proxyfleet may read user-data from.
+pub const USER_DATA_SECRET_LABEL: &str = "proxyfleet.io/user-data";
+
+/// The pattern of a provider entry name (a DNS-1123 label).
+const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// A proxy instance on one provider entry.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "proxyfleet.io",
+    version = "v1alpha1",
+    kind = "Proxy",
+    namespaced,
+    shortname = "px",
+    status = "ProxyStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"IP","type":"string","jsonPath":".status.ip"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySpec {
+    /// Name of the provider entry that serves this Proxy.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL))]
+    pub provider: String,
+    /// Virtual CPUs.
+    #[serde(default = "default_cores")]
+    #[schemars(range(min = 1, max = 256))]
+    pub cores: u32,
+    /// Memory in MiB.
+    #[serde(default = "default_memory_mib", rename = "memoryMiB")]
+    #[schemars(range(min = 64, max = 1048576))]
+    pub memory_mib: u64,
+    /// Boot disk size in GiB; disks grow, never shrink.
+    #[serde(default = "default_disk_gib", rename = "diskGiB")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub disk_gib: u64,
+    /// Provider-specific image key (template, image family, ...).
+    // An Option rather than a defaulted String: Kubernetes 1.20 reads an
+    // empty-string schema default as null and refuses the CRD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Placement hints such as a node, zone or host.
+    #[serde(default)]
+    pub placement: BTreeMap<String, String>,
+    /// Network settings.
+    #[serde(default)]
+    pub network: ProxyNetwork,
+    /// Port the proxy listens on.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// A Secret (labelled `proxyfleet.io/user-data: "true"`) holding
+    /// cloud-init user-data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_secret_ref: Option<SecretKeyRef>,
+    /// Labels for the instance.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Network settings of a Proxy.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyNetwork {
+    /// 802.1Q VLAN tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan_tag: Option<u16>,
+}
+
+/// A key of a Secret in the Proxy's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key in the Secret; `user-data` when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+fn default_cores() -> u32 {
+    1
+}
+fn default_memory_mib() -> u64 {
+    512
+}
+fn default_disk_gib() -> u64 {
+    8
+}
+fn default_port() -> u16 {
+    proxyfleet_core::proxy::DEFAULT_PORT
+}
+
+/// Phases a Proxy reports.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ProxyPhase {
+    /// Nothing done yet.
+    #[default]
+    Pending,
+    /// Being created, or without an address.
+    Provisioning,
+    /// Running with an address.
+    Running,
+    /// Stopped until the spec changes.
+    Failed,
+    /// Being deleted.
+    Deleting,
+}
+
+/// A condition, as Kubernetes conventions have it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyCondition {
+    /// `Provisioned`, `Healthy` or `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// For people (optional for the same reason as `ProxySpec::image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// RFC 3339 time of the last status change.
+    pub last_transition_time: String,
+}
+
+/// What the controller reports about a Proxy.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyStatus {
+    /// Phase.
+    #[serde(default)]
+    pub phase: ProxyPhase,
+    /// The provider's ID of the instance.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// Address of the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// Proxy port when the provider decides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<ProxyCondition>,
+    /// Generation this status describes.
+    #[serde(default)]
+    pub observed_generation: i64,
+    /// Hash of the spec fields the instance was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
+    /// Plugin serving the provider entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_version: Option<String>,
+    /// Failed attempts in a row.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Spec hash a final failure is latched for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_spec_hash: Option<String>,
+    /// Polls in a row the running instance reported provisioning.
+    #[serde(default)]
+    pub flaps: u32,
+}
+
+/// A set of Proxies kept at a size, spread over provider entries.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "proxyfleet.io",
+    version = "v1alpha1",
+    kind = "ProxyPool",
+    namespaced,
+    shortname = "pxp",
+    status = "ProxyPoolStatus",
+    derive = "PartialEq",
+    scale = r#"{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.replicas","labelSelectorPath":".status.selector"}"#,
+    printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyPoolSpec {
+    /// Proxies wanted.
+    #[schemars(range(min = 0, max = 10000))]
+    pub replicas: u32,
+    /// The Proxies to make.
+    pub template: ProxyTemplate,
+    /// Spread over several provider entries by weight; when empty the
+    /// template's provider is used.
+    #[serde(default)]
+    pub providers: Vec<WeightedProvider>,
+    /// Proxies older than this (e.g. `24h`) are replaced one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^[0-9]+[smhd]$"))]
+    pub max_age: Option<String>,
+    /// Ready Proxies recycling must leave.
+    #[serde(default)]
+    pub min_available: u32,
+}
+
+/// The Proxy template of a pool.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ProxyTemplate {
+    /// Labels for the Proxies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// Their spec.
+    pub spec: ProxySpec,
+}
+
+/// Metadata of a pool's Proxies.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct TemplateMetadata {
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A provider entry and its share of a pool.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct WeightedProvider {
+    /// Provider entry name.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL))]
+    pub name: String,
+    /// Relative share.
+    #[serde(default = "default_weight")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// What the controller reports about a pool.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyPoolStatus {
+    /// Proxies that are not being deleted.
+    #[serde(default)]
+    pub replicas: u32,
+    /// Of those, Ready.
+    #[serde(default)]
+    pub ready_replicas: u32,
+    /// Label selector of the members, for the scale subresource (an Option
+    /// for the same reason as `ProxySpec::image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Generation this status describes.
+    #[serde(default)]
+    pub observed_generation: i64,
+}
+
+/// Both CRDs as a multi-document YAML stream.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    use kube::CustomResourceExt as _;
+    Ok(format!(
+        "{}---\n{}",
+        serde_yaml::to_string(&Proxy::crd())?,
+        serde_yaml::to_string(&ProxyPool::crd())?
+    ))
+}

@@ -1,0 +1,5 @@
+//! proxyfleet in Kubernetes: the `Proxy` and `ProxyPool` resources and
+//! their conversion to the core model.
+
+pub mod convert;
+pub mod crd;

@@ -1,0 +1,84 @@
+//! The generated CRDs carry what the API server needs to refuse bad specs
+//! and what kubectl needs to show Proxies well.
+
+use kube::CustomResourceExt as _;
+use proxyfleet_kube::crd::{Proxy, ProxyPool, ProxySpec, crds_yaml};
+use serde_json::Value;
+
+fn schema_of(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Value {
+    let version = &crd.spec.versions[0];
+    serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap()
+}
+
+#[test]
+fn the_proxy_crd_has_ranges_defaults_columns_and_a_short_name() {
+    let crd = Proxy::crd();
+    assert_eq!(crd.metadata.name.as_deref(), Some("proxies.proxyfleet.io"));
+    assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["px".to_owned()][..]));
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(columns, ["Provider", "Phase", "IP", "Ready", "Age"]);
+
+    let spec = &schema_of(&crd)["properties"]["spec"]["properties"];
+    assert_eq!(spec["cores"]["minimum"].as_f64(), Some(1.0));
+    assert_eq!(spec["cores"]["maximum"].as_f64(), Some(256.0));
+    assert_eq!(spec["cores"]["default"], 1);
+    assert_eq!(spec["memoryMiB"]["minimum"].as_f64(), Some(64.0));
+    assert_eq!(spec["port"]["default"], 3128);
+    assert_eq!(spec["network"]["properties"]["vlanTag"]["maximum"].as_f64(), Some(4094.0));
+    assert_eq!(spec["provider"]["pattern"], "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+    let required = schema_of(&crd)["properties"]["spec"]["required"].clone();
+    assert_eq!(required, serde_json::json!(["provider"]));
+}
+
+#[test]
+fn the_pool_crd_has_the_scale_subresource() {
+    let crd = ProxyPool::crd();
+    let scale = crd.spec.versions[0].subresources.as_ref().unwrap().scale.as_ref().unwrap();
+    assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+    assert_eq!(scale.status_replicas_path, ".status.replicas");
+    assert_eq!(scale.label_selector_path.as_deref(), Some(".status.selector"));
+}
+
+#[test]
+fn a_minimal_manifest_gets_the_defaults() {
+    let spec: ProxySpec = serde_yaml::from_str("provider: lab\n").unwrap();
+    assert_eq!((spec.cores, spec.memory_mib, spec.disk_gib, spec.port), (1, 512, 8, 3128));
+}
+
+#[test]
+fn the_stream_holds_both_crds() {
+    let yaml = crds_yaml().unwrap();
+    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 2);
+    assert!(yaml.contains("name: proxypools.proxyfleet.io"));
+}
+
+/// Kubernetes 1.20 reads an empty-string schema default as null and refuses
+/// the whole CRD; this pins that no field has one.
+#[test]
+fn no_schema_default_is_an_empty_string() {
+    fn walk(path: &str, value: &Value) {
+        match value {
+            Value::Object(map) => {
+                assert_ne!(map.get("default"), Some(&Value::String(String::new())), "{path}");
+                for (key, child) in map {
+                    walk(&format!("{path}.{key}"), child);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| walk(path, item)),
+            _ => {}
+        }
+    }
+    walk("Proxy", &schema_of(&Proxy::crd()));
+    walk("ProxyPool", &schema_of(&ProxyPool::crd()));
+}

@@ -1,0 +1,116 @@
+//! The generated CRDs against a real API server (Kubernetes 1.20 from
+//! `deploy/dev/kube-apiserver`): they install, default, validate, and
+//! serve the status and scale subresources.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{CustomResourceExt as _, ResourceExt as _};
+use proxyfleet_kube::crd::{Proxy, ProxyPool};
+use proxyfleet_tests::{kube_admin_client, kube_test_namespace};
+
+async fn install_crds(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("proxyfleet-tests").force();
+    for crd in [Proxy::crd(), ProxyPool::crd()] {
+        let name = crd.name_any();
+        crds.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for _ in 0..100 {
+            let current = crds.get(&name).await.unwrap();
+            let established = current
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn proxies_are_defaulted_validated_and_have_a_status() {
+    let client = kube_admin_client().await;
+    install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-crd").await;
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+
+    let created = proxies
+        .create(
+            &PostParams::default(),
+            &proxy("minimal", &serde_json::json!({ "provider": "lab" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!((created.spec.cores, created.spec.port, created.spec.memory_mib), (1, 3128, 512));
+
+    let err = proxies
+        .create(
+            &PostParams::default(),
+            &proxy("bad", &serde_json::json!({ "provider": "lab", "cores": 0 })),
+        )
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("spec.cores"), "the API server names the field: {message}");
+    let err = proxies
+        .create(
+            &PostParams::default(),
+            &proxy("bad", &serde_json::json!({ "provider": "Not A Label" })),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("spec.provider"), "{err}");
+
+    let status = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "status": { "phase": "Running", "ip": "203.0.113.7", "providerID": "vm-1" }
+    });
+    let patched = proxies
+        .patch_status(
+            "minimal",
+            &PatchParams::apply("proxyfleet-tests").force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.status.unwrap().ip.as_deref(), Some("203.0.113.7"));
+}
+
+#[tokio::test]
+async fn pools_serve_the_scale_subresource() {
+    let client = kube_admin_client().await;
+    install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-scale").await;
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
+    let pool: ProxyPool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": { "name": "crawl" },
+        "spec": { "replicas": 2, "template": { "spec": { "provider": "lab" } } },
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    let scale = pools.get_scale("crawl").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    let patch = serde_json::json!({ "spec": { "replicas": 5 } });
+    pools.patch_scale("crawl", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(pools.get("crawl").await.unwrap().spec.replicas, 5);
+}
