@@ -3,3 +3,4 @@
 
 pub mod convert;
 pub mod crd;
+pub mod kv;
