@@ -296,3 +296,48 @@ fn rand_suffix() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
 }
+
+/// Installs (server-side applies) the Proxy and ProxyPool CRDs and waits
+/// until the API server serves them.
+pub async fn kube_install_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::{CustomResourceExt as _, ResourceExt as _};
+    use proxyfleet_kube::crd::{Proxy, ProxyPool};
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let params = kube::api::PatchParams::apply("proxyfleet-tests").force();
+    for crd in [Proxy::crd(), ProxyPool::crd()] {
+        let name = crd.name_any();
+        crds.patch(&name, &params, &kube::api::Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("installing {name}: {e}"));
+        let established = wait_for(std::time::Duration::from_secs(20), || async {
+            let current = crds.get(&name).await.ok()?;
+            current
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+        assert!(established.is_some(), "{name} was not established in time");
+    }
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, or `timeout` passes.
+pub async fn wait_for<T, F, Fut>(timeout: std::time::Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return Some(value);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -2,37 +2,9 @@
 //! `deploy/dev/kube-apiserver`): they install, default, validate, and
 //! serve the status and scale subresources.
 
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{CustomResourceExt as _, ResourceExt as _};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
-use proxyfleet_tests::{kube_admin_client, kube_test_namespace};
-
-async fn install_crds(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply("proxyfleet-tests").force();
-    for crd in [Proxy::crd(), ProxyPool::crd()] {
-        let name = crd.name_any();
-        crds.patch(&name, &params, &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        for _ in 0..100 {
-            let current = crds.get(&name).await.unwrap();
-            let established = current
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
+use proxyfleet_tests::{kube_admin_client, kube_install_crds, kube_test_namespace};
 
 fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
     serde_json::from_value(serde_json::json!({
@@ -47,7 +19,7 @@ fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
 #[tokio::test]
 async fn proxies_are_defaulted_validated_and_have_a_status() {
     let client = kube_admin_client().await;
-    install_crds(&client).await;
+    kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-crd").await;
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
 
@@ -97,7 +69,7 @@ async fn proxies_are_defaulted_validated_and_have_a_status() {
 #[tokio::test]
 async fn pools_serve_the_scale_subresource() {
     let client = kube_admin_client().await;
-    install_crds(&client).await;
+    kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-scale").await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
     let pool: ProxyPool = serde_json::from_value(serde_json::json!({

@@ -1,0 +1,235 @@
+//! The Proxy controller: a kube-runtime `Controller` whose reconcile runs
+//! the core state machine and writes back what it decided: the finalizer,
+//! the status (server-side apply on the status subresource) and Events.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt as _};
+use proxyfleet_core::proxy::ProxyMeta;
+use proxyfleet_core::reconcile::{FINALIZER, FinalizerChange, Policy, ProxyState, reconcile};
+use proxyfleet_core::{Provider, ProviderError};
+use proxyfleet_runtime::Registry;
+
+use crate::convert;
+use crate::crd::{Proxy, USER_DATA_SECRET_LABEL};
+
+/// The field manager and event reporter name.
+pub const MANAGER: &str = "proxyfleet";
+
+/// Why a reconcile could not finish; the Proxy is retried later.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The user-data Secret cannot be used.
+    #[error("{0}")]
+    UserData(String),
+    /// The Proxy has no namespace or UID (never true of a stored object).
+    #[error("the Proxy object lacks {0}")]
+    Incomplete(&'static str),
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: kube::Client,
+    registry: Arc<Registry>,
+    policy: Policy,
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context reporting Events as `instance`.
+    pub fn new(
+        client: kube::Client,
+        registry: Arc<Registry>,
+        policy: Policy,
+        instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter { controller: MANAGER.to_owned(), instance };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, registry, policy, recorder }
+    }
+}
+
+/// Runs the controller over Proxies in `namespace` (every namespace when
+/// `None`) until `shutdown`.
+pub async fn run(
+    context: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let proxies: Api<Proxy> = match namespace {
+        Some(namespace) => Api::namespaced(context.client.clone(), namespace),
+        None => Api::all(context.client.clone()),
+    };
+    Controller::new(proxies, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_proxy, error_policy, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((proxy, _)) => tracing::debug!(proxy = %proxy, "reconciled"),
+                Err(err) => tracing::warn!("reconcile failed: {err}"),
+            }
+        })
+        .await;
+}
+
+fn error_policy(proxy: Arc<Proxy>, err: &Error, _context: Arc<Context>) -> Action {
+    tracing::warn!(proxy = %proxy.name_any(), "{err}; retrying in 15s");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// One pass over one Proxy.
+pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Action, Error> {
+    let namespace = proxy.namespace().ok_or(Error::Incomplete("a namespace"))?;
+    let name = proxy.name_any();
+    let meta = ProxyMeta {
+        uid: proxy.uid().ok_or(Error::Incomplete("a UID"))?,
+        namespace: namespace.clone(),
+        name: name.clone(),
+        generation: proxy.metadata.generation.unwrap_or(0),
+    };
+    let deleting = proxy.metadata.deletion_timestamp.is_some();
+    // Deletion needs no user-data; an unreadable Secret must not block it.
+    let user_data =
+        if deleting { Vec::new() } else { user_data(&context.client, &namespace, &proxy).await? };
+    let desired = convert::desired(&proxy.spec, user_data);
+    let status = proxy.status.as_ref().map(convert::status_from_crd).unwrap_or_default();
+    let provider = context.registry.provider(&desired.provider);
+    let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
+        Ok(provider) => Ok(provider.as_ref()),
+        Err(err) => Err(err.clone()),
+    };
+    let state = ProxyState {
+        meta: &meta,
+        desired: &desired,
+        status: &status,
+        deleting,
+        has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
+    };
+    let outcome = reconcile(state, provider_ref, &context.policy, unix_now(), rand_jitter()).await;
+
+    let reference = proxy.object_ref(&());
+    for event in &outcome.events {
+        let published = context
+            .recorder
+            .publish(
+                &Event {
+                    type_: if event.warning { EventType::Warning } else { EventType::Normal },
+                    reason: event.reason.to_owned(),
+                    note: Some(truncate(&event.message, 1000)),
+                    action: "Reconcile".to_owned(),
+                    secondary: None,
+                },
+                &reference,
+            )
+            .await;
+        if let Err(err) = published {
+            tracing::warn!(proxy = %name, "cannot record event {}: {err}", event.reason);
+        }
+    }
+
+    let api: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
+    if outcome.status != status {
+        let patch = serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "Proxy",
+            "status": convert::status_to_crd(&outcome.status),
+        });
+        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
+            .await?;
+    }
+    let finalizers = match outcome.finalizer {
+        FinalizerChange::Keep => None,
+        FinalizerChange::Add => {
+            let mut list = proxy.finalizers().to_vec();
+            list.push(FINALIZER.to_owned());
+            Some(list)
+        }
+        FinalizerChange::Remove => {
+            Some(proxy.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect())
+        }
+    };
+    if let Some(list) = finalizers {
+        // A resourceVersion in a patch body is a precondition: a concurrent
+        // change of the object fails this patch (409) and the pass runs again.
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": proxy.resource_version(), "finalizers": list }
+        });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    Ok(match outcome.requeue_after {
+        Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
+        None => Action::await_change(),
+    })
+}
+
+/// The user-data of a Proxy: the content of the referenced key of a Secret
+/// that carries the user-data label. The label keeps the operator from
+/// reading arbitrary Secrets on a Proxy author's say-so.
+async fn user_data(
+    client: &kube::Client,
+    namespace: &str,
+    proxy: &Proxy,
+) -> Result<Vec<u8>, Error> {
+    let Some(reference) = &proxy.spec.user_data_secret_ref else {
+        return Ok(Vec::new());
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets.get_opt(&reference.name).await?.ok_or_else(|| {
+        Error::UserData(format!(
+            "spec.userDataSecretRef: Secret {namespace}/{} does not exist",
+            reference.name
+        ))
+    })?;
+    if secret.labels().get(USER_DATA_SECRET_LABEL).map(String::as_str) != Some("true") {
+        return Err(Error::UserData(format!(
+            "spec.userDataSecretRef: Secret {namespace}/{} lacks the label {USER_DATA_SECRET_LABEL}=\"true\"; add it to let proxyfleet read it",
+            reference.name
+        )));
+    }
+    let key = reference.key.as_deref().unwrap_or("user-data");
+    secret.data.as_ref().and_then(|data| data.get(key)).map(|bytes| bytes.0.clone()).ok_or_else(
+        || {
+            Error::UserData(format!(
+                "spec.userDataSecretRef: Secret {namespace}/{} has no key {key:?}",
+                reference.name
+            ))
+        },
+    )
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Spread for retries; the sub-second clock is random enough for that.
+fn rand_jitter() -> f64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1000) / 1000.0
+}
