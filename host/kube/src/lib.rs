@@ -5,3 +5,4 @@ pub mod controller;
 pub mod convert;
 pub mod crd;
 pub mod kv;
+pub mod lease;
