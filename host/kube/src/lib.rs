@@ -6,3 +6,4 @@ pub mod convert;
 pub mod crd;
 pub mod kv;
 pub mod lease;
+pub mod operate;

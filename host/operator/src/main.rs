@@ -9,6 +9,10 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::proxy::{ConditionType, Phase};
+use proxyfleet_core::reconcile::Policy;
+use proxyfleet_kube::kv::ConfigMapKv;
+use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
+use proxyfleet_kube::operate::{LeaderSettings, lead};
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone};
@@ -44,12 +48,48 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Runs in a Kubernetes cluster: reconciles Proxy objects while holding
+    /// the leader Lease.
+    Run(RunArgs),
     /// Prints the CustomResourceDefinitions of Proxy and ProxyPool as YAML,
     /// for `kubectl apply -f -`.
     Crd,
     /// Runs on this machine without Kubernetes: Proxies from manifest
     /// files, state in an embedded database.
     Standalone(StandaloneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    setup: Setup,
+    /// Namespace of the leader Lease and the plugins' key-value ConfigMaps.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "proxyfleet-system")]
+    namespace: String,
+    /// Reconcile Proxies of this namespace only (default: all namespaces).
+    #[arg(long)]
+    watch_namespace: Option<String>,
+    /// This replica's identity in the leader election.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "proxyfleet-leader")]
+    lease_name: String,
+    /// How long the Lease holds without renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: Duration,
+    /// Log the orphans that would be deleted instead of deleting them.
+    #[arg(long)]
+    gc_dry_run: bool,
+    /// Orphans younger than this are left alone.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    gc_min_age: Duration,
+    /// How often orphans are collected.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    gc_interval: Duration,
+    /// How often every provider entry is checked.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    provider_check_interval: Duration,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +193,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Providers { command: ProvidersCommand::Check { setup } } => check(setup).await,
         Command::Standalone(args) => standalone(args).await,
+        Command::Run(args) => run_in_cluster(args).await,
         Command::Crd => {
             print_text(&proxyfleet_kube::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -204,6 +245,56 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
         println_json(&line);
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let providers = ProvidersConfig::load(&args.setup.providers)?;
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let runtime =
+        Runtime::new(RuntimeOptions { cache_dir: args.setup.cache_dir, ..Default::default() })?;
+    let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
+    let registry = Arc::new(
+        Registry::load(&runtime, &providers, &args.setup.plugin_dir, kv)
+            .await
+            .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?,
+    );
+    let identity = args.identity.unwrap_or_else(|| format!("proxyfleet-{}", std::process::id()));
+    let elector = LeaderElector::new(
+        client.clone(),
+        &args.namespace,
+        ElectionConfig {
+            lease: args.lease_name,
+            identity: identity.clone(),
+            lease_duration: args.lease_duration,
+            renew_every: args.lease_duration / 3,
+        },
+    );
+    let settings = LeaderSettings {
+        watch_namespace: args.watch_namespace,
+        policy: Policy::default(),
+        gc_interval: args.gc_interval,
+        gc_min_age: args.gc_min_age,
+        gc_dry_run: args.gc_dry_run,
+        check_interval: args.provider_check_interval,
+    };
+    let shutdown = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot wait for a shutdown signal: {err}");
+            std::future::pending::<()>().await;
+        }
+        tracing::info!("shutting down");
+    };
+    elector
+        .run(
+            |lost| {
+                let (client, registry, settings, identity) =
+                    (client.clone(), Arc::clone(&registry), settings.clone(), identity.clone());
+                async move { lead(client, registry, settings, identity, lost).await }
+            },
+            shutdown,
+        )
+        .await;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,146 @@
+//! `proxyfleet run` as real processes against the real API server: leader
+//! handover when the leader dies, and a restart after an unrecorded create
+//! leaving exactly one instance.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt as _;
+use kube::api::{Api, PostParams};
+use proxyfleet_core::kv::KvStore as _;
+use proxyfleet_core::proxy::ProxyMeta;
+use proxyfleet_kube::crd::Proxy;
+use proxyfleet_kube::kv::ConfigMapKv;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_tests::{
+    kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
+};
+
+const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
+
+/// An operator process, killed (not stopped) when dropped.
+struct Operator(Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kubeconfig() -> std::path::PathBuf {
+    let state = std::env::var_os("PROXYFLEET_KUBE_STATE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap())
+                .join(".cache/proxyfleet/kube/state")
+        });
+    state.join("kubeconfig")
+}
+
+fn start(dir: &Path, namespace: &str, identity: &str) -> Operator {
+    let log = std::fs::File::create(dir.join(format!("{identity}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
+        .args(["--log-format", "text", "run", "--providers"])
+        .arg(dir.join("providers.yaml"))
+        .arg("--plugin-dir")
+        .arg(dir.join("plugins"))
+        .args(["--namespace", namespace, "--watch-namespace", namespace, "--identity", identity])
+        .args(["--lease-duration", "3s", "--gc-interval", "1h", "--provider-check-interval", "1h"])
+        .env("KUBECONFIG", kubeconfig())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Operator(child)
+}
+
+fn proxy(name: &str) -> Proxy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": name },
+        "spec": { "provider": "lab" },
+    }))
+    .unwrap()
+}
+
+async fn ready_endpoint(proxies: &Api<Proxy>, name: &str) -> Option<String> {
+    wait_for(Duration::from_secs(60), || async {
+        let current = proxies.get(name).await.ok()?;
+        let status = current.status?;
+        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(status.provider_id).flatten()
+    })
+    .await
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases.get_opt("proxyfleet-leader").await.ok()??.spec?.holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_create() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-run").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
+    std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+
+    let first = start(dir.path(), &namespace, "first");
+    proxies.create(&PostParams::default(), &proxy("p1")).await.unwrap();
+    let p1 = ready_endpoint(&proxies, "p1").await.expect("the first operator reconciles p1");
+    let second = start(dir.path(), &namespace, "second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("first"));
+
+    // The leader dies without releasing the Lease.
+    drop(first);
+    let took_over = wait_for(Duration::from_secs(30), || async {
+        (holder(&leases).await.as_deref() == Some("second")).then_some(())
+    })
+    .await;
+    assert!(took_over.is_some(), "the second operator takes the Lease after it expires");
+    proxies.create(&PostParams::default(), &proxy("p2")).await.unwrap();
+    let p2 = ready_endpoint(&proxies, "p2").await.expect("the new leader reconciles p2");
+    assert_ne!(p1, p2);
+
+    // No operator runs; p3 is created and its create reaches the backend,
+    // but the status never records it (a crash right after the call).
+    drop(second);
+    let p3 = proxies.create(&PostParams::default(), &proxy("p3")).await.unwrap();
+    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry = Registry::load(
+        &runtime,
+        &ProvidersConfig::parse(PROVIDERS).unwrap(),
+        &dir.path().join("plugins"),
+        Arc::clone(&kv) as _,
+    )
+    .await
+    .unwrap();
+    let meta = ProxyMeta {
+        uid: p3.uid().unwrap(),
+        namespace: namespace.clone(),
+        name: "p3".into(),
+        generation: 1,
+    };
+    let desired = proxyfleet_kube::convert::desired(&p3.spec, Vec::new());
+    let orphan_of_crash =
+        registry.provider("lab").unwrap().create(&desired.to_spec(&meta)).await.unwrap();
+
+    let _restarted = start(dir.path(), &namespace, "restarted");
+    let adopted =
+        ready_endpoint(&proxies, "p3").await.expect("the restarted operator reconciles p3");
+    assert_eq!(adopted, orphan_of_crash.provider_id, "it adopts instead of creating a second");
+    let assignments = kv.list("lab", "").await.unwrap();
+    assert_eq!(assignments.len(), 3, "exactly one instance per Proxy: {assignments:?}");
+}
