@@ -255,11 +255,24 @@ pub fn observed(name: &str) -> serde_json::Value {
 /// # Panics
 /// When the server has not been started: these tests need the real one.
 pub async fn kube_admin_client() -> kube::Client {
+    kube_client_from("kubeconfig").await
+}
+
+/// A client for the test API server as [`KUBE_TEST_USER`], who has no
+/// permissions until a test binds some.
+pub async fn kube_user_client() -> kube::Client {
+    kube_client_from("kubeconfig-user").await
+}
+
+/// The user name behind [`kube_user_client`].
+pub const KUBE_TEST_USER: &str = "proxyfleet-user";
+
+async fn kube_client_from(file: &str) -> kube::Client {
     let state = std::env::var_os("PROXYFLEET_KUBE_STATE").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
             .join(".cache/proxyfleet/kube/state")
     });
-    let kubeconfig = state.join("kubeconfig");
+    let kubeconfig = state.join(file);
     assert!(
         kubeconfig.is_file(),
         "{} is missing: start the test API server with deploy/dev/kube-apiserver/start.sh \

@@ -130,3 +130,135 @@ async fn proxies_reconcile_to_ready_and_are_deleted_behind_the_finalizer() {
     let _ = stop.send(());
     controller.await.unwrap();
 }
+
+/// The manifests in deploy/kubernetes/rbac.yaml, bound to the test user
+/// instead of the ServiceAccount, in `namespace` instead of the operator's.
+async fn bind_deploy_rbac(client: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let text = std::fs::read_to_string(
+        proxyfleet_tests::workspace_root().join("deploy/kubernetes/rbac.yaml"),
+    )
+    .unwrap();
+    let user = serde_json::json!([{ "kind": "User", "name": proxyfleet_tests::KUBE_TEST_USER, "apiGroup": "rbac.authorization.k8s.io" }]);
+    let suffix = namespace.to_owned();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let mut value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
+        let kind = value["kind"].as_str().unwrap().to_owned();
+        match kind.as_str() {
+            "ClusterRole" => {
+                value["metadata"]["name"] = format!("proxyfleet-{suffix}").into();
+                let role: ClusterRole = serde_json::from_value(value).unwrap();
+                Api::<ClusterRole>::all(client.clone())
+                    .create(&PostParams::default(), &role)
+                    .await
+                    .unwrap();
+            }
+            "ClusterRoleBinding" => {
+                value["metadata"]["name"] = format!("proxyfleet-{suffix}").into();
+                value["roleRef"]["name"] = format!("proxyfleet-{suffix}").into();
+                value["subjects"] = user.clone();
+                let binding: ClusterRoleBinding = serde_json::from_value(value).unwrap();
+                Api::<ClusterRoleBinding>::all(client.clone())
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .unwrap();
+            }
+            "Role" => {
+                value["metadata"]["namespace"] = namespace.into();
+                let role: Role = serde_json::from_value(value).unwrap();
+                Api::<Role>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &role)
+                    .await
+                    .unwrap();
+            }
+            "RoleBinding" => {
+                value["metadata"]["namespace"] = namespace.into();
+                value["subjects"] = user.clone();
+                let binding: RoleBinding = serde_json::from_value(value).unwrap();
+                Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_is_enough_for_the_controller() {
+    let admin = kube_admin_client().await;
+    kube_install_crds(&admin).await;
+    let namespace = kube_test_namespace(&admin, "pf-rbac").await;
+    bind_deploy_rbac(&admin, &namespace).await;
+    let user = proxyfleet_tests::kube_user_client().await;
+    // RBAC changes reach the authorizer's cache within a moment.
+    let lease = proxyfleet_kube::lease::LeaderElector::new(
+        user.clone(),
+        &namespace,
+        proxyfleet_kube::lease::ElectionConfig {
+            lease: "proxyfleet-leader".into(),
+            identity: "rbac-test".into(),
+            lease_duration: Duration::from_secs(5),
+            renew_every: Duration::from_secs(1),
+        },
+    );
+    let leading = wait_for(Duration::from_secs(10), || async {
+        lease.try_acquire_or_renew().await.ok()?.then_some(())
+    })
+    .await;
+    assert!(leading.is_some(), "the Role allows the leader Lease");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
+    let kv = Arc::new(ConfigMapKv::new(user.clone(), &namespace));
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry = Registry::load(
+        &runtime,
+        &ProvidersConfig::parse(PROVIDERS).unwrap(),
+        dir.path(),
+        kv.clone(),
+    )
+    .await
+    .unwrap();
+    let context = Arc::new(Context::new(
+        user.clone(),
+        Arc::new(registry),
+        Policy::default(),
+        Some("rbac".into()),
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = {
+        let namespace = namespace.clone();
+        tokio::spawn(async move {
+            controller::run(context, Some(&namespace), async {
+                let _ = stopped.await;
+            })
+            .await;
+        })
+    };
+    let proxies: Api<Proxy> = Api::namespaced(admin.clone(), &namespace);
+    proxies.create(&PostParams::default(), &proxy("a", "lab")).await.unwrap();
+    let ready = wait_for(Duration::from_secs(30), || async {
+        let current = proxies.get("a").await.ok()?;
+        (condition_reason(&current, "Ready").as_deref() == Some("True/Ready")).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "status and finalizer writes are allowed");
+    let events: Api<Event> = Api::namespaced(admin.clone(), &namespace);
+    let recorded = wait_for(Duration::from_secs(10), || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        (!list.items.is_empty()).then_some(())
+    })
+    .await;
+    assert!(recorded.is_some(), "Events are allowed");
+    assert_eq!(kv.list("lab", "").await.unwrap().len(), 1, "the ConfigMap store is allowed");
+    proxies.delete("a", &DeleteParams::default()).await.unwrap();
+    let gone = wait_for(Duration::from_secs(30), || async {
+        proxies.get_opt("a").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(gone.is_some());
+    let _ = stop.send(());
+    controller.await.unwrap();
+}

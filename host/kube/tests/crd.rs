@@ -82,3 +82,16 @@ fn no_schema_default_is_an_empty_string() {
     walk("Proxy", &schema_of(&Proxy::crd()));
     walk("ProxyPool", &schema_of(&ProxyPool::crd()));
 }
+
+/// The committed manifests are what the types generate.
+#[test]
+fn deploy_crds_match_the_types() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/crds.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed == crds_yaml().unwrap(),
+        "{} is stale: run `proxyfleet crd > deploy/kubernetes/crds.yaml`",
+        path.display()
+    );
+}
