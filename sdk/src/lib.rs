@@ -116,6 +116,7 @@ extern crate self as proxyfleet_sdk;
 mod config;
 mod error;
 pub mod http;
+pub mod iso;
 pub mod kv;
 pub mod log;
 mod mark;

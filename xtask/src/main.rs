@@ -26,8 +26,16 @@ const WASM_TARGET: &str = "wasm32-wasip2";
 /// Debian packages the test suite needs: the wasm toolchain fallback
 /// (compiler, cargo, std source for `-Zbuild-std`, linker, libc) and the
 /// proxy the end-to-end tests run.
-const DEBIAN_TEST_PACKAGES: &[&str] =
-    &["rustc-web", "cargo-web", "rust-web-src", "lld-16", "wasi-libc", "tinyproxy"];
+const DEBIAN_TEST_PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "rust-web-src",
+    "lld-16",
+    "wasi-libc",
+    "tinyproxy",
+    // isoinfo, the independent reader the SDK's ISO builder is checked with.
+    "genisoimage",
+];
 
 /// The Debian packages of the wasm fallback toolchain.
 const DEBIAN_WASM_PACKAGES: &[&str] =

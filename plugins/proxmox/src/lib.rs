@@ -1,0 +1,695 @@
+//! The `proxmox` provider: each proxy is a full clone of a template VM on a
+//! Proxmox VE 8 or 9 cluster, driven through the REST API only. The host
+//! injects the API token (`Authorization: PVEAPIToken=…`) and trusts the
+//! cluster's CA; the entry config never holds the token.
+//!
+//! - The VMID comes from the Proxy UID ([`proxyfleet_sdk::derive_number`]
+//!   over `vmidRange`). Before cloning, the plugin claims the VMID in the
+//!   entry's key-value store, so concurrent creates never pick the same
+//!   one and a VM still being cloned (no name, no mark yet: PVE writes a
+//!   temporary config holding only `lock: clone`) can be recognised as ours.
+//! - A taken VMID is inspected, lock first: a clone in progress is ours when
+//!   our claim says so, anything else is ours only when its description
+//!   carries our ownership mark for this UID; someone else's VM is skipped
+//!   without waiting on its lock.
+//! - After the clone: the NoCloud seed ISO is uploaded, cores, memory,
+//!   agent, `ide2`, `net0` and the `proxyfleet` tag are set, the boot disk
+//!   grows to `diskGiB` (never shrinks), and the VM starts.
+//!
+//! See `docs/providers/proxmox.md` for the config and the PVE role.
+
+mod config;
+mod fanout;
+mod pve;
+mod vm;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proxyfleet_sdk::http::Method;
+use proxyfleet_sdk::kv::{self, CasOutcome};
+use proxyfleet_sdk::{
+    CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
+    PluginInfo, Provider, ProviderError, ProxySpec, Result, export_provider, iso, log,
+};
+use serde_json::Value;
+
+use crate::config::{CONFIG_SCHEMA, Config};
+use crate::pve::{Client, Fault, encode};
+use crate::vm::{TAG, VmEntry};
+
+/// How many candidate VMIDs a create looks at before giving up.
+const PROBES: u32 = 64;
+/// How often a create starts over when its VMID was taken or its clone
+/// vanished under it.
+const ROUNDS: u32 = 3;
+
+/// The provider exported by this plugin.
+struct Proxmox;
+
+fn client(ctx: &CallContext, config: &Config) -> Client {
+    Client::new(&config.url, Duration::from_millis(config.task_poll_ms), ctx.deadline())
+}
+
+fn list_vms(client: &Client) -> Result<BTreeMap<u32, VmEntry>> {
+    Ok(vms_from(&client.get("/cluster/resources", &[("type", "vm".to_owned())])?))
+}
+
+fn vms_from(resources: &Value) -> BTreeMap<u32, VmEntry> {
+    resources
+        .as_array()
+        .map(|entries| {
+            entries.iter().filter_map(VmEntry::from_resource).map(|vm| (vm.vmid, vm)).collect()
+        })
+        .unwrap_or_default()
+}
+
+fn vm_path(node: &str, vmid: u32) -> String {
+    format!("/nodes/{}/qemu/{vmid}", encode(node))
+}
+
+fn vm_config(client: &Client, node: &str, vmid: u32) -> Result<Value> {
+    client.get(&format!("{}/config", vm_path(node, vmid)), &[])
+}
+
+fn claim_key(vmid: u32) -> String {
+    format!("vmid/{vmid}")
+}
+
+/// The UID holding the claim on `vmid`, if any.
+fn claim_holder(vmid: u32) -> Result<Option<String>> {
+    Ok(kv::get(&claim_key(vmid))?.map(|entry| String::from_utf8_lossy(&entry.value).into_owned()))
+}
+
+/// Claims `vmid` for `uid`; false when another UID holds it.
+fn claim(vmid: u32, uid: &str) -> Result<bool> {
+    match kv::compare_and_swap(&claim_key(vmid), None, Some(uid.as_bytes()))? {
+        CasOutcome::Applied(_) => Ok(true),
+        CasOutcome::Conflict(Some(entry)) => Ok(entry.value == uid.as_bytes()),
+        // Deleted between the two looks: nobody holds it, but let the next
+        // round decide rather than loop here.
+        CasOutcome::Conflict(None) => Ok(false),
+    }
+}
+
+fn release(vmid: u32) -> Result<()> {
+    if let Some(entry) = kv::get(&claim_key(vmid))? {
+        let _ = kv::compare_and_swap(&entry.key, Some(entry.version), None)?;
+    }
+    Ok(())
+}
+
+/// What a candidate VMID holds, for a create of `uid`.
+enum Candidate {
+    Ours { cloning: bool },
+    Foreign,
+}
+
+fn inspect(client: &Client, vm: &VmEntry, uid: &str) -> Result<Candidate> {
+    if vm.template {
+        return Ok(Candidate::Foreign);
+    }
+    // The lock comes first: a VM being cloned has neither name nor mark.
+    if let Some(lock) = &vm.lock
+        && vm::is_creation_lock(lock)
+    {
+        let ours = claim_holder(vm.vmid)?.as_deref() == Some(uid);
+        return Ok(if ours { Candidate::Ours { cloning: true } } else { Candidate::Foreign });
+    }
+    let config = vm_config(client, &vm.node, vm.vmid)?;
+    Ok(match vm::mark_of(&config) {
+        Some(mark) if mark.uid == uid => Candidate::Ours { cloning: false },
+        _ => Candidate::Foreign,
+    })
+}
+
+/// Where a create goes.
+enum Slot {
+    /// Our VM already exists (maybe still being cloned).
+    Adopt { vmid: u32, cloning: bool },
+    /// Claimed for us and free: clone into it.
+    Free(u32),
+}
+
+fn find_slot(
+    client: &Client,
+    config: &Config,
+    uid: &str,
+    vms: &BTreeMap<u32, VmEntry>,
+) -> Result<Slot> {
+    let range = config.vmid_range.first..=config.vmid_range.last;
+    for attempt in 0..PROBES {
+        let Some(vmid) = proxyfleet_sdk::derive_number(uid, range.clone(), attempt) else { break };
+        match vms.get(&vmid) {
+            Some(vm) => match inspect(client, vm, uid)? {
+                Candidate::Ours { cloning } => return Ok(Slot::Adopt { vmid, cloning }),
+                Candidate::Foreign => {
+                    log::debug!("VMID taken by another VM, trying the next", vmid = vmid)
+                }
+            },
+            None => {
+                if claim(vmid, uid)? {
+                    return Ok(Slot::Free(vmid));
+                }
+                log::debug!("VMID claimed by another proxy, trying the next", vmid = vmid);
+            }
+        }
+    }
+    Err(ProviderError::QuotaExceeded(format!(
+        "no free VMID among the first {PROBES} candidates in vmidRange {}..={}; widen config key `vmidRange`",
+        config.vmid_range.first, config.vmid_range.last
+    )))
+}
+
+/// Waits until `vmid` loses its lock; `None` when it vanished (a failed
+/// clone that PVE cleaned up).
+fn wait_unlocked(client: &Client, vmid: u32) -> Result<Option<VmEntry>> {
+    loop {
+        let vms = list_vms(client)?;
+        match vms.get(&vmid) {
+            None => return Ok(None),
+            Some(vm) if vm.lock.is_none() => return Ok(Some(vm.clone())),
+            Some(vm) => {
+                if !client.has_time() {
+                    return Err(ProviderError::Conflict(format!(
+                        "VM {vmid} on {} is still locked ({}); if no task is working on it, \
+                         an earlier clone failed: unlock it (`qm unlock {vmid}`) and destroy it",
+                        vm.node,
+                        vm.lock.as_deref().unwrap_or("")
+                    )));
+                }
+            }
+        }
+        client.pause();
+    }
+}
+
+fn pick_node(config: &Config, spec: &ProxySpec) -> Result<String> {
+    if let Some((_, node)) = spec.placement.iter().find(|(key, _)| key == "node") {
+        return if config.nodes.contains(node) {
+            Ok(node.clone())
+        } else {
+            Err(ProviderError::InvalidSpec(format!(
+                "placement.node: `{node}` is not one of the entry's config key `nodes`"
+            )))
+        };
+    }
+    let count = u32::try_from(config.nodes.len()).unwrap_or(u32::MAX);
+    let index =
+        proxyfleet_sdk::derive_number(&spec.uid, 0..=count.saturating_sub(1), 0).unwrap_or(0);
+    Ok(config.nodes[usize::try_from(index).unwrap_or(0)].clone())
+}
+
+fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
+    let config = Config::parse(&ctx.config)?;
+    let template = config.template_for(&spec.image)?;
+    if spec.cores == 0 {
+        return Err(ProviderError::InvalidSpec("cores: at least 1".to_owned()));
+    }
+    if spec.memory_mib < 16 {
+        return Err(ProviderError::InvalidSpec("memoryMiB: at least 16".to_owned()));
+    }
+    let net0 = vm::net0(&config.bridge, spec.network.vlan_tag)?;
+    let node = pick_node(&config, spec)?;
+    let client = client(ctx, &config);
+    let name = vm::vm_name(&spec.uid);
+
+    for _ in 0..ROUNDS {
+        let vms = list_vms(&client)?;
+        let template_node = match vms.get(&template) {
+            Some(vm) if vm.template => vm.node.clone(),
+            _ => {
+                return Err(ProviderError::InvalidConfig(format!(
+                    "config key `templates.{}`: VM {template} is not a template on the cluster",
+                    spec.image
+                )));
+            }
+        };
+        let vmid = match find_slot(&client, &config, &spec.uid, &vms)? {
+            Slot::Adopt { vmid, cloning } => {
+                log::info!("adopting our VM", vmid = vmid, cloning = cloning);
+                if cloning && wait_unlocked(&client, vmid)?.is_none() {
+                    continue;
+                }
+                vmid
+            }
+            Slot::Free(vmid) => {
+                // A missing ISO storage would only show after the clone, and
+                // leave a VM that cannot be finished; ask first.
+                let storage_path = format!(
+                    "/nodes/{}/storage/{}/status",
+                    encode(&node),
+                    encode(&config.iso_storage)
+                );
+                client.get(&storage_path, &[])?;
+                let mark = OwnershipMark::for_spec(spec, proxyfleet_sdk::now_unix());
+                let mut params = vec![
+                    ("newid", vmid.to_string()),
+                    ("name", name.clone()),
+                    ("description", mark.to_text()),
+                    ("full", "1".to_owned()),
+                ];
+                if node != template_node {
+                    params.push(("target", node.clone()));
+                }
+                if let Some(storage) = &config.target_storage {
+                    params.push(("storage", storage.clone()));
+                }
+                if let Some(pool) = &config.pool {
+                    params.push(("pool", pool.clone()));
+                }
+                log::info!("cloning template", template = template, vmid = vmid, node = node);
+                let path = format!("{}/clone", vm_path(&template_node, template));
+                match client.run_task(Method::Post, &template_node, &path, &params) {
+                    Ok(()) => vmid,
+                    Err(error) if pve::recognise(error.message()) == Some(Fault::VmidTaken) => {
+                        // Someone outside this entry took it since we looked.
+                        release(vmid)?;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        };
+        return finish(&client, &config, spec, vmid, &net0);
+    }
+    Err(ProviderError::Transient(format!("the VMIDs for {} kept changing hands; retry", spec.uid)))
+}
+
+/// Brings our cloned VM `vmid` to running; every step is safe to repeat.
+fn finish(
+    client: &Client,
+    config: &Config,
+    spec: &ProxySpec,
+    vmid: u32,
+    net0: &str,
+) -> Result<Instance> {
+    let vms = list_vms(client)?;
+    let vm = vms.get(&vmid).ok_or_else(|| {
+        ProviderError::Transient(format!("VM {vmid} vanished while it was being set up"))
+    })?;
+    let node = vm.node.clone();
+    let path = vm_path(&node, vmid);
+    let current = client.get(&format!("{path}/status/current"), &[])?;
+    if current.get("status").and_then(Value::as_str) != Some("running") {
+        let name = vm::vm_name(&spec.uid);
+        let seed = iso::nocloud_seed(
+            &spec.user_data,
+            vm::meta_data(&name).as_bytes(),
+            Some(vm::NETWORK_CONFIG.as_bytes()),
+        )?;
+        let seed_name = vm::seed_name(vmid);
+        client.upload_iso(&node, &config.iso_storage, &seed_name, &seed)?;
+        let vm_config = vm_config(client, &node, vmid)?;
+        let params = vec![
+            ("cores", spec.cores.to_string()),
+            ("memory", spec.memory_mib.to_string()),
+            ("agent", "1".to_owned()),
+            ("ide2", format!("{}:iso/{seed_name},media=cdrom", config.iso_storage)),
+            ("net0", net0.to_owned()),
+            ("tags", TAG.to_owned()),
+        ];
+        client.call(Method::Put, &format!("{path}/config"), &params)?;
+        let current_gib =
+            vm_config.get(&config.boot_disk).and_then(Value::as_str).and_then(vm::disk_size_gib);
+        match current_gib {
+            Some(current) if spec.disk_gib > current => {
+                let params =
+                    [("disk", config.boot_disk.clone()), ("size", format!("{}G", spec.disk_gib))];
+                client.run_task(Method::Put, &node, &format!("{path}/resize"), &params)?;
+            }
+            Some(_) => {}
+            None => {
+                return Err(ProviderError::InvalidConfig(format!(
+                    "config key `bootDisk`: VM {vmid} has no disk `{}` with a size",
+                    config.boot_disk
+                )));
+            }
+        }
+        match client.run_task(Method::Post, &node, &format!("{path}/status/start"), &[]) {
+            Err(error) if pve::recognise(error.message()) == Some(Fault::AlreadyRunning) => {}
+            other => other?,
+        }
+        log::info!("started", vmid = vmid, node = node);
+    }
+    loop {
+        let current = client.get(&format!("{path}/status/current"), &[])?;
+        if current.get("status").and_then(Value::as_str) == Some("running") {
+            break;
+        }
+        if !client.has_time() {
+            return Err(ProviderError::Transient(format!(
+                "VM {vmid} did not reach running in time"
+            )));
+        }
+        client.pause();
+    }
+    get_instance(client, vmid)
+}
+
+fn provisioning(vmid: u32) -> Instance {
+    Instance {
+        provider_id: vmid.to_string(),
+        name: String::new(),
+        state: InstanceState::Provisioning,
+        addresses: Vec::new(),
+        port: None,
+        created_at: None,
+        mark: None,
+    }
+}
+
+fn get_instance(client: &Client, vmid: u32) -> Result<Instance> {
+    let vms = list_vms(client)?;
+    let vm = vms
+        .get(&vmid)
+        .ok_or_else(|| ProviderError::NotFound(format!("VM {vmid} does not exist")))?;
+    // Lock and unknown status before the name: a VM being cloned has no
+    // name yet, and a node that is down reports nothing reliable.
+    if let Some(lock) = &vm.lock
+        && vm::is_creation_lock(lock)
+    {
+        return Ok(provisioning(vmid));
+    }
+    if vm.status == "unknown" {
+        return Err(ProviderError::Transient(format!(
+            "VM {vmid}: node {} reports status unknown (node offline?)",
+            vm.node
+        )));
+    }
+    let path = vm_path(&vm.node, vmid);
+    let config = vm_config(client, &vm.node, vmid)?;
+    let Some(mark) = vm::mark_of(&config) else {
+        return Err(ProviderError::NotFound(format!(
+            "VM {vmid} no longer carries our mark: the VMID now holds someone else's VM"
+        )));
+    };
+    let current = client.get(&format!("{path}/status/current"), &[])?;
+    let mut state = vm::state_of(&current);
+    let mut addresses = Vec::new();
+    if state == InstanceState::Running {
+        match client.get(&format!("{path}/agent/network-get-interfaces"), &[]) {
+            Ok(agent) => addresses = vm::addresses_of(&agent),
+            Err(error) if pve::agent_not_ready(&error) => {}
+            Err(error) => return Err(error),
+        }
+        if addresses.is_empty() {
+            state = InstanceState::Provisioning;
+        }
+    }
+    Ok(Instance {
+        provider_id: vmid.to_string(),
+        name: config.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        state,
+        addresses,
+        port: None,
+        created_at: Some(mark.created_at),
+        mark: Some(mark),
+    })
+}
+
+/// Deletes the seed ISO of `vmid` on `node` when it is there.
+fn delete_seed(client: &Client, config: &Config, node: &str, vmid: u32) -> Result<()> {
+    let storage = &config.iso_storage;
+    let content_path = format!("/nodes/{}/storage/{}/content", encode(node), encode(storage));
+    let volid = format!("{storage}:iso/{}", vm::seed_name(vmid));
+    let listing = client.get(&content_path, &[("content", "iso".to_owned())])?;
+    let present = listing.as_array().is_some_and(|files| {
+        files.iter().any(|file| file.get("volid").and_then(Value::as_str) == Some(&volid))
+    });
+    if !present {
+        return Ok(());
+    }
+    match client.run_task(Method::Delete, node, &format!("{content_path}/{}", encode(&volid)), &[])
+    {
+        Err(ProviderError::NotFound(_)) => Ok(()),
+        other => other,
+    }
+}
+
+fn delete_seed_everywhere(client: &Client, config: &Config, vmid: u32) -> Result<()> {
+    config.nodes.iter().try_for_each(|node| delete_seed(client, config, node, vmid))
+}
+
+fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
+    let config = Config::parse(&ctx.config)?;
+    let Some(vmid) = vm::parse_vmid(provider_id) else {
+        // Not an ID this plugin hands out: nothing of ours to delete.
+        return Ok(());
+    };
+    let client = client(ctx, &config);
+    let vms = list_vms(&client)?;
+    let Some(vm) = vms.get(&vmid) else {
+        delete_seed_everywhere(&client, &config, vmid)?;
+        return release(vmid);
+    };
+    if let Some(lock) = &vm.lock
+        && vm::is_creation_lock(lock)
+    {
+        if claim_holder(vmid)?.is_some() {
+            return Err(ProviderError::Conflict(format!(
+                "VM {vmid} is still being cloned; it is deleted once the clone task ends"
+            )));
+        }
+        // Someone else's VM being made at a VMID that was ours.
+        delete_seed_everywhere(&client, &config, vmid)?;
+        return Ok(());
+    }
+    let path = vm_path(&vm.node, vmid);
+    let vm_config = vm_config(&client, &vm.node, vmid)?;
+    if vm::mark_of(&vm_config).is_none() {
+        log::info!("VMID holds a VM that is not ours; leaving it alone", vmid = vmid);
+        delete_seed_everywhere(&client, &config, vmid)?;
+        return Ok(());
+    }
+    if vm.status == "running" {
+        client.run_task(Method::Post, &vm.node, &format!("{path}/status/stop"), &[])?;
+    }
+    // The seed goes before the VM: if deleting it fails, the VM stays and
+    // the next delete finds both again instead of losing track of the ISO.
+    delete_seed(&client, &config, &vm.node, vmid)?;
+    let params = [("purge", "1".to_owned()), ("destroy-unreferenced-disks", "1".to_owned())];
+    match client.run_task(Method::Delete, &vm.node, &path, &params) {
+        Err(ProviderError::NotFound(_)) => {}
+        other => other?,
+    }
+    log::info!("destroyed", vmid = vmid, node = vm.node);
+    release(vmid)
+}
+
+fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
+    let config = Config::parse(&ctx.config)?;
+    let client = client(ctx, &config);
+    let range = config.vmid_range.first..=config.vmid_range.last;
+    let mut instances = Vec::new();
+    for vm in list_vms(&client)?.values() {
+        // The tag is set after the clone; a VM whose setup was cut short
+        // only has the mark, so VMs in our range are looked at too.
+        let candidate = vm.has_tag() || range.contains(&vm.vmid);
+        if !candidate || vm.template || vm.lock.as_deref().is_some_and(vm::is_creation_lock) {
+            continue;
+        }
+        let config = match vm_config(&client, &vm.node, vm.vmid) {
+            Ok(config) => config,
+            Err(ProviderError::NotFound(_)) => continue,
+            Err(error) => return Err(error),
+        };
+        if let Some(mark) = vm::mark_of(&config) {
+            instances.push(Instance {
+                provider_id: vm.vmid.to_string(),
+                name: vm.name.clone().unwrap_or_default(),
+                state: if vm.status == "running" {
+                    InstanceState::Running
+                } else {
+                    InstanceState::Stopped
+                },
+                addresses: Vec::new(),
+                port: None,
+                created_at: Some(mark.created_at),
+                mark: Some(mark),
+            });
+        }
+    }
+    Ok(instances)
+}
+
+/// The health reason for a failed request.
+fn reason_of(error: &ProviderError) -> HealthReason {
+    let message = error.message();
+    if message.contains("could not read the credential") || message.contains("credential for") {
+        HealthReason::CredentialsUnavailable
+    } else if message.contains("certificate") {
+        HealthReason::CertificateInvalid
+    } else if message.contains("timed out") {
+        HealthReason::Timeout
+    } else {
+        match error {
+            ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
+            ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
+            _ => HealthReason::Unreachable,
+        }
+    }
+}
+
+fn check(ctx: &CallContext) -> Health {
+    let config = match Config::parse(&ctx.config) {
+        Ok(config) => config,
+        Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.message()),
+    };
+    let client = client(ctx, &config);
+    // One request first: when it fails (TLS, token, network) every other
+    // one would fail the same way.
+    let version = match client.get("/version", &[]) {
+        Ok(version) => version,
+        Err(error) => return Health::unhealthy(reason_of(&error), error.message()),
+    };
+    log::debug!(
+        "cluster reachable",
+        version = version.get("version").and_then(Value::as_str).unwrap_or("unknown")
+    );
+    // Every node's questions and the template lookup go out at once.
+    let mut paths = Vec::new();
+    for node in &config.nodes {
+        paths.push(format!("/nodes/{}/status", encode(node)));
+        paths.push(format!(
+            "/nodes/{}/storage/{}/status",
+            encode(node),
+            encode(&config.iso_storage)
+        ));
+    }
+    paths.push("/cluster/resources?type=vm".to_owned());
+    let mut answers = fanout::get_all(client.base(), &paths).into_iter();
+    let mut issues = Vec::new();
+    for node in &config.nodes {
+        let (node_status, storage) = (answers.next(), answers.next());
+        if let Some(Err(error)) = node_status {
+            issues.push((reason_of(&error), format!("node {node}: {}", error.message())));
+        }
+        if let Some(Err(error)) = storage {
+            let reason = match pve::recognise(error.message()) {
+                Some(Fault::StorageMissing) => HealthReason::StorageNotFound,
+                _ => reason_of(&error),
+            };
+            issues.push((
+                reason,
+                format!(
+                    "node {node}: ISO storage `{}` (config key `isoStorage`): {}",
+                    config.iso_storage,
+                    error.message()
+                ),
+            ));
+        }
+    }
+    match answers.next() {
+        Some(Ok(resources)) => {
+            let vms = vms_from(&resources);
+            for (image, vmid) in &config.templates {
+                if !vms.get(vmid).is_some_and(|vm| vm.template) {
+                    issues.push((
+                        HealthReason::TemplateNotFound,
+                        format!(
+                            "config key `templates.{image}`: VM {vmid} is not a template on the cluster"
+                        ),
+                    ));
+                }
+            }
+        }
+        Some(Err(error)) => issues.push((reason_of(&error), error.message().to_owned())),
+        None => {}
+    }
+    issues.into_iter().fold(Health::healthy(), |health, (reason, message)| Health {
+        healthy: false,
+        ..health.with_issue(reason, message)
+    })
+}
+
+impl Provider for Proxmox {
+    fn describe() -> PluginInfo {
+        PluginInfo::new(
+            "proxmox",
+            env!("CARGO_PKG_VERSION"),
+            CONFIG_SCHEMA,
+            Capabilities::default(),
+        )
+    }
+
+    fn validate_config(config: &str) -> Result<()> {
+        Config::parse(config).map(drop)
+    }
+
+    fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
+        create(ctx, spec)
+    }
+
+    fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
+        let config = Config::parse(&ctx.config)?;
+        let vmid = vm::parse_vmid(provider_id)
+            .ok_or_else(|| ProviderError::NotFound(format!("`{provider_id}` is not a VMID")))?;
+        get_instance(&client(ctx, &config), vmid)
+    }
+
+    fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
+        delete(ctx, provider_id)
+    }
+
+    fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
+        list(ctx)
+    }
+
+    fn check(ctx: &CallContext) -> Health {
+        check(ctx)
+    }
+}
+
+export_provider!(Proxmox);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmid_candidates_stay_in_range_and_do_not_repeat() {
+        let range = 100_000..=100_099;
+        let candidates: Vec<u32> = (0..PROBES)
+            .filter_map(|attempt| proxyfleet_sdk::derive_number("uid-a", range.clone(), attempt))
+            .collect();
+        assert_eq!(candidates.len(), usize::try_from(PROBES).expect("fits"));
+        assert!(candidates.iter().all(|vmid| range.contains(vmid)));
+        let mut unique = candidates.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), candidates.len());
+        let again: Vec<u32> = (0..PROBES)
+            .filter_map(|attempt| proxyfleet_sdk::derive_number("uid-a", range.clone(), attempt))
+            .collect();
+        assert_eq!(candidates, again, "a retried create walks the same sequence");
+    }
+
+    #[test]
+    fn health_reasons_come_from_the_failure() {
+        let reason = |error: ProviderError| reason_of(&error);
+        assert_eq!(
+            reason(ProviderError::Transient(
+                "GET x: host error: the host could not read the credential for https://pve:8006"
+                    .into()
+            )),
+            HealthReason::CredentialsUnavailable
+        );
+        assert_eq!(
+            reason(ProviderError::Permanent("GET x: TLS certificate rejected".into())),
+            HealthReason::CertificateInvalid
+        );
+        assert_eq!(
+            reason(ProviderError::Transient("GET x: connect timed out".into())),
+            HealthReason::Timeout
+        );
+        assert_eq!(
+            reason(ProviderError::Unauthorized("GET x: HTTP 401".into())),
+            HealthReason::Unauthorized
+        );
+        assert_eq!(
+            reason(ProviderError::Transient("GET x: connection refused".into())),
+            HealthReason::Unreachable
+        );
+    }
+}
