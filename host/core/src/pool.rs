@@ -79,6 +79,22 @@ pub fn spread(replicas: u32, entries: &[(String, u32)]) -> BTreeMap<String, u32>
     shares
 }
 
+/// Parses a `maxAge` such as `90s`, `15m`, `24h` or `7d` (the pattern the
+/// ProxyPool schema enforces).
+pub fn parse_max_age(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
+    let value: u64 = text[..unit_at].parse().ok()?;
+    let seconds = match &text[unit_at..] {
+        "s" => value,
+        "m" => value.checked_mul(60)?,
+        "h" => value.checked_mul(3600)?,
+        "d" => value.checked_mul(86_400)?,
+        _ => return None,
+    };
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
 /// Plans the next step for a pool. `now` is Unix seconds.
 pub fn plan(spec: &PoolSpec, members: &[Member], now: u64) -> PoolPlan {
     let active: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
@@ -150,6 +166,16 @@ mod tests {
         assert_eq!(shares.values().sum::<u32>(), 10);
         assert_eq!(shares["a"], 4, "the remainder goes to the first listed");
         assert_eq!(spread(0, &entries(&[("a", 1)]))["a"], 0);
+    }
+
+    #[test]
+    fn max_age_takes_one_unit_suffix() {
+        assert_eq!(parse_max_age("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_max_age("24h"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_max_age("7d"), Some(Duration::from_secs(604_800)));
+        for bad in ["", "h", "0h", "5w", "1h30m", "-1h"] {
+            assert_eq!(parse_max_age(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -7,3 +7,4 @@ pub mod crd;
 pub mod kv;
 pub mod lease;
 pub mod operate;
+pub mod pool;

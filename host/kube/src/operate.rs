@@ -1,5 +1,6 @@
-//! What the leader runs in Kubernetes mode: the Proxy controller, orphan
-//! collection and provider checks, all stopped when leadership is lost.
+//! What the leader runs in Kubernetes mode: the Proxy and ProxyPool
+//! controllers, orphan collection and provider checks, all stopped when
+//! leadership is lost.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub async fn lead(
     };
     let controller =
         controller::run(context, settings.watch_namespace.as_deref(), stop(lost.clone()));
+    let pools =
+        crate::pool::run(client.clone(), settings.watch_namespace.as_deref(), stop(lost.clone()));
+    let controllers = async { tokio::join!(controller, pools) };
     let housekeeping = async {
         let mut gc = tokio::time::interval(settings.gc_interval);
         let mut checks = tokio::time::interval(settings.check_interval);
@@ -63,7 +67,7 @@ pub async fn lead(
         }
     };
     tokio::select! {
-        () = controller => {}
+        _ = controllers => {}
         () = housekeeping => {}
         () = stop(lost) => {}
     }

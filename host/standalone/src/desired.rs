@@ -8,9 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use std::time::Duration;
-
-use proxyfleet_core::pool::PoolSpec;
+use proxyfleet_core::pool::{self, PoolSpec};
 use proxyfleet_core::proxy::{DEFAULT_PORT, ProxyDesired, is_dns_label};
 use serde::Deserialize;
 
@@ -286,7 +284,7 @@ fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
     let max_age = spec
         .max_age
         .map(|text| {
-            humantime_like(&text).ok_or_else(|| {
+            pool::parse_max_age(&text).ok_or_else(|| {
                 format!("{name}: spec.maxAge: {text:?} is not a duration such as 24h or 90m")
             })
         })
@@ -312,21 +310,6 @@ fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
         },
         template,
     })
-}
-
-/// Durations as `90s`, `15m`, `24h` or `7d`.
-fn humantime_like(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
-    let value: u64 = text[..unit_at].parse().ok()?;
-    let seconds = match &text[unit_at..] {
-        "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        "d" => value * 86_400,
-        _ => return None,
-    };
-    (seconds > 0).then(|| Duration::from_secs(seconds))
 }
 
 fn proxy_desired(
@@ -373,6 +356,8 @@ fn proxy_desired(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn parse_one(yaml: &str) -> Result<Vec<DesiredProxy>> {
