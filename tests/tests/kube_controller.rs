@@ -262,3 +262,90 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     let _ = stop.send(());
     controller.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_user_data_secret_is_a_condition_naming_the_field() {
+    use k8s_openapi::api::core::v1::Secret;
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-userdata").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
+    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry = Registry::load(
+        &runtime,
+        &ProvidersConfig::parse(PROVIDERS).unwrap(),
+        dir.path(),
+        kv.clone(),
+    )
+    .await
+    .unwrap();
+    let context = Arc::new(Context::new(
+        client.clone(),
+        Arc::new(registry),
+        Policy::default(),
+        Some("ud".into()),
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = {
+        let namespace = namespace.clone();
+        tokio::spawn(async move {
+            controller::run(context, Some(&namespace), async {
+                let _ = stopped.await;
+            })
+            .await;
+        })
+    };
+    // A Secret without the opt-in label must not be read.
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "cloud-init" },
+        "stringData": { "user-data": "#cloud-config\n" },
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let manifest: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "a" },
+        "spec": { "provider": "lab", "userDataSecretRef": { "name": "cloud-init" } },
+    }))
+    .unwrap();
+    proxies.create(&PostParams::default(), &manifest).await.unwrap();
+    let message = wait_for(Duration::from_secs(30), || async {
+        let current = proxies.get("a").await.ok()?;
+        let status = current.status?;
+        let condition = status.conditions.into_iter().find(|c| c.type_ == "Provisioned")?;
+        (condition.reason == "InvalidSpec").then_some(condition.message.unwrap_or_default())
+    })
+    .await
+    .expect("the Proxy reports the unusable Secret");
+    assert!(
+        message.contains("spec.userDataSecretRef") && message.contains("proxyfleet.io/user-data"),
+        "{message}"
+    );
+    assert!(kv.list("lab", "").await.unwrap().is_empty(), "no provider call was made");
+
+    // Labelling the Secret fixes it.
+    let patch =
+        serde_json::json!({ "metadata": { "labels": { "proxyfleet.io/user-data": "true" } } });
+    Api::<Secret>::namespaced(client.clone(), &namespace)
+        .patch("cloud-init", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // A spec touch wakes the Proxy at once instead of at the next retry.
+    let touch = serde_json::json!({ "spec": { "labels": { "touched": "yes" } } });
+    proxies.patch("a", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+    let ready = wait_for(Duration::from_secs(30), || async {
+        let current = proxies.get("a").await.ok()?;
+        (condition_reason(&current, "Ready").as_deref() == Some("True/Ready")).then_some(())
+    })
+    .await;
+    assert!(ready.is_some());
+    let _ = stop.send(());
+    controller.await.unwrap();
+}

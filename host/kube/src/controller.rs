@@ -105,10 +105,24 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     };
     let deleting = proxy.metadata.deletion_timestamp.is_some();
     // Deletion needs no user-data; an unreadable Secret must not block it.
-    let user_data =
-        if deleting { Vec::new() } else { user_data(&context.client, &namespace, &proxy).await? };
-    let desired = convert::desired(&proxy.spec, user_data);
+    let user_data = if deleting {
+        Ok(Vec::new())
+    } else {
+        user_data(&context.client, &namespace, &proxy).await
+    };
     let status = proxy.status.as_ref().map(convert::status_from_crd).unwrap_or_default();
+    let user_data = match user_data {
+        Ok(bytes) => bytes,
+        Err(Error::UserData(message)) => {
+            return refuse_spec(&proxy, &context, &namespace, status, message).await;
+        }
+        Err(err) => return Err(err),
+    };
+    let desired = convert::desired(&proxy.spec, user_data);
+    if !deleting && let Err(err) = desired.validate() {
+        // The schema refuses most of this; what it cannot express ends here.
+        return refuse_spec(&proxy, &context, &namespace, status, err.to_string()).await;
+    }
     let provider = context.registry.provider(&desired.provider);
     let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
         Ok(provider) => Ok(provider.as_ref()),
@@ -176,6 +190,62 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
         None => Action::await_change(),
     })
+}
+
+/// Reports a spec that cannot be served: `Provisioned=False/InvalidSpec`
+/// naming the field, a warning Event when the message is new, and no
+/// provider call. A spec change wakes the Proxy; the periodic retry covers
+/// a Secret that appears later.
+async fn refuse_spec(
+    proxy: &Proxy,
+    context: &Context,
+    namespace: &str,
+    mut status: proxyfleet_core::proxy::ProxyStatus,
+    message: String,
+) -> Result<Action, Error> {
+    use proxyfleet_core::proxy::{ConditionStatus, ConditionType};
+    let before = status.clone();
+    let now = unix_now();
+    status.observed_generation = proxy.metadata.generation.unwrap_or(0);
+    status.set_condition(
+        ConditionType::Provisioned,
+        ConditionStatus::False,
+        "InvalidSpec",
+        message.clone(),
+        now,
+    );
+    status.set_condition(
+        ConditionType::Ready,
+        ConditionStatus::False,
+        "InvalidSpec",
+        message.clone(),
+        now,
+    );
+    if status != before {
+        let api: Api<Proxy> = Api::namespaced(context.client.clone(), namespace);
+        let patch = serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "Proxy",
+            "status": convert::status_to_crd(&status),
+        });
+        api.patch_status(
+            &proxy.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidSpec".to_owned(),
+            note: Some(truncate(&message, 1000)),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = context.recorder.publish(&event, &proxy.object_ref(&())).await {
+            tracing::warn!(proxy = %proxy.name_any(), "cannot record event InvalidSpec: {err}");
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
 }
 
 /// The user-data of a Proxy: the content of the referenced key of a Secret
