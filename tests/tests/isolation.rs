@@ -22,6 +22,7 @@ providers:
   - { name: outdated, plugin: wrong-major }
   - { name: serial, plugin: spin, limits: { timeout: 300ms, concurrency: 1 } }
   - { name: patient, plugin: spin, limits: { timeout: 30s, concurrency: 1 } }
+  - { name: careful, plugin: spin, limits: { timeout: 300ms, concurrency: 4, mutations: 1 } }
 "#;
 
 async fn fixtures() -> Registry {
@@ -168,4 +169,22 @@ async fn a_cancelled_call_gives_back_its_slot() {
         .await
         .expect("the slot of the cancelled call was given back");
     assert!(health.healthy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_and_deletes_queue_behind_the_mutation_budget() {
+    let registry = fixtures().await;
+    let careful = registry.provider("careful").unwrap();
+    let started = Instant::now();
+    let spec = SpecBuilder::new("x").build();
+    let (a, b) = tokio::join!(careful.create(&spec), careful.create(&spec));
+    assert_eq!(a.unwrap_err().class, ErrorClass::Timeout);
+    assert_eq!(b.unwrap_err().class, ErrorClass::Timeout);
+    // Four calls may run at once, but only one create: the second starts
+    // when the first has ended.
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "ran side by side: {:?}",
+        started.elapsed()
+    );
 }

@@ -81,6 +81,10 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Provider calls of this entry that may run at once.
     pub concurrency: usize,
+    /// Of those, creates and deletes that may run at once: backends lock
+    /// shared resources (a Proxmox storage, a quota) on these, and a storm
+    /// of them only produces lock timeouts.
+    pub mutations: usize,
     /// Largest HTTP response body the plugin may receive, in bytes.
     pub http_response_bytes: u64,
     /// Budget to connect to an HTTP destination.
@@ -95,6 +99,7 @@ impl Default for Limits {
             call_timeout: Duration::from_secs(60),
             memory_bytes: 64 << 20,
             concurrency: 8,
+            mutations: 2,
             http_response_bytes: 16 << 20,
             http_connect_timeout: Duration::from_secs(10),
             http_first_byte_timeout: Duration::from_secs(30),
@@ -153,6 +158,7 @@ struct RawLimits {
     #[serde(rename = "memoryMiB")]
     memory_mib: Option<u64>,
     concurrency: Option<usize>,
+    mutations: Option<usize>,
     #[serde(rename = "httpResponseMiB")]
     http_response_mib: Option<u64>,
     http_connect_timeout: Option<String>,
@@ -309,6 +315,14 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
             format!("{concurrency} is out of range; use 1 to 1024"),
         ));
     }
+    let mutations = raw.mutations.unwrap_or(defaults.mutations.min(concurrency));
+    if !(1..=concurrency).contains(&mutations) {
+        return Err(ConfigError::invalid(
+            at,
+            "limits.mutations",
+            format!("{mutations} is out of range; use 1 to limits.concurrency ({concurrency})"),
+        ));
+    }
     let http_response_mib = raw.http_response_mib.unwrap_or(defaults.http_response_bytes >> 20);
     if !(1..=1024).contains(&http_response_mib) {
         return Err(ConfigError::invalid(
@@ -321,6 +335,7 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
         call_timeout: duration("timeout", raw.timeout, defaults.call_timeout)?,
         memory_bytes: usize::try_from(memory_mib << 20).unwrap_or(usize::MAX),
         concurrency,
+        mutations,
         http_response_bytes: http_response_mib << 20,
         http_connect_timeout: duration(
             "httpConnectTimeout",
@@ -434,6 +449,22 @@ providers:
             "providers:\n  - name: a\n    plugin: x\n    grants: { http: [ { url: 'https://h/api' } ] }\n",
         );
         assert!(err.contains("drop the path"), "{err}");
+    }
+
+    #[test]
+    fn mutations_stay_within_concurrency() {
+        let config = ProvidersConfig::parse(
+            "providers:\n  - name: a\n    plugin: x\n    limits: { concurrency: 1 }\n",
+        )
+        .unwrap();
+        assert_eq!(config.entries[0].limits.mutations, 1, "the default shrinks to fit");
+        let err = parse_err(
+            "providers:\n  - name: a\n    plugin: x\n    limits: { concurrency: 2, mutations: 3 }\n",
+        );
+        assert!(
+            err.contains("limits.mutations") && err.contains("1 to limits.concurrency (2)"),
+            "{err}"
+        );
     }
 
     #[test]

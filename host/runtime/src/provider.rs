@@ -33,6 +33,7 @@ pub struct PluginProvider {
     config_json: String,
     revision: ArcSwap<PluginRevision>,
     permits: Semaphore,
+    mutation_permits: Semaphore,
     http: Arc<EntryHttp>,
     kv: Arc<dyn KvStore>,
     redactor: Arc<Redactor>,
@@ -102,6 +103,7 @@ impl PluginProvider {
             runtime: runtime.clone(),
             config_json: config.config.to_string(),
             permits: Semaphore::new(config.limits.concurrency),
+            mutation_permits: Semaphore::new(config.limits.mutations),
             config,
             revision: ArcSwap::new(revision),
             http,
@@ -172,11 +174,16 @@ impl PluginProvider {
         operation: Operation<'_>,
     ) -> Result<Answer, ProviderError> {
         let limits = &self.config.limits;
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| ProviderError::unavailable("the entry is shutting down"))?;
+        let shutting_down = |_| ProviderError::unavailable("the entry is shutting down");
+        // The mutation permit first, so a queue of creates never holds the
+        // general permits that reads need meanwhile.
+        let _mutation = match operation {
+            Operation::Create(_) | Operation::Delete(_) => {
+                Some(self.mutation_permits.acquire().await.map_err(shutting_down)?)
+            }
+            _ => None,
+        };
+        let _permit = self.permits.acquire().await.map_err(shutting_down)?;
         let state = PluginState::new(
             self.scope(revision, &operation),
             Arc::clone(&self.http),
