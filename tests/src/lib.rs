@@ -315,10 +315,10 @@ fn rand_suffix() -> u32 {
 pub async fn kube_install_crds(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::{CustomResourceExt as _, ResourceExt as _};
-    use proxyfleet_kube::crd::{Proxy, ProxyPool};
+    use proxyfleet_kube::crd::{Proxy, ProxyPool, ProxyProvider};
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     let params = kube::api::PatchParams::apply("proxyfleet-tests").force();
-    for crd in [Proxy::crd(), ProxyPool::crd()] {
+    for crd in [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd()] {
         let name = crd.name_any();
         crds.patch(&name, &params, &kube::api::Patch::Apply(&crd))
             .await

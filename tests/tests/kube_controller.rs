@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::kv::KvStore as _;
 use proxyfleet_core::reconcile::{FINALIZER, Policy};
 use proxyfleet_kube::controller::{self, Context};
-use proxyfleet_kube::crd::{Proxy, ProxyPhase};
+use proxyfleet_kube::crd::{Proxy, ProxyPhase, ProxyProvider};
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
@@ -221,9 +221,10 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     )
     .await
     .unwrap();
+    let checked_registry = Arc::new(registry);
     let context = Arc::new(Context::new(
         user.clone(),
-        Arc::new(registry),
+        Arc::clone(&checked_registry),
         Policy::default(),
         Some("rbac".into()),
     ));
@@ -253,6 +254,10 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     .await;
     assert!(recorded.is_some(), "Events are allowed");
     assert_eq!(kv.list("lab", "").await.unwrap().len(), 1, "the ConfigMap store is allowed");
+    proxyfleet_kube::operate::check_providers(&user, &checked_registry, Duration::from_secs(5))
+        .await;
+    let published = Api::<ProxyProvider>::all(admin.clone()).get_opt("lab").await.unwrap();
+    assert!(published.is_some(), "provider objects are allowed");
     proxies.delete("a", &DeleteParams::default()).await.unwrap();
     let gone = wait_for(Duration::from_secs(30), || async {
         proxies.get_opt("a").await.ok()?.is_none().then_some(())
@@ -348,4 +353,42 @@ async fn an_unusable_user_data_secret_is_a_condition_naming_the_field() {
     assert!(ready.is_some());
     let _ = stop.send(());
     controller.await.unwrap();
+}
+
+#[tokio::test]
+async fn provider_checks_are_published_per_entry() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-checks").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
+    // Entry names are cluster-wide objects: make them unique to this run.
+    let (good, empty, missing) =
+        (format!("{namespace}-good"), format!("{namespace}-empty"), format!("{namespace}-missing"));
+    let providers = format!(
+        "providers:\n  - {{ name: {good}, plugin: static, config: {{ endpoints: ['192.0.2.1:3128'] }} }}\n  - {{ name: {empty}, plugin: static, config: {{ endpoints: [] }} }}\n  - {{ name: {missing}, plugin: nowhere }}\n"
+    );
+    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry =
+        Registry::load(&runtime, &ProvidersConfig::parse(&providers).unwrap(), dir.path(), kv)
+            .await
+            .unwrap();
+    let failures =
+        proxyfleet_kube::operate::check_providers(&client, &registry, Duration::from_secs(5)).await;
+    assert!(failures.is_empty(), "{failures:?}");
+
+    let api: Api<ProxyProvider> = Api::all(client.clone());
+    let ok = api.get(&good).await.unwrap().status.unwrap();
+    assert!(ok.available && ok.healthy, "{ok:?}");
+    assert_eq!(ok.plugin.as_deref(), Some("static"));
+    assert!(ok.last_success.is_some());
+    let unhealthy = api.get(&empty).await.unwrap().status.unwrap();
+    assert!(unhealthy.available && !unhealthy.healthy);
+    assert_eq!(unhealthy.reason.as_deref(), Some("unreachable"));
+    assert_eq!(unhealthy.last_success, None);
+    let unavailable = api.get(&missing).await.unwrap().status.unwrap();
+    assert!(!unavailable.available);
+    assert_eq!(unavailable.reason.as_deref(), Some("Unavailable"));
+    assert!(unavailable.issues[0].message.as_deref().unwrap_or_default().contains("nowhere.wasm"));
 }

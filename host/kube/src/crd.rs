@@ -270,12 +270,78 @@ pub struct ProxyPoolStatus {
     pub observed_generation: i64,
 }
 
-/// Both CRDs as a multi-document YAML stream.
+/// A provider entry as the operator sees it: which plugin serves it and
+/// what its last check found. Cluster-scoped, one per entry, written by the
+/// leader after every check so `kubectl get proxyproviders` shows the state
+/// of every backend.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "proxyfleet.io",
+    version = "v1alpha1",
+    kind = "ProxyProvider",
+    shortname = "pxprov",
+    status = "ProxyProviderStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.plugin"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"boolean","jsonPath":".status.healthy"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Last-Success","type":"date","jsonPath":".status.lastSuccess"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyProviderSpec {
+    /// The plugin the providers file names for this entry.
+    pub plugin: String,
+}
+
+/// One finding of a provider check.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ProviderIssue {
+    /// Kebab-case reason, e.g. `credentials-unavailable`.
+    pub reason: String,
+    /// For people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What the last check of an entry found.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyProviderStatus {
+    /// Whether the plugin loaded and accepted the entry's config.
+    pub available: bool,
+    /// Whether the last check passed.
+    pub healthy: bool,
+    /// The first issue's reason, or `Unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Every issue the check reported.
+    #[serde(default)]
+    pub issues: Vec<ProviderIssue>,
+    /// Plugin name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Plugin version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// sha256 of the plugin component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// RFC 3339 time of the last passing check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<String>,
+    /// RFC 3339 time of this check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<String>,
+}
+
+/// Every CRD as a multi-document YAML stream.
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     use kube::CustomResourceExt as _;
     Ok(format!(
-        "{}---\n{}",
+        "{}---\n{}---\n{}",
         serde_yaml::to_string(&Proxy::crd())?,
-        serde_yaml::to_string(&ProxyPool::crd())?
+        serde_yaml::to_string(&ProxyPool::crd())?,
+        serde_yaml::to_string(&ProxyProvider::crd())?
     ))
 }

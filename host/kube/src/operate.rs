@@ -6,16 +6,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use proxyfleet_core::gc::collect_orphans;
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_core::{HealthReason, Provider as _};
+use proxyfleet_core::{Health, HealthReason, Provider as _};
 use proxyfleet_runtime::{EntryState, Registry};
 use tokio::sync::watch;
 
 use crate::controller::{self, Context};
-use crate::crd::Proxy;
+use crate::crd::{ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus};
 
 /// How the leader works.
 #[derive(Debug, Clone)]
@@ -62,7 +63,9 @@ pub async fn lead(
         loop {
             tokio::select! {
                 _ = gc.tick() => collect_garbage(&client, &registry, &settings).await,
-                _ = checks.tick() => check_providers(&registry, settings.check_interval).await,
+                _ = checks.tick() => {
+                    check_providers(&client, &registry, settings.check_interval).await;
+                }
             }
         }
     };
@@ -119,18 +122,35 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
 }
 
 /// Checks every entry, each bounded by min(15 s, interval) so a hanging
-/// backend never holds up the next round.
-async fn check_providers(registry: &Registry, interval: Duration) {
+/// backend never holds up the next round, and publishes each result as the
+/// entry's cluster-scoped ProxyProvider object. Returns the entries whose
+/// result could not be published, with why.
+pub async fn check_providers(
+    client: &kube::Client,
+    registry: &Registry,
+    interval: Duration,
+) -> Vec<(String, kube::Error)> {
+    let mut failures = Vec::new();
     let timeout = interval.min(Duration::from_secs(15));
+    let api: Api<ProxyProvider> = Api::all(client.clone());
+    let now = Timestamp::now();
     for (entry, state) in registry.entries() {
+        let mut status =
+            ProxyProviderStatus { checked_at: Some(now.to_string()), ..Default::default() };
         match state {
             EntryState::Failed(reason) => {
-                tracing::warn!(entry = %entry, "provider entry unavailable: {reason}")
+                tracing::warn!(entry = %entry, "provider entry unavailable: {reason}");
+                status.reason = Some("Unavailable".into());
+                status.issues = vec![ProviderIssue {
+                    reason: "unavailable".into(),
+                    message: Some(reason.clone()),
+                }];
             }
             EntryState::Ready(provider) => {
+                let revision = provider.revision();
                 let health =
                     tokio::time::timeout(timeout, provider.check()).await.unwrap_or_else(|_| {
-                        proxyfleet_core::Health::unhealthy(
+                        Health::unhealthy(
                             HealthReason::Timeout,
                             format!("no answer within {timeout:?}"),
                         )
@@ -140,7 +160,59 @@ async fn check_providers(registry: &Registry, interval: Duration) {
                 } else {
                     tracing::warn!(entry = %entry, issues = ?health.issues, "provider check failed");
                 }
+                status.available = true;
+                status.healthy = health.healthy;
+                status.plugin = Some(revision.info.name.clone());
+                status.version = Some(revision.info.version.clone());
+                status.digest = Some(revision.digest.clone());
+                status.issues = health
+                    .issues
+                    .iter()
+                    .map(|issue| ProviderIssue {
+                        reason: serde_json::to_value(issue.reason)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        message: Some(issue.message.clone()).filter(|m| !m.is_empty()),
+                    })
+                    .collect();
+                status.reason = status.issues.first().map(|i| i.reason.clone());
             }
         }
+        status.last_success = if status.healthy {
+            Some(now.to_string())
+        } else {
+            // Carried over, also across a change of leader.
+            api.get_opt(entry).await.ok().flatten().and_then(|p| p.status?.last_success)
+        };
+        let plugin = registry.plugin_of(entry).unwrap_or("unknown");
+        if let Err(err) = publish(&api, entry, plugin, &status).await {
+            tracing::warn!(entry = %entry, "cannot publish the provider check: {err}");
+            failures.push((entry.clone(), err));
+        }
     }
+    failures
+}
+
+async fn publish(
+    api: &Api<ProxyProvider>,
+    entry: &str,
+    plugin: &str,
+    status: &ProxyProviderStatus,
+) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(crate::controller::MANAGER).force();
+    let object = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyProvider",
+        "metadata": { "name": entry },
+        "spec": { "plugin": plugin },
+    });
+    api.patch(entry, &params, &Patch::Apply(&object)).await?;
+    let status = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyProvider",
+        "status": status,
+    });
+    api.patch_status(entry, &params, &Patch::Apply(&status)).await?;
+    Ok(())
 }

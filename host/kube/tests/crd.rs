@@ -57,10 +57,12 @@ fn a_minimal_manifest_gets_the_defaults() {
 }
 
 #[test]
-fn the_stream_holds_both_crds() {
+fn the_stream_holds_every_crd() {
     let yaml = crds_yaml().unwrap();
-    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 2);
+    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 3);
     assert!(yaml.contains("name: proxypools.proxyfleet.io"));
+    assert!(yaml.contains("name: proxyproviders.proxyfleet.io"));
+    assert!(yaml.contains("scope: Cluster"), "provider objects are cluster-scoped");
 }
 
 /// Kubernetes 1.20 reads an empty-string schema default as null and refuses

@@ -41,6 +41,8 @@ pub struct Registry {
     plugin_dir: PathBuf,
     plugins: BTreeMap<String, PluginLoad>,
     entries: BTreeMap<String, EntryState>,
+    /// The plugin each entry names, loaded or not.
+    entry_plugins: BTreeMap<String, String>,
 }
 
 impl Registry {
@@ -99,7 +101,9 @@ impl Registry {
             }
             entries.insert(entry.name.clone(), state);
         }
-        Ok(Self { plugin_dir: plugin_dir.to_owned(), plugins, entries })
+        let entry_plugins =
+            config.entries.iter().map(|e| (e.name.clone(), e.plugin.clone())).collect();
+        Ok(Self { plugin_dir: plugin_dir.to_owned(), plugins, entries, entry_plugins })
     }
 
     /// The provider serving `entry`, or why there is none.
@@ -119,6 +123,11 @@ impl Registry {
     /// Every entry and its state, by name.
     pub fn entries(&self) -> &BTreeMap<String, EntryState> {
         &self.entries
+    }
+
+    /// The plugin the providers file names for `entry`, loaded or not.
+    pub fn plugin_of(&self, entry: &str) -> Option<&str> {
+        self.entry_plugins.get(entry).map(String::as_str)
     }
 
     /// Every plugin file and what became of it, by name.
