@@ -1,0 +1,124 @@
+//! The exact requests one reconcile pass makes, against a mocked API server
+//! (tower-test): the fast tier beside the tests on a real one.
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use kube::client::Body;
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::reconcile::{FINALIZER, Policy};
+use proxyfleet_kube::controller::{Context, reconcile_proxy};
+use proxyfleet_kube::crd::Proxy;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+/// A context whose registry has no entries: every provider is unavailable,
+/// so a pass makes API requests only.
+async fn context(client: kube::Client) -> Arc<Context> {
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let config = ProvidersConfig::parse("providers: []\n").unwrap();
+    let dir = tempfile_dir();
+    let registry =
+        Registry::load(&runtime, &config, &dir, Arc::new(MemoryKv::new())).await.unwrap();
+    Arc::new(Context::new(client, Arc::new(registry), Policy::default(), Some("mock".into())))
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("proxyfleet-mock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn proxy(finalizers: &[&str]) -> Proxy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": {
+            "name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1,
+            "resourceVersion": "7", "finalizers": finalizers,
+        },
+        "spec": { "provider": "lab" },
+    }))
+    .unwrap()
+}
+
+async fn next(
+    handle: &mut Handle,
+) -> (Method, String, serde_json::Value, tower_test::mock::SendResponse<Response<Body>>) {
+    let (request, respond) = handle.next_request().await.expect("a request");
+    let (method, uri) = (request.method().clone(), request.uri().to_string());
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).or_else(|_| serde_yaml::from_slice(&bytes)).unwrap()
+    };
+    (method, uri, body, respond)
+}
+
+fn reply(respond: tower_test::mock::SendResponse<Response<Body>>, body: &serde_json::Value) {
+    respond.send_response(
+        Response::builder().body(Body::from(serde_json::to_vec(body).unwrap())).unwrap(),
+    );
+}
+
+#[tokio::test]
+async fn the_first_pass_only_puts_the_finalizer_on_guarded_by_resource_version() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client).await;
+    let object = proxy(&[]);
+    let server = tokio::spawn(async move {
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH);
+        assert!(uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies/a?"), "{uri}");
+        assert_eq!(body["metadata"]["finalizers"], serde_json::json!([FINALIZER]));
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        reply(respond, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
+        handle
+    });
+    reconcile_proxy(Arc::new(object), context).await.unwrap();
+    let mut handle = server.await.unwrap();
+    // Nothing else: no status write, no event, no provider call.
+    assert!(no_more_requests(&mut handle).await);
+}
+
+#[tokio::test]
+async fn an_unknown_entry_makes_one_warning_event_and_one_status_apply() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client).await;
+    let server = tokio::spawn(async move {
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::POST);
+        assert!(uri.starts_with("/apis/events.k8s.io/v1/namespaces/ns/events"), "{uri}");
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["reason"], "ProviderUnavailable");
+        reply(respond, &body);
+
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH);
+        assert!(
+            uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies/a/status?"),
+            "{uri}"
+        );
+        assert!(uri.contains("fieldManager=proxyfleet") && uri.contains("force=true"), "{uri}");
+        let conditions = body["status"]["conditions"].as_array().unwrap();
+        let provisioned = conditions.iter().find(|c| c["type"] == "Provisioned").unwrap();
+        assert_eq!(provisioned["reason"], "ProviderUnavailable");
+        reply(respond, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
+        handle
+    });
+    reconcile_proxy(Arc::new(proxy(&[FINALIZER])), context).await.unwrap();
+    let mut handle = server.await.unwrap();
+    assert!(no_more_requests(&mut handle).await);
+}
+
+/// No further request came: none is pending, or the client is gone.
+async fn no_more_requests(handle: &mut Handle) -> bool {
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request()).await;
+    matches!(next, Err(_) | Ok(None))
+}
