@@ -354,3 +354,69 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The Proxy controller (and, when asked, the ProxyPool controller) running
+/// in-process over one namespace, as `client`, with the built plugins and
+/// the ConfigMap store. Stop it with [`Controllers::stop`].
+#[derive(Debug)]
+pub struct Controllers {
+    /// The plugins' store the controllers use.
+    pub kv: Arc<proxyfleet_kube::kv::ConfigMapKv>,
+    /// Their provider entries.
+    pub registry: Arc<Registry>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _plugins: tempfile::TempDir,
+}
+
+impl Controllers {
+    /// Starts them; `providers` is a providers file served by `static`.
+    pub async fn start(
+        client: &kube::Client,
+        namespace: &str,
+        providers: &str,
+        policy: proxyfleet_core::reconcile::Policy,
+        with_pools: bool,
+    ) -> Self {
+        let plugins = tempfile::tempdir().expect("temp dir");
+        std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).expect("copy plugin");
+        let kv = Arc::new(proxyfleet_kube::kv::ConfigMapKv::new(client.clone(), namespace));
+        let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+        let config = ProvidersConfig::parse(providers).expect("valid providers file");
+        let registry = Arc::new(
+            Registry::load(&runtime, &config, plugins.path(), Arc::clone(&kv) as _)
+                .await
+                .expect("plugins load"),
+        );
+        let context = Arc::new(proxyfleet_kube::controller::Context::new(
+            client.clone(),
+            Arc::clone(&registry),
+            policy,
+            Some("tests".into()),
+        ));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let mut tasks = Vec::new();
+        let (ns, rx) = (namespace.to_owned(), stopped.clone());
+        tasks.push(tokio::spawn(async move {
+            proxyfleet_kube::controller::run(context, Some(&ns), until_stopped(rx)).await;
+        }));
+        if with_pools {
+            let (ns, rx, client) = (namespace.to_owned(), stopped, client.clone());
+            tasks.push(tokio::spawn(async move {
+                proxyfleet_kube::pool::run(client, Some(&ns), until_stopped(rx)).await;
+            }));
+        }
+        Self { kv, registry, stop, tasks, _plugins: plugins }
+    }
+
+    /// Stops the controllers and waits for them.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.await.expect("controller task");
+        }
+    }
+}

@@ -10,13 +10,12 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::kv::KvStore as _;
 use proxyfleet_core::reconcile::{FINALIZER, Policy};
-use proxyfleet_kube::controller::{self, Context};
 use proxyfleet_kube::crd::{Proxy, ProxyPhase, ProxyProvider};
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::{
-    kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
+    Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
 
 const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
@@ -46,31 +45,14 @@ async fn proxies_reconcile_to_ready_and_are_deleted_behind_the_finalizer() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-ctl").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
-    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry = Registry::load(
-        &runtime,
-        &ProvidersConfig::parse(PROVIDERS).unwrap(),
-        dir.path(),
-        kv.clone(),
+    let controllers = Controllers::start(
+        &client,
+        &namespace,
+        PROVIDERS,
+        Policy { provisioning_poll: Duration::from_millis(200), ..Policy::default() },
+        false,
     )
-    .await
-    .unwrap();
-    let policy = Policy { provisioning_poll: Duration::from_millis(200), ..Policy::default() };
-    let context =
-        Arc::new(Context::new(client.clone(), Arc::new(registry), policy, Some("test".into())));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = {
-        let namespace = namespace.clone();
-        tokio::spawn(async move {
-            controller::run(context, Some(&namespace), async {
-                let _ = stopped.await;
-            })
-            .await;
-        })
-    };
+    .await;
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let wait = Duration::from_secs(30);
 
@@ -123,12 +105,11 @@ async fn proxies_reconcile_to_ready_and_are_deleted_behind_the_finalizer() {
     let gone =
         wait_for(wait, || async { proxies.get_opt("a").await.ok()?.is_none().then_some(()) }).await;
     assert!(gone.is_some(), "the Proxy is deleted once its instance is");
-    let left = kv.list("lab", "").await.unwrap();
+    let left = controllers.kv.list("lab", "").await.unwrap();
     assert!(left.is_empty(), "the static endpoint was released: {left:?}");
 
     proxies.delete("b", &DeleteParams::default()).await.unwrap();
-    let _ = stop.send(());
-    controller.await.unwrap();
+    controllers.stop().await;
 }
 
 /// The manifests in deploy/kubernetes/rbac.yaml, bound to the test user
@@ -209,35 +190,8 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     .await;
     assert!(leading.is_some(), "the Role allows the leader Lease");
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
-    let kv = Arc::new(ConfigMapKv::new(user.clone(), &namespace));
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry = Registry::load(
-        &runtime,
-        &ProvidersConfig::parse(PROVIDERS).unwrap(),
-        dir.path(),
-        kv.clone(),
-    )
-    .await
-    .unwrap();
-    let checked_registry = Arc::new(registry);
-    let context = Arc::new(Context::new(
-        user.clone(),
-        Arc::clone(&checked_registry),
-        Policy::default(),
-        Some("rbac".into()),
-    ));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = {
-        let namespace = namespace.clone();
-        tokio::spawn(async move {
-            controller::run(context, Some(&namespace), async {
-                let _ = stopped.await;
-            })
-            .await;
-        })
-    };
+    let controllers =
+        Controllers::start(&user, &namespace, PROVIDERS, Policy::default(), false).await;
     let proxies: Api<Proxy> = Api::namespaced(admin.clone(), &namespace);
     proxies.create(&PostParams::default(), &proxy("a", "lab")).await.unwrap();
     let ready = wait_for(Duration::from_secs(30), || async {
@@ -253,8 +207,12 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     })
     .await;
     assert!(recorded.is_some(), "Events are allowed");
-    assert_eq!(kv.list("lab", "").await.unwrap().len(), 1, "the ConfigMap store is allowed");
-    proxyfleet_kube::operate::check_providers(&user, &checked_registry, Duration::from_secs(5))
+    assert_eq!(
+        controllers.kv.list("lab", "").await.unwrap().len(),
+        1,
+        "the ConfigMap store is allowed"
+    );
+    proxyfleet_kube::operate::check_providers(&user, &controllers.registry, Duration::from_secs(5))
         .await;
     let published = Api::<ProxyProvider>::all(admin.clone()).get_opt("lab").await.unwrap();
     assert!(published.is_some(), "provider objects are allowed");
@@ -264,8 +222,7 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     })
     .await;
     assert!(gone.is_some());
-    let _ = stop.send(());
-    controller.await.unwrap();
+    controllers.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,34 +231,8 @@ async fn an_unusable_user_data_secret_is_a_condition_naming_the_field() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-userdata").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
-    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry = Registry::load(
-        &runtime,
-        &ProvidersConfig::parse(PROVIDERS).unwrap(),
-        dir.path(),
-        kv.clone(),
-    )
-    .await
-    .unwrap();
-    let context = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(registry),
-        Policy::default(),
-        Some("ud".into()),
-    ));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = {
-        let namespace = namespace.clone();
-        tokio::spawn(async move {
-            controller::run(context, Some(&namespace), async {
-                let _ = stopped.await;
-            })
-            .await;
-        })
-    };
+    let controllers =
+        Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), false).await;
     // A Secret without the opt-in label must not be read.
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "cloud-init" },
@@ -333,7 +264,7 @@ async fn an_unusable_user_data_secret_is_a_condition_naming_the_field() {
         message.contains("spec.userDataSecretRef") && message.contains("proxyfleet.io/user-data"),
         "{message}"
     );
-    assert!(kv.list("lab", "").await.unwrap().is_empty(), "no provider call was made");
+    assert!(controllers.kv.list("lab", "").await.unwrap().is_empty(), "no provider call was made");
 
     // Labelling the Secret fixes it.
     let patch =
@@ -351,8 +282,7 @@ async fn an_unusable_user_data_secret_is_a_condition_naming_the_field() {
     })
     .await;
     assert!(ready.is_some());
-    let _ = stop.send(());
-    controller.await.unwrap();
+    controllers.stop().await;
 }
 
 #[tokio::test]

@@ -2,20 +2,15 @@
 //! server and the static plugin: members are made, become Ready, follow
 //! the scale subresource and the template.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_kube::controller::{self, Context};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
-use proxyfleet_kube::kv::ConfigMapKv;
-use proxyfleet_kube::pool::{self, POOL_LABEL};
-use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_kube::pool::POOL_LABEL;
 use proxyfleet_tests::{
-    kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
+    Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };
 
 const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
@@ -25,32 +20,8 @@ async fn a_pool_keeps_its_members_at_the_wanted_number_and_spec() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-pool").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
-    let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry =
-        Registry::load(&runtime, &ProvidersConfig::parse(PROVIDERS).unwrap(), dir.path(), kv)
-            .await
-            .unwrap();
-    let context = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(registry),
-        Policy::default(),
-        Some("pool-test".into()),
-    ));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stopper = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let proxy_controller = {
-        let (namespace, rx) = (namespace.clone(), stopped.clone());
-        tokio::spawn(async move { controller::run(context, Some(&namespace), stopper(rx)).await })
-    };
-    let pool_controller = {
-        let (namespace, rx, client) = (namespace.clone(), stopped.clone(), client.clone());
-        tokio::spawn(async move { pool::run(client, Some(&namespace), stopper(rx)).await })
-    };
+    let controllers =
+        Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), true).await;
 
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
@@ -111,7 +82,5 @@ async fn a_pool_keeps_its_members_at_the_wanted_number_and_spec() {
     .await;
     assert!(updated.is_some(), "members follow the template");
 
-    let _ = stop.send(true);
-    proxy_controller.await.unwrap();
-    pool_controller.await.unwrap();
+    controllers.stop().await;
 }

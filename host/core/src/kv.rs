@@ -67,6 +67,23 @@ pub trait KvStore: Send + Sync + std::fmt::Debug {
     async fn list(&self, scope: &str, prefix: &str) -> Result<Vec<KvEntry>, KvError>;
 }
 
+/// Backends that keep a key's version beside its value store them as one
+/// byte string: the version, 8 bytes little-endian, then the value.
+pub fn encode_versioned(version: u64, value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(8 + value.len());
+    stored.extend_from_slice(&version.to_le_bytes());
+    stored.extend_from_slice(value);
+    stored
+}
+
+/// The entry stored as [`encode_versioned`] wrote it.
+pub fn decode_versioned(key: &str, stored: &[u8]) -> KvEntry {
+    let (version, value) = stored.split_at(8.min(stored.len()));
+    let mut raw = [0u8; 8];
+    raw[..version.len()].copy_from_slice(version);
+    KvEntry { key: key.to_owned(), value: value.to_vec(), version: u64::from_le_bytes(raw) }
+}
+
 /// Checks a request against the limits every backend enforces.
 pub fn validate_request(key: &str, value: Option<&[u8]>) -> Result<(), KvError> {
     if key.is_empty() {
@@ -180,6 +197,16 @@ impl KvStore for MemoryKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versioned_values_round_trip() {
+        let stored = encode_versioned(42, b"uid-1");
+        assert_eq!(
+            decode_versioned("k", &stored),
+            KvEntry { key: "k".into(), value: b"uid-1".to_vec(), version: 42 }
+        );
+        assert_eq!(decode_versioned("k", &encode_versioned(7, b"")).version, 7);
+    }
 
     #[tokio::test]
     async fn create_only_succeeds_once() {

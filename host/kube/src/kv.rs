@@ -58,26 +58,13 @@ fn decode_key(encoded: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-/// Values are stored as an 8-byte little-endian version and the value.
-fn entry_of(key: &str, stored: &ByteString) -> KvEntry {
-    let bytes = &stored.0;
-    let mut version = [0u8; 8];
-    let split = bytes.len().min(8);
-    version[..split].copy_from_slice(&bytes[..split]);
-    KvEntry {
-        key: key.to_owned(),
-        value: bytes[split..].to_vec(),
-        version: u64::from_le_bytes(version),
-    }
-}
-
 fn entries(map: &ConfigMap) -> BTreeMap<String, KvEntry> {
     map.binary_data
         .iter()
         .flatten()
         .filter_map(|(encoded, stored)| {
             let key = decode_key(encoded)?;
-            Some((key.clone(), entry_of(&key, stored)))
+            Some((key.clone(), kv::decode_versioned(&key, &stored.0)))
         })
         .collect()
 }
@@ -129,9 +116,7 @@ impl KvStore for ConfigMapKv {
                     // and re-created key never repeats a version.
                     let version = last + 1;
                     annotations.insert(VERSION_ANNOTATION.to_owned(), version.to_string());
-                    let mut stored = version.to_le_bytes().to_vec();
-                    stored.extend_from_slice(value);
-                    data.insert(encode_key(key), ByteString(stored));
+                    data.insert(encode_key(key), ByteString(kv::encode_versioned(version, value)));
                     CasOutcome::Applied(version)
                 }
                 None => {

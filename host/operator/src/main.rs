@@ -59,6 +59,23 @@ enum Command {
     Standalone(StandaloneArgs),
 }
 
+/// Orphan collection and provider checks, the same in both modes.
+#[derive(Debug, clap::Args)]
+struct Housekeeping {
+    /// Log the orphans that would be deleted instead of deleting them.
+    #[arg(long)]
+    gc_dry_run: bool,
+    /// Orphans younger than this are left alone.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    gc_min_age: Duration,
+    /// How often orphans are collected.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    gc_interval: Duration,
+    /// How often every provider entry is checked.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    provider_check_interval: Duration,
+}
+
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     #[command(flatten)]
@@ -78,18 +95,8 @@ struct RunArgs {
     /// How long the Lease holds without renewal.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     lease_duration: Duration,
-    /// Log the orphans that would be deleted instead of deleting them.
-    #[arg(long)]
-    gc_dry_run: bool,
-    /// Orphans younger than this are left alone.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    gc_min_age: Duration,
-    /// How often orphans are collected.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
-    gc_interval: Duration,
-    /// How often every provider entry is checked.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    provider_check_interval: Duration,
+    #[command(flatten)]
+    housekeeping: Housekeeping,
 }
 
 #[derive(Debug, clap::Args)]
@@ -109,18 +116,8 @@ struct StandaloneArgs {
     /// With --once: how long to wait for the Proxies to settle.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     settle_timeout: Duration,
-    /// Log the orphans that would be deleted instead of deleting them.
-    #[arg(long)]
-    gc_dry_run: bool,
-    /// Orphans younger than this are left alone.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    gc_min_age: Duration,
-    /// How often orphans are collected.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
-    gc_interval: Duration,
-    /// How often every provider entry is checked.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    provider_check_interval: Duration,
+    #[command(flatten)]
+    housekeeping: Housekeeping,
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,10 +269,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = LeaderSettings {
         watch_namespace: args.watch_namespace,
         policy: Policy::default(),
-        gc_interval: args.gc_interval,
-        gc_min_age: args.gc_min_age,
-        gc_dry_run: args.gc_dry_run,
-        check_interval: args.provider_check_interval,
+        gc_interval: args.housekeeping.gc_interval,
+        gc_min_age: args.housekeeping.gc_min_age,
+        gc_dry_run: args.housekeeping.gc_dry_run,
+        check_interval: args.housekeeping.provider_check_interval,
     };
     let shutdown = async {
         if let Err(err) = tokio::signal::ctrl_c().await {
@@ -301,10 +298,10 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
     let mut settings = Settings::new(args.proxies, args.state, providers, args.setup.plugin_dir);
     settings.cache_dir = args.setup.cache_dir;
-    settings.gc_dry_run = args.gc_dry_run;
-    settings.gc_min_age = args.gc_min_age;
-    settings.gc_interval = args.gc_interval;
-    settings.check_interval = args.provider_check_interval;
+    settings.gc_dry_run = args.housekeeping.gc_dry_run;
+    settings.gc_min_age = args.housekeeping.gc_min_age;
+    settings.gc_interval = args.housekeeping.gc_interval;
+    settings.check_interval = args.housekeeping.provider_check_interval;
     let standalone = Arc::new(Standalone::open(settings).await?);
     if !args.once {
         let shutdown = async {

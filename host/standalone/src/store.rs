@@ -123,7 +123,7 @@ impl Store {
         let txn = self.db.begin_read().map_err(kv_err)?;
         let table = txn.open_table(KV).map_err(kv_err)?;
         let found = table.get(kv_key(scope, key).as_str()).map_err(kv_err)?;
-        Ok(found.map(|v| split_entry(key, v.value())))
+        Ok(found.map(|v| kv::decode_versioned(key, v.value())))
     }
 
     fn kv_cas(
@@ -140,8 +140,10 @@ impl Store {
         let txn = self.db.begin_write().map_err(kv_err)?;
         let outcome = {
             let mut table = txn.open_table(KV).map_err(kv_err)?;
-            let current =
-                table.get(map_key.as_str()).map_err(kv_err)?.map(|v| split_entry(key, v.value()));
+            let current = table
+                .get(map_key.as_str())
+                .map_err(kv_err)?
+                .map(|v| kv::decode_versioned(key, v.value()));
             if current.as_ref().map(|e| e.version) != expected {
                 return Ok(CasOutcome::Conflict(current));
             }
@@ -153,8 +155,7 @@ impl Store {
                     let version =
                         meta.get(KV_VERSION).map_err(kv_err)?.map_or(0, |v| v.value()) + 1;
                     meta.insert(KV_VERSION, version).map_err(kv_err)?;
-                    let mut bytes = version.to_le_bytes().to_vec();
-                    bytes.extend_from_slice(value);
+                    let bytes = kv::encode_versioned(version, value);
                     table.insert(map_key.as_str(), bytes.as_slice()).map_err(kv_err)?;
                     CasOutcome::Applied(version)
                 }
@@ -181,7 +182,7 @@ impl Store {
             if !key.starts_with(prefix) {
                 break;
             }
-            entries.push(split_entry(&key, v.value()));
+            entries.push(kv::decode_versioned(&key, v.value()));
         }
         Ok(entries)
     }
@@ -189,13 +190,6 @@ impl Store {
 
 fn kv_key(scope: &str, key: &str) -> String {
     format!("{scope}\0{key}")
-}
-
-fn split_entry(key: &str, bytes: &[u8]) -> KvEntry {
-    let (version, value) = bytes.split_at(8.min(bytes.len()));
-    let mut raw = [0u8; 8];
-    raw[..version.len()].copy_from_slice(version);
-    KvEntry { key: key.to_owned(), value: value.to_vec(), version: u64::from_le_bytes(raw) }
 }
 
 fn decode(bytes: &[u8]) -> Result<ProxyRecord> {
