@@ -212,8 +212,15 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
         1,
         "the ConfigMap store is allowed"
     );
-    proxyfleet_kube::operate::check_providers(&user, &controllers.registry, Duration::from_secs(5))
-        .await;
+    let metrics = proxyfleet_metrics::Metrics::new();
+    let failures = proxyfleet_kube::operate::check_providers(
+        &user,
+        &controllers.registry,
+        Duration::from_secs(5),
+        &metrics,
+    )
+    .await;
+    assert!(failures.is_empty(), "{failures:?}");
     let published = Api::<ProxyProvider>::all(admin.clone()).get_opt("lab").await.unwrap();
     assert!(published.is_some(), "provider objects are allowed");
     proxies.delete("a", &DeleteParams::default()).await.unwrap();
@@ -304,9 +311,21 @@ async fn provider_checks_are_published_per_entry() {
         Registry::load(&runtime, &ProvidersConfig::parse(&providers).unwrap(), dir.path(), kv)
             .await
             .unwrap();
-    let failures =
-        proxyfleet_kube::operate::check_providers(&client, &registry, Duration::from_secs(5)).await;
+    let metrics = proxyfleet_metrics::Metrics::new();
+    let failures = proxyfleet_kube::operate::check_providers(
+        &client,
+        &registry,
+        Duration::from_secs(5),
+        &metrics,
+    )
+    .await;
     assert!(failures.is_empty(), "{failures:?}");
+    let text = metrics.encode();
+    assert!(text.contains(&format!("proxyfleet_provider_healthy{{entry=\"{good}\"}} 1")), "{text}");
+    assert!(
+        text.contains(&format!("proxyfleet_provider_healthy{{entry=\"{empty}\"}} 0")),
+        "{text}"
+    );
 
     let api: Api<ProxyProvider> = Api::all(client.clone());
     let ok = api.get(&good).await.unwrap().status.unwrap();

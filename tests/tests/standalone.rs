@@ -151,11 +151,23 @@ async fn orphans_are_collected_and_checks_are_published() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].mark.as_ref().unwrap().uid, standalone.records().unwrap()[0].meta.uid);
 
+    let text = standalone.metrics().encode();
+    for line in [
+        "proxyfleet_gc_found_total{entry=\"local\"} 2",
+        "proxyfleet_gc_deleted_total{entry=\"local\"} 1",
+        "proxyfleet_reconciles_total{outcome=\"ok\"}",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+
     let checks = standalone.check_providers().await;
     assert_eq!(checks.len(), 1);
     assert!(checks[0].health.healthy);
     assert!(checks[0].last_success.is_some());
     assert_eq!(checks[0].plugin.as_deref(), Some("static 0.1.0"));
+    assert!(
+        standalone.metrics().encode().contains("proxyfleet_provider_healthy{entry=\"local\"} 1")
+    );
 }
 
 fn pool_manifest(replicas: u32) -> String {

@@ -15,6 +15,7 @@ use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{FINALIZER, FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Provider, ProviderError};
+use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::Registry;
 
 use crate::convert;
@@ -43,6 +44,7 @@ pub struct Context {
     registry: Arc<Registry>,
     policy: Policy,
     recorder: Recorder,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Context {
@@ -61,7 +63,19 @@ impl Context {
     ) -> Self {
         let reporter = Reporter { controller: MANAGER.to_owned(), instance };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, registry, policy, recorder }
+        Self { client, registry, policy, recorder, metrics: Arc::new(Metrics::new()) }
+    }
+
+    /// Records into `metrics` instead of a registry of its own.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics reconciles record into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 }
 
@@ -135,7 +149,9 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         deleting,
         has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
     };
+    let started = std::time::Instant::now();
     let outcome = reconcile(state, provider_ref, &context.policy, unix_now(), rand_jitter()).await;
+    context.metrics.record_reconcile(started.elapsed(), outcome.error);
 
     let reference = proxy.object_ref(&());
     for event in &outcome.events {

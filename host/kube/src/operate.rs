@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use proxyfleet_core::gc::collect_orphans;
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::{Health, HealthReason, Provider as _};
+use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::{EntryState, Registry};
 use tokio::sync::watch;
 
@@ -33,6 +34,8 @@ pub struct LeaderSettings {
     pub gc_dry_run: bool,
     /// How often every provider entry is checked.
     pub check_interval: Duration,
+    /// Where GC, checks and reconciles are recorded.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Runs until `lost` turns true.
@@ -43,12 +46,15 @@ pub async fn lead(
     identity: String,
     lost: watch::Receiver<bool>,
 ) {
-    let context = Arc::new(Context::new(
-        client.clone(),
-        Arc::clone(&registry),
-        settings.policy.clone(),
-        Some(identity),
-    ));
+    let context = Arc::new(
+        Context::new(
+            client.clone(),
+            Arc::clone(&registry),
+            settings.policy.clone(),
+            Some(identity),
+        )
+        .with_metrics(Arc::clone(&settings.metrics)),
+    );
     let stop = |mut lost: watch::Receiver<bool>| async move {
         let _ = lost.wait_for(|lost| *lost).await;
     };
@@ -64,7 +70,7 @@ pub async fn lead(
             tokio::select! {
                 _ = gc.tick() => collect_garbage(&client, &registry, &settings).await,
                 _ = checks.tick() => {
-                    check_providers(&client, &registry, settings.check_interval).await;
+                    check_providers(&client, &registry, settings.check_interval, &settings.metrics).await;
                 }
             }
         }
@@ -95,15 +101,18 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        match collect_orphans(
+        let report = collect_orphans(
             provider.as_ref(),
             &live,
             settings.gc_min_age,
             now,
             settings.gc_dry_run,
         )
-        .await
-        {
+        .await;
+        if let Ok(report) = &report {
+            settings.metrics.record_gc(entry, report);
+        }
+        match report {
             Ok(report) if settings.gc_dry_run && !report.deleted.is_empty() => {
                 tracing::warn!(entry = %entry, would_delete = ?report.deleted, "orphans found (dry run: nothing deleted)");
             }
@@ -129,6 +138,7 @@ pub async fn check_providers(
     client: &kube::Client,
     registry: &Registry,
     interval: Duration,
+    metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
     let timeout = interval.min(Duration::from_secs(15));
@@ -179,6 +189,7 @@ pub async fn check_providers(
                 status.reason = status.issues.first().map(|i| i.reason.clone());
             }
         }
+        metrics.record_check(entry, status.healthy);
         status.last_success = if status.healthy {
             Some(now.to_string())
         } else {

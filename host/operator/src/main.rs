@@ -59,9 +59,13 @@ enum Command {
     Standalone(StandaloneArgs),
 }
 
-/// Orphan collection and provider checks, the same in both modes.
+/// Orphan collection, provider checks and metrics, the same in both modes.
 #[derive(Debug, clap::Args)]
 struct Housekeeping {
+    /// Where `/metrics` (Prometheus) and `/healthz` are served; port 0 picks
+    /// a free one.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    metrics_addr: std::net::SocketAddr,
     /// Log the orphans that would be deleted instead of deleting them.
     #[arg(long)]
     gc_dry_run: bool,
@@ -273,7 +277,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         gc_min_age: args.housekeeping.gc_min_age,
         gc_dry_run: args.housekeeping.gc_dry_run,
         check_interval: args.housekeeping.provider_check_interval,
+        metrics: Arc::new(proxyfleet_metrics::Metrics::new()),
     };
+    serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
     let shutdown = async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::error!("cannot wait for a shutdown signal: {err}");
@@ -294,6 +300,20 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Binds the metrics endpoint now, so a taken address fails the start with
+/// a clear error, and serves it in the background.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: Arc<proxyfleet_metrics::Metrics>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-addr {addr}: cannot listen; pick a free address"))?;
+    tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
+    tokio::spawn(proxyfleet_metrics::serve(listener, metrics, std::future::pending()));
+    Ok(())
+}
+
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
     let mut settings = Settings::new(args.proxies, args.state, providers, args.setup.plugin_dir);
@@ -304,6 +324,7 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.check_interval = args.housekeeping.provider_check_interval;
     let standalone = Arc::new(Standalone::open(settings).await?);
     if !args.once {
+        serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
         let shutdown = async {
             if let Err(err) = tokio::signal::ctrl_c().await {
                 tracing::error!("cannot wait for Ctrl-C: {err}");

@@ -51,6 +51,7 @@ fn start(dir: &Path, namespace: &str, identity: &str) -> Operator {
         .arg(dir.join("plugins"))
         .args(["--namespace", namespace, "--watch-namespace", namespace, "--identity", identity])
         .args(["--lease-duration", "3s", "--gc-interval", "1h", "--provider-check-interval", "1h"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .env("KUBECONFIG", kubeconfig())
         .stdout(Stdio::null())
         .stderr(log)

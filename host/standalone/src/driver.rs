@@ -14,6 +14,7 @@ use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
+use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
 
@@ -101,6 +102,7 @@ pub struct Standalone {
     /// waits for a change of its manifest.
     schedule: Mutex<HashMap<String, Instant>>,
     checks: Mutex<BTreeMap<String, ProviderCheck>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Standalone {
@@ -124,6 +126,7 @@ impl Standalone {
             registry,
             schedule: Mutex::new(schedule),
             checks: Mutex::new(BTreeMap::new()),
+            metrics: Arc::new(Metrics::new()),
         })
     }
 
@@ -134,6 +137,11 @@ impl Standalone {
     /// Every Proxy record.
     pub fn records(&self) -> Result<Vec<ProxyRecord>> {
         self.store.records()
+    }
+
+    /// The metrics this installation records.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The provider entries.
@@ -304,6 +312,7 @@ impl Standalone {
             }
         }
         tracing::debug!(proxy = %key, elapsed_ms = started.elapsed().as_millis() as u64, phase = ?outcome.status.phase, "reconciled");
+        self.metrics.record_reconcile(started.elapsed(), outcome.error);
         record.status = outcome.status;
         match outcome.finalizer {
             FinalizerChange::Add => record.finalizer = true,
@@ -346,6 +355,9 @@ impl Standalone {
                 self.settings.gc_dry_run,
             )
             .await;
+            if let Ok(r) = &report {
+                self.metrics.record_gc(name, r);
+            }
             match &report {
                 Ok(r) if self.settings.gc_dry_run && !r.deleted.is_empty() => {
                     tracing::warn!(entry = %name, would_delete = ?r.deleted, "orphans found (dry run: nothing deleted)");
@@ -395,6 +407,7 @@ impl Standalone {
         let results = futures::future::join_all(checks).await;
         let mut published = self.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (entry, plugin, health) in results {
+            self.metrics.record_check(&entry, health.healthy);
             let last_success = if health.healthy {
                 Some(now)
             } else {
