@@ -14,7 +14,7 @@ use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
 use proxyfleet_kube::operate::{LeaderSettings, lead};
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
+use proxyfleet_runtime::{EntryState, PluginProvider, Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone};
 
 #[derive(Debug, Parser)]
@@ -136,10 +136,23 @@ enum ProvidersCommand {
 
 #[derive(Debug, Subcommand)]
 enum PluginCommand {
-    /// Loads a component and prints what it says about itself, as JSON.
-    Describe {
+    /// Loads a component and prints, as JSON, what it says about itself
+    /// (name, version, contract version, config schema, the capabilities it
+    /// asks for), its digest, and what it imports and exports.
+    #[command(alias = "describe")]
+    Inspect {
         /// The `.wasm` component.
         file: PathBuf,
+    },
+    /// Checks that a component accepts a provider entry's config: loads
+    /// it, then binds the entry, which runs the plugin's validate-config.
+    Validate {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// One provider entry (`name`, `plugin`, `config`, `grants`,
+        /// `limits`) as YAML.
+        #[arg(long)]
+        config: PathBuf,
     },
 }
 
@@ -199,16 +212,51 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             print_text(&proxyfleet_kube::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin { command: PluginCommand::Describe { file } } => {
+        Command::Plugin { command: PluginCommand::Inspect { file } } => {
             let runtime = Runtime::new(RuntimeOptions::default())?;
             let revision = runtime.load_plugin(&file).await?;
             let out = serde_json::json!({
                 "file": file,
                 "sha256": revision.digest,
                 "info": revision.info,
+                "imports": revision.imports,
+                "exports": revision.exports,
             });
             println_json(&out);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin { command: PluginCommand::Validate { file, config } } => {
+            validate(&file, &config).await
+        }
+    }
+}
+
+async fn validate(
+    file: &std::path::Path,
+    entry_file: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(entry_file)
+        .with_context(|| format!("cannot read {}", entry_file.display()))?;
+    let entry: serde_yaml::Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("{}: not YAML", entry_file.display()))?;
+    // One entry is validated exactly as a providers file holding only it.
+    let wrapped = serde_yaml::to_string(&serde_json::json!({ "providers": [entry] }))?;
+    let config =
+        ProvidersConfig::parse(&wrapped).with_context(|| entry_file.display().to_string())?;
+    let entry = config.entries.into_iter().next().context("the file holds no entry")?;
+    let runtime = Runtime::new(RuntimeOptions::default())?;
+    let revision = runtime.load_plugin(file).await?;
+    let name = entry.name.clone();
+    match PluginProvider::new(&runtime, entry, revision, Arc::new(MemoryKv::new())).await {
+        Ok(_) => {
+            println_json(&serde_json::json!({ "entry": name, "valid": true }));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            println_json(
+                &serde_json::json!({ "entry": name, "valid": false, "error": err.to_string() }),
+            );
+            Ok(ExitCode::FAILURE)
         }
     }
 }

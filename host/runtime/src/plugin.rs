@@ -31,6 +31,10 @@ pub struct PluginRevision {
     pub loaded_at: SystemTime,
     /// Whether the compiled code came from the precompiled cache.
     pub from_cache: bool,
+    /// Names of the interfaces and functions the component imports.
+    pub imports: Vec<String>,
+    /// Names of what it exports.
+    pub exports: Vec<String>,
     pub(crate) pre: ProviderPluginPre<PluginState>,
 }
 
@@ -78,6 +82,11 @@ impl Runtime {
             }
         };
         check_contract(path, &component, &inner.engine)?;
+        let component_type = component.component_type();
+        let imports =
+            component_type.imports(&inner.engine).map(|(name, _)| name.to_owned()).collect();
+        let exports =
+            component_type.exports(&inner.engine).map(|(name, _)| name.to_owned()).collect();
         let instance_pre = inner.linker.instantiate_pre(&component).map_err(|err| {
             LoadError::Link { path: path.to_owned(), message: format!("{err:#}") }
         })?;
@@ -100,6 +109,8 @@ impl Runtime {
             source: path.to_owned(),
             loaded_at: SystemTime::now(),
             from_cache,
+            imports,
+            exports,
             pre,
         }))
     }
