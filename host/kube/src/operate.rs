@@ -109,24 +109,7 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
             settings.gc_dry_run,
         )
         .await;
-        if let Ok(report) = &report {
-            settings.metrics.record_gc(entry, report);
-        }
-        match report {
-            Ok(report) if settings.gc_dry_run && !report.deleted.is_empty() => {
-                tracing::warn!(entry = %entry, would_delete = ?report.deleted, "orphans found (dry run: nothing deleted)");
-            }
-            Ok(report) => tracing::info!(
-                entry = %entry,
-                found = report.found,
-                deleted = report.deleted.len(),
-                skipped_foreign = report.skipped_foreign,
-                skipped_young = report.skipped_young,
-                failed = report.failed.len(),
-                "orphan collection"
-            ),
-            Err(err) => tracing::warn!(entry = %entry, "orphan collection failed: {err}"),
-        }
+        settings.metrics.observe_gc(entry, &report, settings.gc_dry_run);
     }
 }
 

@@ -15,8 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use proxyfleet_core::ErrorClass;
 use proxyfleet_core::gc::GcReport;
+use proxyfleet_core::{ErrorClass, ProviderError};
 
 pub use serve::serve;
 
@@ -124,6 +124,30 @@ impl Metrics {
         add(&self.gc_skipped_foreign, report.skipped_foreign);
         add(&self.gc_skipped_young, report.skipped_young);
         add(&self.gc_failed, report.failed.len());
+    }
+
+    /// Records and logs the outcome of one orphan collection of `entry`:
+    /// both modes report it the same way.
+    pub fn observe_gc(&self, entry: &str, report: &Result<GcReport, ProviderError>, dry_run: bool) {
+        match report {
+            Ok(report) => {
+                self.record_gc(entry, report);
+                if dry_run && !report.deleted.is_empty() {
+                    tracing::warn!(entry, would_delete = ?report.deleted, "orphans found (dry run: nothing deleted)");
+                } else {
+                    tracing::info!(
+                        entry,
+                        found = report.found,
+                        deleted = report.deleted.len(),
+                        skipped_foreign = report.skipped_foreign,
+                        skipped_young = report.skipped_young,
+                        failed = report.failed.len(),
+                        "orphan collection"
+                    );
+                }
+            }
+            Err(err) => tracing::warn!(entry, "orphan collection failed: {err}"),
+        }
     }
 
     /// Records one provider check of `entry`.

@@ -355,24 +355,7 @@ impl Standalone {
                 self.settings.gc_dry_run,
             )
             .await;
-            if let Ok(r) = &report {
-                self.metrics.record_gc(name, r);
-            }
-            match &report {
-                Ok(r) if self.settings.gc_dry_run && !r.deleted.is_empty() => {
-                    tracing::warn!(entry = %name, would_delete = ?r.deleted, "orphans found (dry run: nothing deleted)");
-                }
-                Ok(r) => tracing::info!(
-                    entry = %name,
-                    found = r.found,
-                    deleted = r.deleted.len(),
-                    skipped_foreign = r.skipped_foreign,
-                    skipped_young = r.skipped_young,
-                    failed = r.failed.len(),
-                    "orphan collection"
-                ),
-                Err(err) => tracing::warn!(entry = %name, "orphan collection failed: {err}"),
-            }
+            self.metrics.observe_gc(name, &report, self.settings.gc_dry_run);
             reports.push((name.clone(), report));
         }
         reports
