@@ -1,6 +1,8 @@
 //! Shared pieces of the end-to-end tests: where the built plugins are, and
 //! small real servers on loopback that record what reaches them.
 
+pub mod proxies;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -276,6 +276,53 @@ impl ProxyStatus {
             }),
         }
     }
+
+    /// Ready = provisioned and not known to be unhealthy. Both writers of
+    /// conditions (the reconciler and the health engine) derive it here, so
+    /// neither can leave it stale after changing the other two.
+    pub fn refresh_ready(&mut self, now: u64) {
+        let provisioned = self.condition(ConditionType::Provisioned).map(|c| c.status)
+            == Some(ConditionStatus::True);
+        let unhealthy = self.condition(ConditionType::Healthy).map(|c| c.status)
+            == Some(ConditionStatus::False);
+        let (value, reason, message) = match (provisioned, unhealthy) {
+            (true, false) => {
+                (ConditionStatus::True, "Ready", "provisioned and not failing health checks")
+            }
+            (true, true) => {
+                (ConditionStatus::False, "Unhealthy", "health checks through the proxy fail")
+            }
+            (false, _) => {
+                (ConditionStatus::False, "NotProvisioned", "the instance is not running yet")
+            }
+        };
+        self.set_condition(ConditionType::Ready, value, reason, message, now);
+    }
+
+    /// Records a health verdict: `Healthy` from the probes, then `Ready`.
+    /// Returns whether anything changed, so callers write only changes.
+    pub fn set_health(&mut self, healthy: bool, message: &str, now: u64) -> bool {
+        let before = self.conditions.clone();
+        let (status, reason) = if healthy {
+            (ConditionStatus::True, "ProbesPass")
+        } else {
+            (ConditionStatus::False, "ProbesFail")
+        };
+        self.set_condition(ConditionType::Healthy, status, reason, message, now);
+        self.refresh_ready(now);
+        before != self.conditions
+    }
+
+    /// Forgets the health verdict (the instance lost its address).
+    pub fn clear_health(&mut self, now: u64) -> bool {
+        let before = self.conditions.len();
+        self.conditions.retain(|c| c.kind != ConditionType::Healthy);
+        if before == self.conditions.len() {
+            return false;
+        }
+        self.refresh_ready(now);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -345,5 +392,21 @@ pub(crate) mod tests {
         assert_eq!(status.condition(ConditionType::Ready).unwrap().last_transition_time, 10);
         status.set_condition(ConditionType::Ready, ConditionStatus::True, "C", "", 30);
         assert_eq!(status.condition(ConditionType::Ready).unwrap().last_transition_time, 30);
+    }
+
+    #[test]
+    fn a_health_verdict_moves_ready_and_reports_only_changes() {
+        let mut status = ProxyStatus::default();
+        status.set_condition(ConditionType::Provisioned, ConditionStatus::True, "Running", "", 1);
+        status.refresh_ready(1);
+        assert_eq!(status.condition(ConditionType::Ready).unwrap().status, ConditionStatus::True);
+        assert!(status.set_health(false, "3 probes failed", 2));
+        assert_eq!(status.condition(ConditionType::Ready).unwrap().status, ConditionStatus::False);
+        assert!(!status.set_health(false, "3 probes failed", 3));
+        assert!(status.set_health(true, "2 probes passed", 4));
+        assert_eq!(status.condition(ConditionType::Ready).unwrap().status, ConditionStatus::True);
+        assert!(status.clear_health(5));
+        assert!(!status.clear_health(6));
+        assert!(status.condition(ConditionType::Healthy).is_none());
     }
 }

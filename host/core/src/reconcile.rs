@@ -196,26 +196,9 @@ impl Pass<'_> {
         self.update_ready();
     }
 
-    /// Ready = provisioned and not known to be unhealthy.
     fn update_ready(&mut self) {
         let now = self.now;
-        let status = self.status();
-        let provisioned = status.condition(ConditionType::Provisioned).map(|c| c.status)
-            == Some(ConditionStatus::True);
-        let unhealthy = status.condition(ConditionType::Healthy).map(|c| c.status)
-            == Some(ConditionStatus::False);
-        let (value, reason, message) = match (provisioned, unhealthy) {
-            (true, false) => {
-                (ConditionStatus::True, "Ready", "provisioned and not failing health checks")
-            }
-            (true, true) => {
-                (ConditionStatus::False, "Unhealthy", "health checks through the proxy fail")
-            }
-            (false, _) => {
-                (ConditionStatus::False, "NotProvisioned", "the instance is not running yet")
-            }
-        };
-        status.set_condition(ConditionType::Ready, value, reason, message, now);
+        self.status().refresh_ready(now);
     }
 
     async fn converge(&mut self, provider: Result<&dyn Provider, ProviderError>) {

@@ -30,6 +30,39 @@ struct OutcomeLabels {
     outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    entry: String,
+    operation: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+/// How many Proxies the health engine holds in each verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealthCounts {
+    /// Passing their probes.
+    pub healthy: u64,
+    /// Failing them.
+    pub unhealthy: u64,
+    /// Probed too few times for a verdict.
+    pub unknown: u64,
+}
+
 /// Every metric of the operator.
 #[derive(Debug)]
 pub struct Metrics {
@@ -43,6 +76,17 @@ pub struct Metrics {
     provider_checks_failed: Family<EntryLabels, Counter>,
     reconciles: Family<OutcomeLabels, Counter>,
     reconcile_seconds: Histogram,
+    provider_calls: Family<CallLabels, Counter>,
+    provider_call_seconds: Family<OperationLabels, Histogram>,
+    plugin_faults: Family<EntryLabels, Counter>,
+    proxies: Family<StateLabels, Gauge>,
+    health: Family<StateLabels, Gauge>,
+    probes: Family<OutcomeLabels, Counter>,
+    probe_seconds: Histogram,
+    leases_active: Gauge,
+    leases_granted: Counter,
+    reports: Family<KindLabels, Counter>,
+    replacements: Counter,
 }
 
 impl Default for Metrics {
@@ -99,8 +143,70 @@ impl Metrics {
             "Duration of a reconcile pass",
             reconcile_seconds.clone(),
         );
+        let provider_calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "provider_calls",
+            "Provider calls by entry, operation and outcome (ok or the error class)",
+            provider_calls.clone(),
+        );
+        let provider_call_seconds =
+            Family::<OperationLabels, Histogram>::new_with_constructor(call_histogram as fn() -> _);
+        registry.register(
+            "provider_call_seconds",
+            "Duration of a provider call by operation",
+            provider_call_seconds.clone(),
+        );
+        let plugin_faults = Family::<EntryLabels, Counter>::default();
+        registry.register(
+            "plugin_faults",
+            "Plugin calls that trapped, ran out of time or memory",
+            plugin_faults.clone(),
+        );
+        let proxies = Family::<StateLabels, Gauge>::default();
+        registry.register("proxies", "Proxies by phase", proxies.clone());
+        let health = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "proxies_health",
+            "Probed Proxies by verdict (healthy, unhealthy, unknown)",
+            health.clone(),
+        );
+        let probes = Family::<OutcomeLabels, Counter>::default();
+        registry.register("health_probes", "Health probes by outcome", probes.clone());
+        let probe_seconds = call_histogram();
+        registry.register(
+            "health_probe_seconds",
+            "Duration of a passing health probe",
+            probe_seconds.clone(),
+        );
+        let leases_active = Gauge::default();
+        registry.register("leases_active", "Leases held now", leases_active.clone());
+        let leases_granted = Counter::default();
+        registry.register("leases_granted", "Leases granted", leases_granted.clone());
+        let reports = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "proxy_reports",
+            "Crawler reports of a banned or failing proxy, by kind",
+            reports.clone(),
+        );
+        let replacements = Counter::default();
+        registry.register(
+            "proxy_replacements",
+            "Proxies replaced after too many reports",
+            replacements.clone(),
+        );
         Self {
             registry,
+            provider_calls,
+            provider_call_seconds,
+            plugin_faults,
+            proxies,
+            health,
+            probes,
+            probe_seconds,
+            leases_active,
+            leases_granted,
+            reports,
+            replacements,
             gc_found,
             gc_deleted,
             gc_skipped_foreign,
@@ -166,6 +272,77 @@ impl Metrics {
         self.reconciles.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
+    /// Records one provider call; `fault` marks a plugin that trapped or
+    /// ran out of time or memory.
+    pub fn record_provider_call(
+        &self,
+        entry: &str,
+        operation: &str,
+        elapsed: Duration,
+        error: Option<ErrorClass>,
+        fault: bool,
+    ) {
+        let outcome = error.map_or("ok", ErrorClass::as_str).to_owned();
+        self.provider_calls
+            .get_or_create(&CallLabels {
+                entry: entry.to_owned(),
+                operation: operation.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.provider_call_seconds
+            .get_or_create(&OperationLabels { operation: operation.to_owned() })
+            .observe(elapsed.as_secs_f64());
+        if fault {
+            self.plugin_faults.get_or_create(&EntryLabels { entry: entry.to_owned() }).inc();
+        }
+    }
+
+    /// Sets the Proxy count of every phase; phases not named drop to zero.
+    pub fn set_phases<'a>(&self, counts: impl IntoIterator<Item = (&'a str, u64)>) {
+        self.proxies.clear();
+        for (phase, count) in counts {
+            let gauge = self.proxies.get_or_create(&StateLabels { state: phase.to_owned() });
+            gauge.set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Records one health probe.
+    pub fn record_probe(&self, elapsed: Duration, passed: bool) {
+        let outcome = if passed { "passed" } else { "failed" }.to_owned();
+        self.probes.get_or_create(&OutcomeLabels { outcome }).inc();
+        if passed {
+            self.probe_seconds.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// Sets the verdict gauges after a round of probes.
+    pub fn set_health(&self, counts: HealthCounts) {
+        for (state, count) in [
+            ("healthy", counts.healthy),
+            ("unhealthy", counts.unhealthy),
+            ("unknown", counts.unknown),
+        ] {
+            let gauge = self.health.get_or_create(&StateLabels { state: state.to_owned() });
+            gauge.set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets how many leases are held and counts new grants.
+    pub fn record_leases(&self, active: usize, granted: u64) {
+        self.leases_active.set(i64::try_from(active).unwrap_or(i64::MAX));
+        self.leases_granted.inc_by(granted);
+    }
+
+    /// Records a crawler's report; `replacing` when it pushed the proxy
+    /// past the replacement threshold.
+    pub fn record_report(&self, kind: &str, replacing: bool) {
+        self.reports.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+        if replacing {
+            self.replacements.inc();
+        }
+    }
+
     /// Everything, in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -173,6 +350,11 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+}
+
+/// Buckets from 1 ms to about 65 s.
+fn call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
 #[cfg(test)]
@@ -203,5 +385,41 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn fleet_probe_lease_and_call_metrics_show_up() {
+        let metrics = Metrics::new();
+        metrics.record_provider_call(
+            "pve",
+            "create",
+            Duration::from_millis(20),
+            Some(ErrorClass::Transient),
+            true,
+        );
+        metrics.set_phases([("Running", 3), ("Pending", 1)]);
+        metrics.set_phases([("Running", 4)]);
+        metrics.record_probe(Duration::from_millis(2), true);
+        metrics.record_probe(Duration::from_millis(2), false);
+        metrics.set_health(HealthCounts { healthy: 3, unhealthy: 1, unknown: 0 });
+        metrics.record_leases(2, 5);
+        metrics.record_report("ban", true);
+        let text = metrics.encode();
+        for line in [
+            "proxyfleet_provider_calls_total{entry=\"pve\",operation=\"create\",outcome=\"transient\"} 1",
+            "proxyfleet_provider_call_seconds_count{operation=\"create\"} 1",
+            "proxyfleet_plugin_faults_total{entry=\"pve\"} 1",
+            "proxyfleet_proxies{state=\"Running\"} 4",
+            "proxyfleet_health_probes_total{outcome=\"passed\"} 1",
+            "proxyfleet_health_probes_total{outcome=\"failed\"} 1",
+            "proxyfleet_proxies_health{state=\"unhealthy\"} 1",
+            "proxyfleet_leases_active 2",
+            "proxyfleet_leases_granted_total 5",
+            "proxyfleet_proxy_reports_total{kind=\"ban\"} 1",
+            "proxyfleet_proxy_replacements_total 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("state=\"Pending\""), "a phase no Proxy is in stays: {text}");
     }
 }

@@ -1,5 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
+mod fleet_args;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,6 +18,8 @@ use proxyfleet_kube::operate::{LeaderSettings, lead};
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, PluginProvider, Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone};
+
+use crate::fleet_args::FleetArgs;
 
 #[derive(Debug, Parser)]
 #[command(name = "proxyfleet", version, about = "Keeps fleets of egress proxies alive")]
@@ -122,6 +126,8 @@ struct StandaloneArgs {
     settle_timeout: Duration,
     #[command(flatten)]
     housekeeping: Housekeeping,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -370,20 +376,35 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.gc_min_age = args.housekeeping.gc_min_age;
     settings.gc_interval = args.housekeeping.gc_interval;
     settings.check_interval = args.housekeeping.provider_check_interval;
-    let standalone = Arc::new(Standalone::open(settings).await?);
-    if !args.once {
-        serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
-        let shutdown = async {
-            if let Err(err) = tokio::signal::ctrl_c().await {
-                tracing::error!("cannot wait for Ctrl-C: {err}");
-                std::future::pending::<()>().await;
-            }
-            tracing::info!("shutting down");
-        };
-        standalone.run(shutdown).await?;
-        return Ok(ExitCode::SUCCESS);
+    if args.once {
+        let standalone = Standalone::open(settings).await?;
+        return settle_and_print(&standalone, args.settle_timeout).await;
     }
-    let records = standalone.run_until_settled(args.settle_timeout).await?;
+    let fleet = args.fleet.setup().await?;
+    settings.fleet = fleet.fleet;
+    settings.health = Some(fleet.health);
+    let standalone = Arc::new(Standalone::open(settings).await?);
+    serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
+    fleet_args::serve_api(
+        fleet.listener,
+        Arc::clone(standalone.fleet()),
+        fleet.auth,
+        Arc::clone(&standalone) as _,
+    );
+    let shutdown = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot wait for Ctrl-C: {err}");
+            std::future::pending::<()>().await;
+        }
+        tracing::info!("shutting down");
+    };
+    standalone.run(shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--once`: reconciles until settled and prints every Proxy.
+async fn settle_and_print(standalone: &Standalone, timeout: Duration) -> anyhow::Result<ExitCode> {
+    let records = standalone.run_until_settled(timeout).await?;
     let mut all_running = true;
     for record in records {
         all_running &= record.status.phase == Phase::Running;

@@ -51,7 +51,7 @@ async fn the_metrics_endpoint_shows_reconciles_and_checks() {
             .arg(dir.path().join("proxies"))
             .arg("--state")
             .arg(dir.path().join("state.redb"))
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}"), "--api-addr", "127.0.0.1:0"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

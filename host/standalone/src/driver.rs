@@ -14,6 +14,8 @@ use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
+use proxyfleet_fleet::api::ModeStatus;
+use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
@@ -49,6 +51,10 @@ pub struct Settings {
     pub check_interval: Duration,
     /// Proxies reconciled at once.
     pub concurrency: usize,
+    /// Quarantine, replacement and lease settings of the discovery catalog.
+    pub fleet: FleetSettings,
+    /// Health probes; `None` runs none, so no Proxy is ever handed out.
+    pub health: Option<HealthSettings>,
 }
 
 impl Settings {
@@ -72,6 +78,8 @@ impl Settings {
             gc_dry_run: false,
             check_interval: Duration::from_secs(60),
             concurrency: 16,
+            fleet: FleetSettings::default(),
+            health: None,
         }
     }
 }
@@ -103,6 +111,7 @@ pub struct Standalone {
     schedule: Mutex<HashMap<String, Instant>>,
     checks: Mutex<BTreeMap<String, ProviderCheck>>,
     metrics: Arc<Metrics>,
+    fleet: Arc<Fleet>,
 }
 
 impl Standalone {
@@ -120,13 +129,16 @@ impl Standalone {
         // interrupted create or delete resumes.
         let now = Instant::now();
         let schedule = store.records()?.into_iter().map(|r| (r.key(), now)).collect();
+        let metrics = Arc::new(Metrics::new());
+        let fleet = Arc::new(Fleet::new(settings.fleet.clone(), Arc::clone(&metrics)));
         Ok(Self {
             settings,
             store,
             registry,
             schedule: Mutex::new(schedule),
             checks: Mutex::new(BTreeMap::new()),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
+            fleet,
         })
     }
 
@@ -147,6 +159,87 @@ impl Standalone {
     /// The provider entries.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The discovery catalog the health engine and the API work on.
+    pub fn fleet(&self) -> &Arc<Fleet> {
+        &self.fleet
+    }
+
+    /// Publishes every record to the catalog: a Proxy gets an endpoint once
+    /// it runs with an address and loses it when it stops or is deleted,
+    /// which drops its probe counters in the same step.
+    pub fn publish_fleet(&self) -> Result<()> {
+        let members = self
+            .store
+            .records()?
+            .into_iter()
+            .map(|record| {
+                let endpoint = record
+                    .status
+                    .ip
+                    .as_deref()
+                    .and_then(|ip| ip.parse().ok())
+                    .filter(|_| record.status.phase == Phase::Running && !record.deleting)
+                    .map(|ip| Endpoint {
+                        ip,
+                        port: record.status.port.unwrap_or(record.desired.port),
+                    });
+                proxyfleet_fleet::Member {
+                    id: record.meta.uid,
+                    namespace: record.meta.namespace,
+                    name: record.meta.name,
+                    pool: record.pool,
+                    provider: record.desired.provider,
+                    labels: record.desired.labels,
+                    phase: if record.deleting { Phase::Deleting } else { record.status.phase },
+                    endpoint,
+                }
+            })
+            .collect();
+        self.fleet.publish(members);
+        Ok(())
+    }
+
+    /// Writes the health engine's new verdicts into the records' `Healthy`
+    /// and `Ready` conditions, and deletes pool members crawlers reported
+    /// too often (their pool makes replacements on the next sync).
+    ///
+    /// Runs on the driver's loop between reconcile passes, so a status
+    /// write here never races one of the reconciler's.
+    pub fn apply_health(&self) -> Result<()> {
+        let now = unix_now();
+        let changes = self.fleet.take_verdict_changes();
+        if !changes.is_empty() {
+            let mut by_uid: HashMap<String, ProxyRecord> =
+                self.store.records()?.into_iter().map(|r| (r.meta.uid.clone(), r)).collect();
+            for (uid, health) in changes {
+                let Some(mut record) = by_uid.remove(&uid) else { continue };
+                let changed = match &health {
+                    Some(health) => record.status.set_health(
+                        health.verdict == proxyfleet_fleet::Verdict::Healthy,
+                        &health.message(),
+                        now,
+                    ),
+                    None => record.status.clear_health(now),
+                };
+                if changed {
+                    self.store.put_record(&record)?;
+                }
+            }
+        }
+        for member in self.fleet.take_replacements() {
+            let key = record_key(&member.namespace, &member.name);
+            let Some(mut record) = self.store.record(&key)? else { continue };
+            if record.meta.uid != member.id || record.deleting || record.pool.is_none() {
+                continue;
+            }
+            tracing::warn!(proxy = %key, pool = ?record.pool, "replacing a proxy crawlers reported too often");
+            record.deleting = true;
+            self.store.put_record(&record)?;
+            self.schedule().insert(key, Instant::now());
+        }
+        Ok(())
     }
 
     /// Reads the manifests and brings the records in line: new Proxies get
@@ -442,6 +535,13 @@ impl Standalone {
     /// intervals. Checks run in their own task so a slow check never holds
     /// up a reconcile.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) -> Result<()> {
+        // Publish once before the first round, so the engine's first round
+        // already probes what the store knows.
+        self.publish_fleet()?;
+        let prober = self.settings.health.clone().map(|settings| {
+            let engine = HealthEngine::new(settings, Arc::clone(&self.fleet));
+            tokio::spawn(engine.run(std::future::pending()))
+        });
         let checker = {
             let this = Arc::clone(&self);
             tokio::spawn(async move {
@@ -462,6 +562,9 @@ impl Standalone {
                 next_rescan = Instant::now() + self.settings.rescan;
             }
             self.reconcile_due().await;
+            if let Err(err) = self.publish_fleet().and_then(|()| self.apply_health()) {
+                tracing::error!("health verdicts not applied: {err}");
+            }
             if Instant::now() >= next_gc {
                 self.collect_garbage().await;
                 next_gc = Instant::now() + self.settings.gc_interval;
@@ -472,7 +575,16 @@ impl Standalone {
             }
         };
         checker.abort();
+        if let Some(prober) = prober {
+            prober.abort();
+        }
         result
+    }
+}
+
+impl ModeStatus for Standalone {
+    fn providers(&self) -> serde_json::Value {
+        serde_json::json!({ "items": self.provider_checks() })
     }
 }
 

@@ -1,0 +1,143 @@
+//! Bearer-token authentication of the discovery API.
+//!
+//! Tokens come from a file, one per line (`#` starts a comment), the shape
+//! of a mounted Kubernetes Secret key. The file is read again on every
+//! [`ApiAuth::reload`], so a rotated Secret takes effect without a restart.
+//! Comparison takes the same time whatever the mismatch, so response times
+//! do not leak how much of a guess was right.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::error::{Error, Result};
+
+/// Who may call the API.
+#[derive(Debug)]
+pub struct ApiAuth {
+    tokens: ArcSwap<Vec<Vec<u8>>>,
+    file: Option<PathBuf>,
+    open_read: bool,
+}
+
+/// What a request needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Open to anyone (probes, health, metrics).
+    Public,
+    /// Reading the proxy list: open when configured so.
+    ReadList,
+    /// Everything else.
+    Token,
+}
+
+impl ApiAuth {
+    /// No authentication: every request is allowed.
+    pub fn open() -> Self {
+        Self { tokens: ArcSwap::default(), file: None, open_read: true }
+    }
+
+    /// Tokens from `file`; `open_read` leaves the proxy list readable
+    /// without one. Fails when the file cannot be read or holds no token.
+    pub fn from_file(file: PathBuf, open_read: bool) -> Result<Self> {
+        let auth = Self { tokens: ArcSwap::default(), file: Some(file), open_read };
+        auth.reload()?;
+        Ok(auth)
+    }
+
+    /// Reads the token file again; on failure the old tokens stay.
+    pub fn reload(&self) -> Result<()> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| Error::TokenFile { path: file.display().to_string(), source })?;
+        let tokens: Vec<Vec<u8>> = text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(|line| line.as_bytes().to_vec())
+            .collect();
+        if tokens.is_empty() {
+            return Err(Error::setting(
+                "--api-token-file",
+                format!("{} holds no token; write one token per line", file.display()),
+            ));
+        }
+        self.tokens.store(Arc::new(tokens));
+        Ok(())
+    }
+
+    /// Reloads every `every` until the task is aborted.
+    pub fn spawn_reloader(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let auth = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(err) = auth.reload() {
+                    tracing::warn!("API tokens not reloaded, the old ones stay: {err}");
+                }
+            }
+        })
+    }
+
+    /// Whether a request with `authorization` may do what needs `access`.
+    pub fn allows(&self, access: Access, authorization: Option<&[u8]>) -> bool {
+        if self.file.is_none()
+            || access == Access::Public
+            || access == Access::ReadList && self.open_read
+        {
+            return true;
+        }
+        let Some(token) = authorization.and_then(|value| value.strip_prefix(b"Bearer ")) else {
+            return false;
+        };
+        let tokens = self.tokens.load();
+        // Check every token, always, so timing says nothing about which matched.
+        tokens.iter().fold(false, |found, known| constant_time_eq(known, token) | found)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_from_a_file_guard_all_but_public_and_optionally_the_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "# crawler tokens\ns3cret\n\nother\n").unwrap();
+        let auth = ApiAuth::from_file(file.clone(), true).unwrap();
+        assert!(auth.allows(Access::Public, None));
+        assert!(auth.allows(Access::ReadList, None));
+        assert!(!auth.allows(Access::Token, None));
+        assert!(!auth.allows(Access::Token, Some(b"Bearer wrong")));
+        assert!(!auth.allows(Access::Token, Some(b"s3cret")));
+        assert!(auth.allows(Access::Token, Some(b"Bearer s3cret")));
+        assert!(auth.allows(Access::Token, Some(b"Bearer other")));
+        let closed = ApiAuth::from_file(file.clone(), false).unwrap();
+        assert!(!closed.allows(Access::ReadList, None));
+        // Rotation: the new token works after a reload, the old one not.
+        std::fs::write(&file, "rotated\n").unwrap();
+        auth.reload().unwrap();
+        assert!(auth.allows(Access::Token, Some(b"Bearer rotated")));
+        assert!(!auth.allows(Access::Token, Some(b"Bearer s3cret")));
+        // An emptied file keeps the old tokens and says why.
+        std::fs::write(&file, "# nothing\n").unwrap();
+        let err = auth.reload().unwrap_err().to_string();
+        assert!(err.contains("holds no token"), "{err}");
+        assert!(auth.allows(Access::Token, Some(b"Bearer rotated")));
+    }
+
+    #[test]
+    fn without_a_file_everything_is_open() {
+        assert!(ApiAuth::open().allows(Access::Token, None));
+    }
+}

@@ -1,0 +1,25 @@
+//! Fleet services: what runs beside the reconciler once proxies exist.
+//!
+//! - [`health`] probes every proxy that has an address through its proxy
+//!   port (an absolute-form GET and a CONNECT tunnel to a check target) and
+//!   keeps per-proxy counters and a verdict.
+//! - [`catalog`] is the fleet as crawlers see it: members published by the
+//!   mode (standalone or Kubernetes), their verdicts, quarantines after
+//!   crawler reports, and leases.
+//! - [`api`] serves the catalog over HTTP (the discovery API), the check
+//!   target (`/v1/echo`) and `/healthz`, `/readyz`, `/metrics`.
+//!
+//! The crate knows nothing of where Proxies come from: a mode publishes
+//! [`catalog::Member`]s and reads verdicts and replacement requests back.
+
+pub mod api;
+pub mod auth;
+pub mod catalog;
+mod error;
+pub mod health;
+pub mod probe;
+
+pub use catalog::{Endpoint, Fleet, FleetSettings, Member, Selector, Strategy, Verdict};
+pub use error::{Error, Result};
+pub use health::{HealthEngine, HealthSettings};
+pub use probe::{CheckTarget, ProbeMode};

@@ -1,0 +1,150 @@
+//! Flags of the fleet services (health probes and the discovery API), the
+//! same in both modes, and starting the API server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use proxyfleet_fleet::api::{Api, ModeStatus};
+use proxyfleet_fleet::auth::ApiAuth;
+use proxyfleet_fleet::{CheckTarget, Fleet, FleetSettings, HealthSettings, ProbeMode, Strategy};
+
+/// Health probes and the discovery API.
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// Where the discovery API (with /healthz, /readyz, /metrics and the
+    /// /v1/echo check target) is served; port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:8480")]
+    pub api_addr: SocketAddr,
+    /// A file of API bearer tokens, one per line (a mounted Secret key);
+    /// read again every 30 s. Without it the API is open.
+    #[arg(long)]
+    pub api_token_file: Option<PathBuf>,
+    /// With --api-token-file: leave the read-only proxy list open.
+    #[arg(long)]
+    pub api_open_read: bool,
+    /// The plain-HTTP URL probes fetch through each proxy. Default: this
+    /// process's own /v1/echo on --api-addr, which also reveals the exit
+    /// address; proxies on other machines need an address they can reach.
+    #[arg(long)]
+    pub health_target: Option<String>,
+    /// Which requests a probe sends through the proxy: get (absolute-form
+    /// GET), connect (a CONNECT tunnel) or both.
+    #[arg(long, default_value = "both")]
+    pub health_mode: String,
+    /// Time between two rounds of probes.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub health_interval: Duration,
+    /// Budget of one probe.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub health_timeout: Duration,
+    /// Probes in flight at once.
+    #[arg(long, default_value_t = 256)]
+    pub health_concurrency: usize,
+    /// Passing probes in a row before a proxy is healthy.
+    #[arg(long, default_value_t = 2)]
+    pub health_healthy_after: u32,
+    /// Failing probes in a row before a proxy is unhealthy.
+    #[arg(long, default_value_t = 3)]
+    pub health_unhealthy_after: u32,
+    /// How long a proxy a crawler reported is kept from crawlers.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub quarantine: Duration,
+    /// Reports after which a ProxyPool member is replaced.
+    #[arg(long, default_value_t = 3)]
+    pub replace_after: u32,
+    /// How /v1/proxies/next and leases pick when a request names no
+    /// strategy: round-robin, least-recently-used or random.
+    #[arg(long, default_value = "round-robin")]
+    pub discovery_strategy: String,
+    /// Lease TTL when a request names none.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub lease_ttl: Duration,
+    /// The longest lease TTL granted.
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    pub lease_max_ttl: Duration,
+}
+
+/// The validated settings and the bound API listener.
+#[derive(Debug)]
+pub struct FleetSetup {
+    pub fleet: FleetSettings,
+    pub health: HealthSettings,
+    pub auth: Arc<ApiAuth>,
+    pub listener: tokio::net::TcpListener,
+}
+
+impl FleetArgs {
+    /// Validates the flags and binds the API address now, so a bad flag or
+    /// a taken port fails the start with a clear error.
+    pub async fn setup(&self) -> anyhow::Result<FleetSetup> {
+        let listener = tokio::net::TcpListener::bind(self.api_addr).await.with_context(|| {
+            format!("--api-addr {}: cannot listen; pick a free address", self.api_addr)
+        })?;
+        let bound = listener.local_addr()?;
+        let target = match &self.health_target {
+            Some(url) => CheckTarget::parse("--health-target", url)?,
+            None => {
+                // A wildcard bind is reachable on loopback too.
+                let host = if bound.ip().is_unspecified() {
+                    SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+                } else {
+                    bound
+                };
+                CheckTarget::parse("--health-target", &format!("http://{host}/v1/echo"))?
+            }
+        };
+        let health = HealthSettings {
+            interval: self.health_interval,
+            timeout: self.health_timeout,
+            concurrency: self.health_concurrency,
+            healthy_after: self.health_healthy_after,
+            unhealthy_after: self.health_unhealthy_after,
+            target,
+            mode: ProbeMode::parse("--health-mode", &self.health_mode)?,
+        };
+        health.validate()?;
+        if self.replace_after == 0 {
+            anyhow::bail!("--replace-after: 0 reports; use 1 or more");
+        }
+        if self.lease_ttl.is_zero() || self.lease_ttl > self.lease_max_ttl {
+            anyhow::bail!(
+                "--lease-ttl: {:?} must be above zero and at most --lease-max-ttl ({:?})",
+                self.lease_ttl,
+                self.lease_max_ttl
+            );
+        }
+        let fleet = FleetSettings {
+            quarantine: self.quarantine,
+            replace_after: self.replace_after,
+            strategy: Strategy::parse("--discovery-strategy", &self.discovery_strategy)?,
+            lease_ttl: self.lease_ttl,
+            max_lease_ttl: self.lease_max_ttl,
+        };
+        let auth = match &self.api_token_file {
+            Some(file) => {
+                let auth = Arc::new(ApiAuth::from_file(file.clone(), self.api_open_read)?);
+                auth.spawn_reloader(Duration::from_secs(30));
+                auth
+            }
+            None => Arc::new(ApiAuth::open()),
+        };
+        Ok(FleetSetup { fleet, health, auth, listener })
+    }
+}
+
+/// Serves the discovery API in the background.
+pub fn serve_api(
+    listener: tokio::net::TcpListener,
+    fleet: Arc<Fleet>,
+    auth: Arc<ApiAuth>,
+    mode: Arc<dyn ModeStatus>,
+) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!("discovery API at http://{addr}/v1/proxies");
+    }
+    let api = Arc::new(Api::new(fleet, auth).with_mode(mode));
+    tokio::spawn(proxyfleet_fleet::api::serve(listener, api, std::future::pending()));
+}

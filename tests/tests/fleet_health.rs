@@ -1,0 +1,141 @@
+//! The health engine against real tinyproxy processes on loopback, with the
+//! operator's own `/v1/echo` as the check target.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxyfleet_core::proxy::Phase;
+use proxyfleet_fleet::api::{self, Api};
+use proxyfleet_fleet::auth::ApiAuth;
+use proxyfleet_fleet::{
+    CheckTarget, Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings, Member, ProbeMode,
+    Selector, Verdict,
+};
+use proxyfleet_metrics::Metrics;
+use proxyfleet_tests::proxies::Tinyproxy;
+
+/// A catalog with the API (and so the echo target) served on loopback.
+async fn fleet_with_echo() -> (Arc<Fleet>, SocketAddr) {
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = Arc::new(Api::new(Arc::clone(&fleet), Arc::new(ApiAuth::open())));
+    tokio::spawn(api::serve(listener, api, std::future::pending()));
+    (fleet, addr)
+}
+
+fn member(id: &str, addr: SocketAddr) -> Member {
+    Member {
+        id: id.to_owned(),
+        namespace: "default".into(),
+        name: id.to_owned(),
+        pool: None,
+        provider: "local".into(),
+        labels: BTreeMap::new(),
+        phase: Phase::Running,
+        endpoint: Some(Endpoint { ip: addr.ip(), port: addr.port() }),
+    }
+}
+
+fn engine(fleet: &Arc<Fleet>, echo: SocketAddr, mode: ProbeMode) -> HealthEngine {
+    let target = format!("http://{echo}/v1/echo");
+    let mut settings = HealthSettings::new(CheckTarget::parse("target", &target).unwrap());
+    settings.healthy_after = 2;
+    settings.unhealthy_after = 3;
+    settings.timeout = Duration::from_secs(2);
+    settings.mode = mode;
+    HealthEngine::new(settings, Arc::clone(fleet))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_proxy_turns_unhealthy_within_the_failures_and_healthy_after_a_restart() {
+    let mut proxy = Tinyproxy::start();
+    let (fleet, echo) = fleet_with_echo().await;
+    fleet.publish(vec![member("p1", proxy.addr())]);
+    let engine = engine(&fleet, echo, ProbeMode::Both);
+    let verdict = || fleet.health("p1").map(|h| h.verdict);
+
+    engine.round().await;
+    assert_eq!(verdict(), Some(Verdict::Unknown), "one pass is not enough");
+    engine.round().await;
+    let record = fleet.health("p1").unwrap();
+    assert_eq!(record.verdict, Verdict::Healthy, "{record:?}");
+    // The echo target saw the proxy's exit address: tinyproxy on loopback.
+    assert_eq!(record.exit_ip.as_deref(), Some("127.0.0.1"));
+    assert!(record.latency_ms.is_some());
+    assert_eq!(fleet.next(&Selector::default(), None).unwrap().0, "p1");
+
+    proxy.kill();
+    engine.round().await;
+    engine.round().await;
+    assert_eq!(verdict(), Some(Verdict::Healthy), "two failures stay under the threshold of three");
+    engine.round().await;
+    let record = fleet.health("p1").unwrap();
+    assert_eq!(record.verdict, Verdict::Unhealthy);
+    assert_eq!((record.passes, record.failures), (2, 3));
+    let error = record.last_error.unwrap();
+    assert!(error.contains("cannot connect to the proxy port"), "{error}");
+    assert!(
+        fleet.next(&Selector::default(), None).is_err(),
+        "an unhealthy proxy is not handed out"
+    );
+
+    proxy.restart();
+    engine.round().await;
+    assert_eq!(verdict(), Some(Verdict::Unhealthy));
+    engine.round().await;
+    assert_eq!(verdict(), Some(Verdict::Healthy));
+    let changes: Vec<Verdict> = fleet
+        .take_verdict_changes()
+        .into_iter()
+        .filter_map(|(_, record)| record.map(|r| r.verdict))
+        .collect();
+    assert_eq!(changes, [Verdict::Healthy], "the mode sees the latest verdict");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_and_connect_probes_each_pass_through_tinyproxy() {
+    let proxy = Tinyproxy::start();
+    let (fleet, echo) = fleet_with_echo().await;
+    fleet.publish(vec![member("p1", proxy.addr())]);
+    for mode in [ProbeMode::Get, ProbeMode::Connect] {
+        let report = engine(&fleet, echo, mode).round().await;
+        assert_eq!((report.probed, report.passed), (1, 1), "{mode:?}: {:?}", fleet.health("p1"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_refusing_connect_fails_the_connect_probe_with_its_status() {
+    let proxy = Tinyproxy::start_with("ConnectPort 443\n");
+    let (fleet, echo) = fleet_with_echo().await;
+    fleet.publish(vec![member("p1", proxy.addr())]);
+    let get = engine(&fleet, echo, ProbeMode::Get).round().await;
+    assert_eq!(get.passed, 1);
+    let connect = engine(&fleet, echo, ProbeMode::Connect).round().await;
+    assert_eq!(connect.passed, 0);
+    let error = fleet.health("p1").unwrap().last_error.unwrap();
+    assert!(error.contains("CONNECT") && error.contains("403"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_that_never_answers_costs_one_timeout_and_others_are_still_probed() {
+    let good = Tinyproxy::start();
+    // Accepts and then says nothing.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let (fleet, echo) = fleet_with_echo().await;
+    fleet.publish(vec![member("good", good.addr()), member("silent", silent_addr)]);
+    let report = engine(&fleet, echo, ProbeMode::Both).round().await;
+    assert_eq!((report.probed, report.passed), (2, 1));
+    let error = fleet.health("silent").unwrap().last_error.unwrap();
+    assert!(error.contains("no answer through the proxy within"), "{error}");
+    assert_eq!(fleet.health("good").unwrap().passes, 1);
+}
