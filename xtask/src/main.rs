@@ -84,7 +84,8 @@ commands:
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
   lint               rustfmt and clippy over both workspaces
-  demo               the standalone mode on the static plugin against local tinyproxies";
+  demo [--keep]      the standalone mode on the static plugin against local tinyproxies:
+                     health probes, the discovery API, requests through the proxies it hands out";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -106,7 +107,8 @@ fn run(args: &[String]) -> Result<()> {
         ["sync-wit", "--check"] => sync_wit(&repo, true),
         ["test"] => test(&repo),
         ["lint"] => lint(&repo),
-        ["demo"] => demo(&repo),
+        ["demo"] => demo(&repo, false),
+        ["demo", "--keep"] => demo(&repo, true),
         ["help" | "--help" | "-h"] => {
             eprintln!("{USAGE}");
             Ok(())
@@ -476,7 +478,7 @@ fn lint(repo: &Repo) -> Result<()> {
 /// The README's first command: the standalone mode on the static plugin
 /// against two real tinyproxy instances on loopback, then a request through
 /// each proxy it reports.
-fn demo(repo: &Repo) -> Result<()> {
+fn demo(repo: &Repo, keep: bool) -> Result<()> {
     let mut packages = DEBIAN_WASM_PACKAGES.to_vec();
     packages.extend(DEMO_PACKAGES);
     step("debian packages", || ensure_debian_packages(&packages))?;
@@ -518,10 +520,11 @@ fn demo(repo: &Repo) -> Result<()> {
         Ok(())
     })?;
     let binary = repo.root.join("target/debug/proxyfleet");
-    let report = step_output("reconcile the standalone Proxies", || {
-        stdout_of(
+    step("proxyfleet standalone (reconciler, health engine, discovery API)", || {
+        services.start(
+            "proxyfleet",
             Command::new(&binary)
-                .args(["--log-format", "text", "standalone", "--once", "--providers"])
+                .args(["--log-format", "text", "standalone", "--providers"])
                 .arg(repo.root.join("deploy/standalone/providers.yaml"))
                 .arg("--proxies")
                 .arg(repo.root.join("deploy/standalone/proxies"))
@@ -530,17 +533,51 @@ fn demo(repo: &Repo) -> Result<()> {
                 .arg("--plugin-dir")
                 .arg(repo.plugin_outputs())
                 .arg("--cache-dir")
-                .arg(repo.root.join("target/plugin-cache")),
-        )
+                .arg(repo.root.join("target/plugin-cache"))
+                .args(["--api-addr", DEMO_API, "--metrics-addr", "127.0.0.1:0"])
+                .args(["--health-interval", "2s", "--health-timeout", "2s"]),
+            &work,
+        )?;
+        eprintln!("xtask: its log is {}", work.join("proxyfleet.log").display());
+        Ok(())
     })?;
-    eprint!("{report}");
-    step("a request through every proxy", || {
-        let mut proxies = 0;
-        for line in report.lines().filter(|l| l.contains("\"phase\":\"Running\"")) {
-            let (Some(ip), Some(port)) = (json_field(line, "ip"), json_field(line, "port")) else {
-                continue;
-            };
-            let proxy = format!("http://{ip}:{port}");
+    let api = format!("http://{DEMO_API}");
+    step("the health engine probes both proxies through their ports", || {
+        let started = Instant::now();
+        let mut last = String::new();
+        loop {
+            let healthy = command_line_output(Command::new("curl").args([
+                "-sS",
+                "--max-time",
+                "5",
+                &format!("{api}/v1/proxies?healthy=true"),
+            ]))
+            .unwrap_or_default();
+            let count = healthy.matches("\"healthy\":true").count();
+            let progress = format!("{count} of {} healthy", DEMO_PROXY_PORTS.len());
+            if progress != last {
+                eprintln!("xtask: {progress} after {}", elapsed(started));
+                last = progress;
+            }
+            if count == DEMO_PROXY_PORTS.len() {
+                return Ok(());
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "the proxies did not turn healthy within 2 min; see {}",
+                work.join("proxyfleet.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })?;
+    step("a crawler asks the discovery API for proxies and fetches through them", || {
+        let mut handed = Vec::new();
+        for _ in DEMO_PROXY_PORTS {
+            let next = format!("{api}/v1/proxies/next?format=url");
+            eprintln!("xtask: $ curl -s '{next}'");
+            let proxy = command_line_output(Command::new("curl").args(["-sS", &next]))?;
+            let proxy = proxy.trim().to_owned();
+            eprintln!("{proxy}");
             let url = format!("http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt");
             run_command(Command::new("curl").args([
                 "-sS",
@@ -550,16 +587,43 @@ fn demo(repo: &Repo) -> Result<()> {
                 &proxy,
                 &url,
             ]))?;
-            proxies += 1;
+            handed.push(proxy);
         }
+        handed.sort();
+        handed.dedup();
         ensure!(
-            proxies == DEMO_PROXY_PORTS.len(),
-            "expected {} running proxies",
-            DEMO_PROXY_PORTS.len()
+            handed.len() == DEMO_PROXY_PORTS.len(),
+            "round robin should hand out each proxy once, got {handed:?}"
         );
         Ok(())
-    })
+    })?;
+    step("a sticky session: an exclusive lease for 60 s", || {
+        run_command(Command::new("curl").args([
+            "-sS",
+            "-X",
+            "POST",
+            "-d",
+            "{\"ttlSeconds\":60}",
+            &format!("{api}/v1/leases"),
+        ]))?;
+        eprintln!();
+        Ok(())
+    })?;
+    if keep {
+        eprintln!(
+            "xtask: the demo keeps running; try `curl -s {api}/v1/proxies` or \
+             `curl -x \"$(curl -s '{api}/v1/proxies/next?format=url')\" http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt`. \
+             Ctrl-C stops it."
+        );
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    Ok(())
 }
+
+/// Where the demo serves the discovery API.
+const DEMO_API: &str = "127.0.0.1:8480";
 
 /// Debian packages the demo runs besides the wasm toolchain.
 const DEMO_PACKAGES: &[&str] = &["tinyproxy", "curl"];
@@ -595,41 +659,6 @@ impl Drop for Services {
             eprintln!("xtask: stopped {name}");
         }
     }
-}
-
-/// The value of `"key":` in one line of flat JSON, without quotes.
-fn json_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let start = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let rest = &line[start..];
-    let value = rest.split([',', '}']).next()?;
-    Some(value.trim_matches('"')).filter(|v| *v != "null")
-}
-
-/// Runs `command` with its logs (stderr) shown, and returns its stdout; on
-/// failure the stdout is shown too, since it says what went wrong.
-fn stdout_of(command: &mut Command) -> Result<String> {
-    let shown = show(command);
-    eprintln!("xtask: $ {shown}");
-    let output = command
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot start `{shown}`"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    if !output.status.success() {
-        eprint!("{stdout}");
-        bail!("`{shown}` failed ({})", output.status);
-    }
-    Ok(stdout)
-}
-
-/// Like [`step`], for a step that produces output.
-fn step_output(name: &str, run: impl FnOnce() -> Result<String>) -> Result<String> {
-    let mut output = String::new();
-    step(name, || {
-        output = run()?;
-        Ok(())
-    })?;
-    Ok(output)
 }
 
 /// Runs one named step, announcing it and naming it in its failure.
