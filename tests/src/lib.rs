@@ -422,3 +422,59 @@ impl Controllers {
         }
     }
 }
+
+/// Replaces `dest` with a copy of `source` the way a careful deployer does:
+/// written beside it under another name, then renamed over it, so a reader
+/// sees the old file or the new one, never part of one.
+pub fn replace_file(source: &Path, dest: &Path) {
+    let staged = dest.with_extension("staged");
+    std::fs::copy(source, &staged).expect("stage the new file");
+    std::fs::rename(&staged, dest).expect("rename it into place");
+}
+
+/// A directory laid out like a mounted ConfigMap: each file is a link
+/// `<name> -> ..data/<name>`, and `..data` links to a timestamped
+/// directory holding the content. [`ConfigMapDir::update`] changes the
+/// content the way the kubelet does, so the files' links never change and
+/// only `..data` is swapped.
+#[derive(Debug)]
+pub struct ConfigMapDir {
+    root: PathBuf,
+    generation: u32,
+}
+
+impl ConfigMapDir {
+    /// Lays out `root` (an existing, empty directory) with `files`, each a
+    /// name in the ConfigMap and the file whose content it gets.
+    pub fn create(root: &Path, files: &[(&str, &Path)]) -> Self {
+        let mut dir = Self { root: root.to_owned(), generation: 0 };
+        dir.update(files);
+        for (name, _) in files {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), root.join(name))
+                .expect("link the file to ..data");
+        }
+        dir
+    }
+
+    /// Writes `files` into a new timestamped directory, points `..data` at
+    /// it by renaming a fresh link over it, and removes the old directory.
+    pub fn update(&mut self, files: &[(&str, &Path)]) {
+        let previous = self.data_dir();
+        self.generation += 1;
+        let next = self.data_dir();
+        std::fs::create_dir(self.root.join(&next)).expect("create the data directory");
+        for (name, source) in files {
+            std::fs::copy(source, self.root.join(&next).join(name)).expect("copy into ..data");
+        }
+        let staged = self.root.join("..data_tmp");
+        std::os::unix::fs::symlink(&next, &staged).expect("link ..data_tmp");
+        std::fs::rename(&staged, self.root.join("..data")).expect("swap ..data");
+        if self.generation > 1 {
+            std::fs::remove_dir_all(self.root.join(previous)).expect("remove the old data");
+        }
+    }
+
+    fn data_dir(&self) -> String {
+        format!("..2026_01_01_00_00_00.{:04}", self.generation)
+    }
+}

@@ -128,6 +128,7 @@ impl HarnessBuilder {
             config: self.config,
             grants: Grants { http, ca_file: None },
             limits: self.limits,
+            pin: None,
         };
         let provider =
             PluginProvider::new(&runtime, entry, revision, Arc::clone(&self.kv) as _).await?;

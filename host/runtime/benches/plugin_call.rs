@@ -38,6 +38,7 @@ fn entry(name: &str, limits: Limits) -> EntryConfig {
         config: serde_json::json!({}),
         grants: Grants::default(),
         limits,
+        pin: None,
     }
 }
 

@@ -38,6 +38,38 @@ pub struct EntryConfig {
     pub grants: Grants,
     /// What the plugin may use.
     pub limits: Limits,
+    /// The only build of the plugin this entry accepts, if any.
+    pub pin: Option<Pin>,
+}
+
+/// Restricts an entry to one build of its plugin: a file that is another
+/// build is not activated for the entry, at load or on a swap.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Pin {
+    /// The version the plugin's `describe` reports, compared exactly.
+    Version(String),
+    /// The sha256 of the component file, 64 lower-case hex digits.
+    Digest(String),
+}
+
+impl Pin {
+    /// Whether a build with this version and file digest satisfies the pin.
+    pub fn admits(&self, version: &str, digest: &str) -> bool {
+        match self {
+            Self::Version(pinned) => pinned == version,
+            Self::Digest(pinned) => pinned.eq_ignore_ascii_case(digest),
+        }
+    }
+}
+
+impl std::fmt::Display for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Version(version) => write!(f, "version {version}"),
+            Self::Digest(digest) => write!(f, "digest sha256:{digest}"),
+        }
+    }
 }
 
 /// Capabilities granted to an entry. Everything not named is refused.
@@ -124,6 +156,14 @@ struct RawEntry {
     grants: RawGrants,
     #[serde(default)]
     limits: RawLimits,
+    pin: Option<RawPin>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPin {
+    version: Option<String>,
+    digest: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -214,7 +254,36 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     }
     let grants = Grants { http, ca_file: raw.grants.ca_file };
     let limits = validate_limits(&at, raw.limits)?;
-    Ok(EntryConfig { name: raw.name, plugin: raw.plugin, config, grants, limits })
+    let pin = raw.pin.map(|pin| validate_pin(&at, pin)).transpose()?;
+    Ok(EntryConfig { name: raw.name, plugin: raw.plugin, config, grants, limits, pin })
+}
+
+fn validate_pin(at: &str, raw: RawPin) -> Result<Pin, ConfigError> {
+    match (raw.version, raw.digest) {
+        (Some(version), None) if !version.trim().is_empty() => Ok(Pin::Version(version)),
+        (Some(_), None) => Err(ConfigError::invalid(at, "pin.version", "must not be empty")),
+        (None, Some(digest)) => {
+            let hex = digest.strip_prefix("sha256:").unwrap_or(&digest);
+            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                Ok(Pin::Digest(hex.to_ascii_lowercase()))
+            } else {
+                Err(ConfigError::invalid(
+                    at,
+                    "pin.digest",
+                    format!(
+                        "{digest:?} is not a sha256 digest: use \"sha256:\" and 64 hex digits, \
+                         as `proxyfleet plugin inspect` prints it"
+                    ),
+                ))
+            }
+        }
+        _ => Err(ConfigError::invalid(
+            at,
+            "pin",
+            "name exactly one of `version` (what the plugin's describe reports) or `digest` \
+             (sha256 of the file)",
+        )),
+    }
 }
 
 fn validate_http_grant(at: &str, i: usize, raw: RawHttpGrant) -> Result<HttpGrant, ConfigError> {
@@ -465,6 +534,40 @@ providers:
             err.contains("limits.mutations") && err.contains("1 to limits.concurrency (2)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn pins_name_a_version_or_a_digest() {
+        let digest = "AB".repeat(32);
+        let config = ProvidersConfig::parse(&format!(
+            "providers:\n  - {{ name: a, plugin: x, pin: {{ version: 1.2.3 }} }}\n  \
+             - {{ name: b, plugin: x, pin: {{ digest: 'sha256:{digest}' }} }}\n  \
+             - {{ name: c, plugin: x }}\n"
+        ))
+        .unwrap();
+        assert_eq!(config.entries[0].pin, Some(Pin::Version("1.2.3".into())));
+        let pin = config.entries[1].pin.clone().unwrap();
+        assert_eq!(pin, Pin::Digest(digest.to_ascii_lowercase()));
+        assert!(pin.admits("9.9.9", &digest.to_ascii_lowercase()));
+        assert!(!pin.admits("9.9.9", &"cd".repeat(32)));
+        assert!(config.entries[0].pin.as_ref().unwrap().admits("1.2.3", "any"));
+        assert!(!config.entries[0].pin.as_ref().unwrap().admits("1.2.4", "any"));
+        assert_eq!(config.entries[2].pin, None);
+    }
+
+    #[test]
+    fn malformed_pins_are_refused() {
+        let err = parse_err(
+            "providers:\n  - { name: a, plugin: x, pin: { version: 1.0.0, digest: 'sha256:00' } }\n",
+        );
+        assert!(err.contains("pin") && err.contains("exactly one"), "{err}");
+        let err = parse_err("providers:\n  - { name: a, plugin: x, pin: {} }\n");
+        assert!(err.contains("exactly one"), "{err}");
+        let err =
+            parse_err("providers:\n  - { name: a, plugin: x, pin: { digest: 'sha256:abc' } }\n");
+        assert!(err.contains("pin.digest") && err.contains("64 hex digits"), "{err}");
+        let err = parse_err("providers:\n  - { name: a, plugin: x, pin: { tag: latest } }\n");
+        assert!(err.contains("unknown field `tag`"), "{err}");
     }
 
     #[test]

@@ -6,10 +6,15 @@
 //! - [`Runtime::load_plugin`]: one component file → a [`PluginRevision`].
 //! - [`PluginProvider`]: an entry bound to a revision; implements
 //!   [`proxyfleet_core::Provider`].
-//! - [`Registry`]: every entry of a providers file, loaded or failed.
+//! - [`Registry`]: every entry of a providers file, loaded or failed; its
+//!   entries take new plugin files that pass [`admission`] while running,
+//!   keep the previous revision for [`Registry::rollback`], and report
+//!   what they serve and refused in [`Registry::revisions`].
+//! - [`watch`]: runs [`Registry::rescan`] when the plugin directory changes.
 //! - [`config`]: the providers file.
 //! - [`capabilities`]: what plugins may use (HTTP, key-value store, logs).
 
+pub mod admission;
 mod bindings;
 mod cache;
 pub mod capabilities;
@@ -19,11 +24,14 @@ mod error;
 mod plugin;
 mod provider;
 mod registry;
+mod revisions;
 mod state;
+pub mod watch;
 
 pub use bindings::CONTRACT_VERSION;
 pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
-pub use error::{ConfigError, LoadError, RuntimeError};
-pub use plugin::PluginRevision;
+pub use error::{ConfigError, LoadError, RollbackError, RuntimeError};
+pub use plugin::{PluginRevision, file_digest};
 pub use provider::{PinnedInstance, PluginProvider};
 pub use registry::{EntryState, PluginLoad, Registry};
+pub use revisions::{EntryRevisions, RejectedCandidate, RevisionSummary};

@@ -57,7 +57,19 @@ impl Runtime {
         let bytes = tokio::fs::read(path)
             .await
             .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
-        let digest = hex::encode(Sha256::digest(&bytes));
+        let digest = file_digest(&bytes);
+        self.load_plugin_bytes(path, bytes, digest).await
+    }
+
+    /// [`Runtime::load_plugin`] for content already read from `path`, with
+    /// its [`file_digest`]: whoever hashed the file to decide whether to load
+    /// it compiles exactly what it hashed, even if the file changes meanwhile.
+    pub(crate) async fn load_plugin_bytes(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+        digest: String,
+    ) -> Result<Arc<PluginRevision>, LoadError> {
         let inner = &self.inner;
         let cached = inner.cache.as_ref().and_then(|cache| cache.load(&inner.engine, &digest));
         let from_cache = cached.is_some();
@@ -114,6 +126,12 @@ impl Runtime {
             pre,
         }))
     }
+}
+
+/// sha256 of a component file, lower-case hex: what identifies a revision
+/// (and what a `pin.digest` names).
+pub fn file_digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Refuses a component that does not export the provider interface in a

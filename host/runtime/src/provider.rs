@@ -125,6 +125,23 @@ impl PluginProvider {
         self.revision.swap(revision)
     }
 
+    /// Has `revision` validate the entry's config without making it serve
+    /// anything: a candidate revision must accept the config before it may
+    /// replace the current one.
+    pub async fn validate_config_with(
+        &self,
+        revision: &PluginRevision,
+    ) -> Result<(), ProviderError> {
+        let span = tracing::info_span!(
+            "provider_call",
+            entry = %self.config.name,
+            plugin = %revision.info.name,
+            plugin_version = %revision.info.version,
+            operation = "validate-config",
+        );
+        self.call_on(revision, Operation::ValidateConfig).instrument(span).await.map(drop)
+    }
+
     /// The entry's config.
     pub fn config(&self) -> &EntryConfig {
         &self.config

@@ -3,19 +3,36 @@
 //! Loading is per file and per entry: a plugin that fails to load, or an
 //! entry whose config its plugin refuses, is recorded with the reason and
 //! the rest keep working.
+//!
+//! Plugin files may change while the host runs. [`Registry::rescan`] (run
+//! by [`crate::watch`] on every change of the plugin directory and
+//! periodically) hashes every file; a file whose content changed is a
+//! candidate revision, which each entry naming the plugin activates only
+//! once it passes [`crate::admission`]. A refused candidate is recorded
+//! with its reason and the active revision keeps serving. Each entry keeps
+//! its active revision and the one before, for [`Registry::rollback`] and
+//! for a file that is removed again; older ones are dropped when their last
+//! call ends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::SystemTime;
 
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{Provider, ProviderError};
 
-use crate::config::ProvidersConfig;
+use crate::admission::{Refusal, check_pin_and_grants};
+use crate::config::{EntryConfig, ProvidersConfig};
 use crate::engine::Runtime;
-use crate::error::RuntimeError;
-use crate::plugin::PluginRevision;
+use crate::error::{LoadError, RollbackError, RuntimeError};
+use crate::plugin::{PluginRevision, file_digest};
 use crate::provider::PluginProvider;
+use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
+
+/// Refused candidates listed per entry; older ones are only counted.
+const MAX_REJECTED: usize = 8;
 
 /// What became of one plugin file.
 #[derive(Debug, Clone)]
@@ -36,13 +53,113 @@ pub enum EntryState {
 }
 
 /// Every entry of a providers file, each bound to its plugin or failed.
-#[derive(Debug)]
 pub struct Registry {
+    runtime: Runtime,
     plugin_dir: PathBuf,
-    plugins: BTreeMap<String, PluginLoad>,
-    entries: BTreeMap<String, EntryState>,
+    kv: Arc<dyn KvStore>,
+    configs: BTreeMap<String, EntryConfig>,
     /// The plugin each entry names, loaded or not.
     entry_plugins: BTreeMap<String, String>,
+    entries: EntryGenerations,
+    revisions: Mutex<RevisionState>,
+    /// One rescan at a time: each decides against what the last one saw.
+    scanning: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("plugin_dir", &self.plugin_dir)
+            .field("entries", self.entries.current())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The entries map as [`Registry::entries`] lends it out. An entry's state
+/// changes at most once, from failed to ready, when a file it accepts
+/// lands (a ready entry swaps revisions inside its provider and never
+/// fails again). Each such change publishes a new map and keeps the older
+/// ones, so references handed out earlier stay valid for the registry's
+/// life; there are at most as many maps as entries that failed at load,
+/// plus the first.
+struct EntryGenerations {
+    first: BTreeMap<String, EntryState>,
+    later: Box<[OnceLock<BTreeMap<String, EntryState>>]>,
+    published: AtomicUsize,
+}
+
+impl EntryGenerations {
+    fn new(first: BTreeMap<String, EntryState>) -> Self {
+        let room = first.values().filter(|state| matches!(state, EntryState::Failed(_))).count();
+        Self {
+            first,
+            later: (0..room).map(|_| OnceLock::new()).collect(),
+            published: AtomicUsize::new(0),
+        }
+    }
+
+    fn current(&self) -> &BTreeMap<String, EntryState> {
+        let published = self.published.load(Ordering::Acquire);
+        self.later[..published].iter().rev().find_map(OnceLock::get).unwrap_or(&self.first)
+    }
+
+    /// Makes `next` current. Callers hold the registry's revision lock, so
+    /// publications never race.
+    fn publish(
+        &self,
+        next: BTreeMap<String, EntryState>,
+    ) -> Result<(), BTreeMap<String, EntryState>> {
+        let published = self.published.load(Ordering::Acquire);
+        let Some(slot) = self.later.get(published) else { return Err(next) };
+        slot.set(next)?;
+        self.published.store(published + 1, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// What rescans compare against and what [`Registry::revisions`] shows.
+#[derive(Default)]
+struct RevisionState {
+    /// Every plugin file and what became of it, by file stem.
+    plugins: BTreeMap<String, PluginLoad>,
+    /// The digest each file had when last read, by file stem; a file that
+    /// could not be read is absent, so the next rescan tries again.
+    files: BTreeMap<String, String>,
+    /// Revisions still alive somewhere (active, previous, in a call), by
+    /// digest: a file that comes back reuses its revision without compiling.
+    by_digest: HashMap<String, Weak<PluginRevision>>,
+    entries: BTreeMap<String, EntryHistory>,
+}
+
+#[derive(Default)]
+struct EntryHistory {
+    previous: Option<Arc<PluginRevision>>,
+    activated_at: Option<SystemTime>,
+    rejected: VecDeque<RejectedCandidate>,
+    swaps: u64,
+    rejections: u64,
+}
+
+/// One `*.wasm` of the plugin directory, read whole.
+struct PluginFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    digest: String,
+}
+
+/// What a candidate file turned into.
+enum Candidate {
+    Loaded(Arc<PluginRevision>),
+    Failed { digest: String, reason: String, contract_version: Option<String> },
+}
+
+impl Candidate {
+    fn digest(&self) -> &str {
+        match self {
+            Self::Loaded(revision) => &revision.digest,
+            Self::Failed { digest, .. } => digest,
+        }
+    }
 }
 
 impl Registry {
@@ -55,20 +172,38 @@ impl Registry {
         plugin_dir: &Path,
         kv: Arc<dyn KvStore>,
     ) -> Result<Self, RuntimeError> {
-        let mut plugins = BTreeMap::new();
-        for (name, path) in plugin_files(plugin_dir)? {
-            let load = match runtime.load_plugin(&path).await {
-                Ok(revision) => PluginLoad::Loaded(revision),
+        let files = read_plugin_dir_blocking(plugin_dir.to_owned()).await?;
+        let mut state = RevisionState::default();
+        for (name, file) in files {
+            let load = match file {
+                Ok(file) => {
+                    let digest = file.digest.clone();
+                    let load = match runtime
+                        .load_plugin_bytes(&file.path, file.bytes, file.digest)
+                        .await
+                    {
+                        Ok(revision) => {
+                            state.by_digest.insert(digest.clone(), Arc::downgrade(&revision));
+                            PluginLoad::Loaded(revision)
+                        }
+                        Err(err) => {
+                            tracing::error!(plugin = %name, "{err}");
+                            PluginLoad::Failed(err.to_string())
+                        }
+                    };
+                    state.files.insert(name.clone(), digest);
+                    load
+                }
                 Err(err) => {
                     tracing::error!(plugin = %name, "{err}");
                     PluginLoad::Failed(err.to_string())
                 }
             };
-            plugins.insert(name, load);
+            state.plugins.insert(name, load);
         }
         let mut entries = BTreeMap::new();
         for entry in &config.entries {
-            let state = match plugins.get(&entry.plugin) {
+            let entry_state = match state.plugins.get(&entry.plugin) {
                 None => EntryState::Failed(format!(
                     "plugin {:?} not found: no {}.wasm in {}",
                     entry.plugin,
@@ -76,53 +211,65 @@ impl Registry {
                     plugin_dir.display()
                 )),
                 Some(PluginLoad::Failed(reason)) => EntryState::Failed(format!(
-                    "plugin {:?} failed to load: {reason}",
-                    entry.plugin
+                    "plugin {:?} {}",
+                    entry.plugin,
+                    Refusal::Load(reason.clone())
                 )),
                 Some(PluginLoad::Loaded(revision)) => {
-                    match PluginProvider::new(
-                        runtime,
-                        entry.clone(),
-                        Arc::clone(revision),
-                        Arc::clone(&kv),
-                    )
-                    .await
-                    {
+                    match bind(runtime, entry, revision, Arc::clone(&kv)).await {
                         Ok(provider) => EntryState::Ready(Arc::new(provider)),
-                        Err(err) => EntryState::Failed(format!(
-                            "plugin {:?} refused the entry's config: {err}",
-                            entry.plugin
-                        )),
+                        Err(refusal) => {
+                            EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                        }
                     }
                 }
             };
-            if let EntryState::Failed(reason) = &state {
-                tracing::error!(entry = %entry.name, "provider entry unavailable: {reason}");
+            let mut history = EntryHistory::default();
+            match &entry_state {
+                EntryState::Failed(reason) => {
+                    tracing::error!(entry = %entry.name, "provider entry unavailable: {reason}");
+                }
+                EntryState::Ready(_) => history.activated_at = Some(SystemTime::now()),
             }
-            entries.insert(entry.name.clone(), state);
+            state.entries.insert(entry.name.clone(), history);
+            entries.insert(entry.name.clone(), entry_state);
         }
-        let entry_plugins =
-            config.entries.iter().map(|e| (e.name.clone(), e.plugin.clone())).collect();
-        Ok(Self { plugin_dir: plugin_dir.to_owned(), plugins, entries, entry_plugins })
+        Ok(Self {
+            runtime: runtime.clone(),
+            plugin_dir: plugin_dir.to_owned(),
+            kv,
+            configs: config.entries.iter().map(|e| (e.name.clone(), e.clone())).collect(),
+            entry_plugins: config
+                .entries
+                .iter()
+                .map(|e| (e.name.clone(), e.plugin.clone()))
+                .collect(),
+            entries: EntryGenerations::new(entries),
+            revisions: Mutex::new(state),
+            scanning: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// The provider serving `entry`, or why there is none.
     pub fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
-        match self.entries.get(entry) {
+        let entries = self.entries.current();
+        match entries.get(entry) {
             Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider) as Arc<dyn Provider>),
             Some(EntryState::Failed(reason)) => {
                 Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
             }
             None => Err(ProviderError::unavailable(format!(
                 "no provider entry named {entry:?}; entries are [{}]",
-                self.entries.keys().cloned().collect::<Vec<_>>().join(", ")
+                entries.keys().cloned().collect::<Vec<_>>().join(", ")
             ))),
         }
     }
 
-    /// Every entry and its state, by name.
+    /// Every entry and its state, by name. An entry that failed at load
+    /// shows as ready once a file it accepts lands; a ready entry's revision
+    /// is its provider's ([`PluginProvider::revision`]).
     pub fn entries(&self) -> &BTreeMap<String, EntryState> {
-        &self.entries
+        self.entries.current()
     }
 
     /// The plugin the providers file names for `entry`, loaded or not.
@@ -130,19 +277,374 @@ impl Registry {
         self.entry_plugins.get(entry).map(String::as_str)
     }
 
-    /// Every plugin file and what became of it, by name.
-    pub fn plugins(&self) -> &BTreeMap<String, PluginLoad> {
-        &self.plugins
+    /// Every plugin file and what became of its current content, by name.
+    pub fn plugins(&self) -> BTreeMap<String, PluginLoad> {
+        self.lock().plugins.clone()
     }
 
     /// The directory plugins were loaded from.
     pub fn plugin_dir(&self) -> &Path {
         &self.plugin_dir
     }
+
+    /// Per entry, in name order: the active and previous revisions and the
+    /// refused candidates.
+    pub fn revisions(&self) -> Vec<EntryRevisions> {
+        let state = self.lock();
+        self.configs.keys().filter_map(|entry| self.revisions_locked(&state, entry)).collect()
+    }
+
+    /// [`Registry::revisions`] of one entry.
+    pub fn revisions_of(&self, entry: &str) -> Option<EntryRevisions> {
+        self.revisions_locked(&self.lock(), entry)
+    }
+
+    fn revisions_locked(&self, state: &RevisionState, entry: &str) -> Option<EntryRevisions> {
+        let config = self.configs.get(entry)?;
+        let history = state.entries.get(entry)?;
+        let (active, unavailable) = match self.entries.current().get(entry)? {
+            EntryState::Ready(provider) => {
+                (Some(RevisionSummary::from(provider.revision().as_ref())), None)
+            }
+            EntryState::Failed(reason) => (None, Some(reason.clone())),
+        };
+        Some(EntryRevisions {
+            entry: entry.to_owned(),
+            plugin: config.plugin.clone(),
+            pin: config.pin.clone(),
+            activated_at: active.as_ref().and(history.activated_at).map(unix_seconds),
+            active,
+            previous: history.previous.as_deref().map(RevisionSummary::from),
+            rejected: history.rejected.iter().cloned().collect(),
+            unavailable,
+            swaps: history.swaps,
+            rejections: history.rejections,
+        })
+    }
+
+    /// Makes `entry`'s previous revision serve again, at once (it is still
+    /// compiled); the revision it replaces becomes the previous one, so a
+    /// second rollback undoes the first. Calls in flight finish on the
+    /// revision they started on. The plugin file is left alone: the entry
+    /// stays on this revision until the file changes again.
+    pub fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError> {
+        let provider = match self.entries.current().get(entry) {
+            None => return Err(RollbackError::UnknownEntry { entry: entry.to_owned() }),
+            Some(EntryState::Failed(reason)) => {
+                return Err(RollbackError::Unavailable {
+                    entry: entry.to_owned(),
+                    reason: reason.clone(),
+                });
+            }
+            Some(EntryState::Ready(provider)) => Arc::clone(provider),
+        };
+        let mut state = self.lock();
+        let history = state.entries.entry(entry.to_owned()).or_default();
+        let Some(previous) = history.previous.take() else {
+            return Err(RollbackError::NoPrevious { entry: entry.to_owned() });
+        };
+        let summary = RevisionSummary::from(previous.as_ref());
+        activate(
+            entry,
+            &provider,
+            history,
+            previous,
+            "rolled back to the previous plugin revision",
+        );
+        Ok(summary)
+    }
+
+    /// Reads every plugin file and acts on those whose content changed
+    /// since the last look: a changed file is offered to every entry naming
+    /// it, a removed one takes those entries it served back to their
+    /// previous revision. An unreadable directory changes nothing.
+    pub async fn rescan(&self) {
+        let _one_at_a_time = self.scanning.lock().await;
+        let files = match read_plugin_dir_blocking(self.plugin_dir.clone()).await {
+            Ok(files) => files,
+            Err(err) => {
+                tracing::warn!("plugin rescan skipped: {err}");
+                return;
+            }
+        };
+        let (changed, removed) = {
+            let state = self.lock();
+            let removed: Vec<(String, String)> = state
+                .files
+                .iter()
+                .filter(|(name, _)| !files.contains_key(*name))
+                .map(|(name, digest)| (name.clone(), digest.clone()))
+                .collect();
+            let mut changed = Vec::new();
+            for (name, file) in files {
+                match file {
+                    Ok(file) if state.files.get(&name) != Some(&file.digest) => {
+                        changed.push((name, file));
+                    }
+                    Ok(_) => {}
+                    // Left as it was; the next rescan reads it again.
+                    Err(err) => tracing::warn!(plugin = %name, "{err}"),
+                }
+            }
+            (changed, removed)
+        };
+        for (name, file) in changed {
+            self.file_changed(&name, file).await;
+        }
+        for (name, digest) in removed {
+            self.file_removed(&name, &digest);
+        }
+    }
+
+    async fn file_changed(&self, name: &str, file: PluginFile) {
+        let known = self.lock().by_digest.get(&file.digest).and_then(Weak::upgrade);
+        let candidate = match known {
+            Some(revision) => Candidate::Loaded(revision),
+            None => {
+                let digest = file.digest.clone();
+                match self.runtime.load_plugin_bytes(&file.path, file.bytes, file.digest).await {
+                    Ok(revision) => Candidate::Loaded(revision),
+                    Err(err) => Candidate::Failed {
+                        digest,
+                        contract_version: refused_contract_version(&err),
+                        reason: err.to_string(),
+                    },
+                }
+            }
+        };
+        {
+            let mut state = self.lock();
+            state.files.insert(name.to_owned(), candidate.digest().to_owned());
+            let load = match &candidate {
+                Candidate::Loaded(revision) => {
+                    state.by_digest.insert(revision.digest.clone(), Arc::downgrade(revision));
+                    PluginLoad::Loaded(Arc::clone(revision))
+                }
+                Candidate::Failed { reason, .. } => PluginLoad::Failed(reason.clone()),
+            };
+            state.plugins.insert(name.to_owned(), load);
+            state.by_digest.retain(|_, revision| revision.strong_count() > 0);
+        }
+        let using: Vec<&EntryConfig> =
+            self.configs.values().filter(|entry| entry.plugin == name).collect();
+        for entry in using {
+            self.offer(entry, &candidate).await;
+        }
+    }
+
+    /// Runs the admission checks of `candidate` for `entry` and activates
+    /// it, or records why not.
+    async fn offer(&self, entry: &EntryConfig, candidate: &Candidate) {
+        let revision = match candidate {
+            Candidate::Loaded(revision) => Arc::clone(revision),
+            Candidate::Failed { reason, .. } => {
+                return self.reject(entry, candidate, &Refusal::Load(reason.clone()));
+            }
+        };
+        match self.entries.current().get(&entry.name) {
+            Some(EntryState::Ready(provider)) => {
+                if provider.revision().digest == revision.digest {
+                    tracing::debug!(entry = %entry.name, digest = %revision.digest, "plugin file matches the active revision");
+                    return;
+                }
+                let checked = match check_pin_and_grants(entry, &revision) {
+                    Ok(()) => provider
+                        .validate_config_with(&revision)
+                        .await
+                        .map_err(|err| Refusal::Config(err.to_string())),
+                    Err(refusal) => Err(refusal),
+                };
+                match checked {
+                    Ok(()) => {
+                        let mut state = self.lock();
+                        let history = state.entries.entry(entry.name.clone()).or_default();
+                        activate(
+                            &entry.name,
+                            provider,
+                            history,
+                            revision,
+                            "activated a new plugin revision",
+                        );
+                    }
+                    Err(refusal) => self.reject(entry, candidate, &refusal),
+                }
+            }
+            Some(EntryState::Failed(_)) => {
+                match bind(&self.runtime, entry, &revision, Arc::clone(&self.kv)).await {
+                    Ok(provider) => self.make_ready(entry, provider),
+                    Err(refusal) => self.reject(entry, candidate, &refusal),
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Publishes a failed entry as ready.
+    fn make_ready(&self, entry: &EntryConfig, provider: PluginProvider) {
+        let mut state = self.lock();
+        let revision = provider.revision();
+        let mut next = self.entries.current().clone();
+        next.insert(entry.name.clone(), EntryState::Ready(Arc::new(provider)));
+        if self.entries.publish(next).is_err() {
+            // Every entry that failed at load has room for its one change.
+            tracing::error!(entry = %entry.name, "cannot publish the entry as ready");
+            return;
+        }
+        let history = state.entries.entry(entry.name.clone()).or_default();
+        history.activated_at = Some(SystemTime::now());
+        history.swaps += 1;
+        tracing::info!(
+            entry = %entry.name,
+            plugin = %revision.info.name,
+            version = %revision.info.version,
+            digest = %revision.digest,
+            "provider entry available: activated its first plugin revision"
+        );
+    }
+
+    fn reject(&self, entry: &EntryConfig, candidate: &Candidate, refusal: &Refusal) {
+        let reason = format!("plugin {:?} {refusal}", entry.plugin);
+        let rejected = match candidate {
+            Candidate::Loaded(revision) => RejectedCandidate {
+                plugin: Some(revision.info.name.clone()),
+                version: Some(revision.info.version.clone()),
+                digest: revision.digest.clone(),
+                contract_version: Some(revision.info.contract_version.clone()),
+                loaded_at: unix_seconds(revision.loaded_at),
+                kind: refusal.kind(),
+                reason,
+            },
+            Candidate::Failed { digest, contract_version, .. } => RejectedCandidate {
+                plugin: None,
+                version: None,
+                digest: digest.clone(),
+                contract_version: contract_version.clone(),
+                loaded_at: unix_seconds(SystemTime::now()),
+                kind: refusal.kind(),
+                reason,
+            },
+        };
+        tracing::warn!(
+            entry = %entry.name,
+            plugin = %rejected.plugin.as_deref().unwrap_or(&entry.plugin),
+            version = %rejected.version.as_deref().unwrap_or("unknown"),
+            digest = %rejected.digest,
+            kind = %rejected.kind.as_str(),
+            "rejected a plugin candidate; the active revision keeps serving: {}",
+            rejected.reason
+        );
+        let mut state = self.lock();
+        let history = state.entries.entry(entry.name.clone()).or_default();
+        history.rejections += 1;
+        if history.rejected.len() == MAX_REJECTED {
+            history.rejected.pop_front();
+        }
+        history.rejected.push_back(rejected);
+    }
+
+    /// A removed file takes the entries it was serving back to their
+    /// previous revision; an entry without one keeps serving what it has,
+    /// since a missing file never makes an entry unavailable.
+    fn file_removed(&self, name: &str, digest: &str) {
+        let mut state = self.lock();
+        state.files.remove(name);
+        state.plugins.remove(name);
+        for entry in self.configs.values().filter(|entry| entry.plugin == name) {
+            let Some(EntryState::Ready(provider)) = self.entries.current().get(&entry.name) else {
+                continue;
+            };
+            if provider.revision().digest != digest {
+                continue;
+            }
+            let history = state.entries.entry(entry.name.clone()).or_default();
+            match history.previous.take() {
+                Some(previous) => activate(
+                    &entry.name,
+                    provider,
+                    history,
+                    previous,
+                    "plugin file removed: back to the previous revision",
+                ),
+                None => tracing::warn!(
+                    entry = %entry.name,
+                    plugin = %name,
+                    digest = %digest,
+                    "plugin file removed and no previous revision: the entry keeps serving its active one"
+                ),
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RevisionState> {
+        self.revisions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-/// `*.wasm` files directly in `dir`, by file stem.
-fn plugin_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, RuntimeError> {
+/// Swaps `revision` in for `entry`; the displaced revision becomes the
+/// previous one, and the one before it is dropped once idle.
+fn activate(
+    entry: &str,
+    provider: &PluginProvider,
+    history: &mut EntryHistory,
+    revision: Arc<PluginRevision>,
+    what: &str,
+) {
+    let displaced = provider.swap_revision(Arc::clone(&revision));
+    tracing::info!(
+        entry = %entry,
+        plugin = %revision.info.name,
+        version = %revision.info.version,
+        digest = %revision.digest,
+        previous_version = %displaced.info.version,
+        previous_digest = %displaced.digest,
+        "{what}"
+    );
+    history.previous = Some(displaced);
+    history.activated_at = Some(SystemTime::now());
+    history.swaps += 1;
+}
+
+/// Binds an entry to its first revision: pin and grants, then the plugin
+/// validates the entry's config.
+async fn bind(
+    runtime: &Runtime,
+    entry: &EntryConfig,
+    revision: &Arc<PluginRevision>,
+    kv: Arc<dyn KvStore>,
+) -> Result<PluginProvider, Refusal> {
+    check_pin_and_grants(entry, revision)?;
+    PluginProvider::new(runtime, entry.clone(), Arc::clone(revision), kv)
+        .await
+        .map_err(|err| Refusal::Config(err.to_string()))
+}
+
+/// The contract version a component was refused for exporting, as shown in
+/// [`crate::EntryRevisions`].
+fn refused_contract_version(err: &LoadError) -> Option<String> {
+    match err {
+        LoadError::IncompatibleContract { found, .. } => {
+            found.rsplit_once('@').map(|(_, version)| version.to_owned())
+        }
+        _ => None,
+    }
+}
+
+type PluginFiles = BTreeMap<String, Result<PluginFile, LoadError>>;
+
+async fn read_plugin_dir_blocking(dir: PathBuf) -> Result<PluginFiles, RuntimeError> {
+    let joined = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || read_plugin_dir(&dir)
+    })
+    .await;
+    joined.unwrap_or_else(|err| {
+        Err(RuntimeError::PluginDir { path: dir, source: std::io::Error::other(err.to_string()) })
+    })
+}
+
+/// Every `*.wasm` directly in `dir` (symbolic links followed, as a mounted
+/// ConfigMap has them), by file stem, read whole and hashed.
+fn read_plugin_dir(dir: &Path) -> Result<PluginFiles, RuntimeError> {
     let read_err = |source| RuntimeError::PluginDir { path: dir.to_owned(), source };
     let mut files = BTreeMap::new();
     for item in std::fs::read_dir(dir).map_err(read_err)? {
@@ -151,8 +653,48 @@ fn plugin_files(dir: &Path) -> Result<BTreeMap<String, PathBuf>, RuntimeError> {
             && path.is_file()
             && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
         {
-            files.insert(stem.to_owned(), path);
+            let file = std::fs::read(&path)
+                .map(|bytes| PluginFile { digest: file_digest(&bytes), bytes, path: path.clone() })
+                .map_err(|source| LoadError::Read { path: path.clone(), source });
+            files.insert(stem.to_owned(), file);
         }
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refused_contract_version_is_read_from_the_export() {
+        let err = LoadError::IncompatibleContract {
+            path: "x.wasm".into(),
+            found: "proxyfleet:provider/provider@0.2.0".into(),
+            host_version: "0.1.0",
+            compatible: "0.1.x",
+        };
+        assert_eq!(refused_contract_version(&err).as_deref(), Some("0.2.0"));
+        let err = LoadError::Describe { path: "x.wasm".into(), message: "no".into() };
+        assert_eq!(refused_contract_version(&err), None);
+    }
+
+    #[test]
+    fn generations_keep_earlier_maps_and_run_out_of_room_at_one_per_failed_entry() {
+        let mut first = BTreeMap::new();
+        first.insert("a".to_owned(), EntryState::Failed("missing".into()));
+        let generations = EntryGenerations::new(first);
+        let lent = generations.current();
+        let mut next = BTreeMap::new();
+        next.insert("a".to_owned(), EntryState::Failed("still missing".into()));
+        assert!(generations.publish(next.clone()).is_ok());
+        assert!(
+            matches!(&lent["a"], EntryState::Failed(r) if r == "missing"),
+            "lent map unchanged"
+        );
+        assert!(
+            matches!(&generations.current()["a"], EntryState::Failed(r) if r == "still missing")
+        );
+        assert!(generations.publish(next).is_err(), "one change per entry that failed at load");
+    }
 }

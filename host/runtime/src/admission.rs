@@ -1,0 +1,193 @@
+//! What a plugin revision must pass before it serves an entry, at load and
+//! on a swap: it loaded (compiled, contract checked, described), it is the
+//! build the entry pins if it pins one, it asks for nothing the entry does
+//! not grant, and it accepts the entry's config. The last is a call into
+//! the plugin, made by the registry; the rest are decided here.
+
+use proxyfleet_core::{Capabilities, HttpDestination};
+use serde::Serialize;
+
+use crate::config::{EntryConfig, Grants, Pin};
+use crate::plugin::PluginRevision;
+
+/// A capability a plugin asks for (in `describe`) that its entry does not
+/// grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingGrant {
+    /// An HTTP destination no `grants.http` entry names.
+    Http(HttpDestination),
+}
+
+impl std::fmt::Display for MissingGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Http(destination) => write!(f, "grants.http {destination}"),
+        }
+    }
+}
+
+/// Everything `requested` names that `grants` does not: a destination is
+/// granted when a grant has the same scheme, host and port (default ports
+/// filled in). Only the grants count, not what an earlier build asked for:
+/// the operator decides what an entry reaches, not the plugin's history.
+pub fn missing_grants(requested: &Capabilities, grants: &Grants) -> Vec<MissingGrant> {
+    requested
+        .http
+        .iter()
+        .filter(|wanted| {
+            !grants.http.iter().any(|grant| same_destination(&grant.destination, wanted))
+        })
+        .map(|wanted| MissingGrant::Http(wanted.clone()))
+        .collect()
+}
+
+fn same_destination(a: &HttpDestination, b: &HttpDestination) -> bool {
+    let host = |d: &HttpDestination| d.host.trim_matches(['[', ']']).to_ascii_lowercase();
+    a.scheme.eq_ignore_ascii_case(&b.scheme)
+        && host(a) == host(b)
+        && a.effective_port() == b.effective_port()
+}
+
+/// Which check a candidate failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejectionKind {
+    /// The file could not be read, compiled, linked or described, or it
+    /// speaks another breaking version of the contract.
+    Load,
+    /// It is not the build the entry pins.
+    Pin,
+    /// It asks for capabilities the entry does not grant.
+    Capabilities,
+    /// It refused the entry's config.
+    Config,
+}
+
+/// Why a revision may not serve an entry. Displayed after the plugin's
+/// name ("plugin \"x\" refused the entry's config: ...").
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Refusal {
+    #[error("failed to load: {0}")]
+    Load(String),
+    #[error(
+        "is not the pinned build: the entry pins {pin}, the file is version {version} \
+         (sha256:{digest})"
+    )]
+    Pin { pin: Pin, version: String, digest: String },
+    #[error(
+        "asks for what the entry does not grant: {}; grant it in the entry's `grants` or \
+         keep the current build",
+        .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Widening(Vec<MissingGrant>),
+    #[error("refused the entry's config: {0}")]
+    Config(String),
+}
+
+impl RejectionKind {
+    /// The name it is serialized as, for log fields and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Load => "load",
+            Self::Pin => "pin",
+            Self::Capabilities => "capabilities",
+            Self::Config => "config",
+        }
+    }
+}
+
+impl Refusal {
+    pub(crate) fn kind(&self) -> RejectionKind {
+        match self {
+            Self::Load(_) => RejectionKind::Load,
+            Self::Pin { .. } => RejectionKind::Pin,
+            Self::Widening(_) => RejectionKind::Capabilities,
+            Self::Config(_) => RejectionKind::Config,
+        }
+    }
+}
+
+/// The checks that need no call into the plugin: pin, then grants.
+pub(crate) fn check_pin_and_grants(
+    entry: &EntryConfig,
+    revision: &PluginRevision,
+) -> Result<(), Refusal> {
+    if let Some(pin) = &entry.pin
+        && !pin.admits(&revision.info.version, &revision.digest)
+    {
+        return Err(Refusal::Pin {
+            pin: pin.clone(),
+            version: revision.info.version.clone(),
+            digest: revision.digest.clone(),
+        });
+    }
+    let missing = missing_grants(&revision.info.capabilities, &entry.grants);
+    if missing.is_empty() { Ok(()) } else { Err(Refusal::Widening(missing)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HttpGrant;
+
+    fn destination(scheme: &str, host: &str, port: Option<u16>) -> HttpDestination {
+        HttpDestination { scheme: scheme.into(), host: host.into(), port }
+    }
+
+    fn grants(destinations: &[HttpDestination]) -> Grants {
+        Grants {
+            http: destinations
+                .iter()
+                .map(|d| HttpGrant {
+                    destination: d.clone(),
+                    allow_addresses: Vec::new(),
+                    credential: None,
+                })
+                .collect(),
+            ca_file: None,
+        }
+    }
+
+    #[test]
+    fn nothing_asked_nothing_missing() {
+        assert!(missing_grants(&Capabilities::default(), &Grants::default()).is_empty());
+    }
+
+    #[test]
+    fn a_destination_is_granted_by_scheme_host_and_effective_port() {
+        let granted = grants(&[destination("https", "pve.lan", None)]);
+        let asks = |d: HttpDestination| Capabilities { http: vec![d] };
+        assert!(
+            missing_grants(&asks(destination("https", "pve.lan", Some(443))), &granted).is_empty()
+        );
+        assert!(missing_grants(&asks(destination("HTTPS", "PVE.lan", None)), &granted).is_empty());
+        for other in [
+            destination("https", "pve.lan", Some(8006)),
+            destination("http", "pve.lan", None),
+            destination("https", "other.lan", None),
+        ] {
+            let missing = missing_grants(&asks(other.clone()), &granted);
+            assert_eq!(missing, vec![MissingGrant::Http(other)]);
+        }
+    }
+
+    #[test]
+    fn only_the_ungranted_destinations_are_named() {
+        let granted = grants(&[
+            destination("https", "a.example", None),
+            destination("http", "::1", Some(8080)),
+        ]);
+        let requested = Capabilities {
+            http: vec![
+                destination("https", "a.example", None),
+                destination("http", "[::1]", Some(8080)),
+                destination("https", "b.example", Some(8443)),
+            ],
+        };
+        let missing = missing_grants(&requested, &granted);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].to_string(), "grants.http https://b.example:8443");
+        let reason = Refusal::Widening(missing).to_string();
+        assert!(reason.contains("grants.http https://b.example:8443"), "{reason}");
+    }
+}
