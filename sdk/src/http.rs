@@ -4,7 +4,9 @@
 //! request anywhere else fails with [`ProviderError::Unauthorized`]. Every
 //! failure comes back as a [`ProviderError`] already classified for the
 //! host: an HTTP status of 400 or more by [`classify_status`], a transport
-//! failure by its `wasi:http` error code.
+//! failure by its `wasi:http` error code. [`Request::send_any_status`]
+//! hands error answers back instead, for APIs whose bodies say more than
+//! their status.
 //!
 //! ```no_run
 //! use proxyfleet_sdk::http::Request;
@@ -269,6 +271,22 @@ impl Request {
     /// gives; any other status (including 3xx: redirects are not followed)
     /// as `Ok`.
     pub fn send(self) -> Result<Response> {
+        let (method, url) = (self.method, self.url.clone());
+        let response = self.send_any_status()?;
+        match classify_status(method, &url, response.status, &response.body) {
+            Some(error) => Err(error),
+            None => Ok(response),
+        }
+    }
+
+    /// Performs the request and returns the response whatever its status;
+    /// only failures to get one (transport, limits, the host's grants) are
+    /// errors, classified as [`Request::send`] does.
+    ///
+    /// For APIs whose error answers say more than their status, such as
+    /// Kubernetes `Status` objects or a `Retry-After` header: the plugin
+    /// classifies them itself (falling back on [`classify_status`]).
+    pub fn send_any_status(self) -> Result<Response> {
         if let Some(error) = self.deferred_error {
             return Err(error);
         }
@@ -369,10 +387,7 @@ impl Request {
         drop(IncomingBody::finish(incoming_body));
         drop(response);
 
-        if let Some(error) = classify_status(self.method, &self.url, status, &body) {
-            return Err(error);
-        }
-        if let Some(code) = upload_error {
+        if let Some(code) = upload_error.filter(|_| status < 400) {
             return Err(classify_transport(&code, self.method, &self.url, &target));
         }
         Ok(Response { status, headers, body, request: label })

@@ -1,0 +1,329 @@
+//! The entry config: which API server and namespace, what the proxy
+//! container runs, and where its pods may be scheduled. The credential is
+//! not part of it: the host injects the bearer token from the grant.
+
+use std::collections::BTreeMap;
+
+use proxyfleet_sdk::{ProviderError, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::names::{is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name};
+
+/// The image proxies run unless the entry or the Proxy says otherwise: a
+/// small community build of tinyproxy meant to run as a non-root user. The
+/// built-in launcher needs only `/bin/sh` and `tinyproxy` from it.
+pub const DEFAULT_IMAGE: &str = "docker.io/kalaksi/tinyproxy:latest";
+
+/// nobody/nogroup on most distributions: any non-root ID works for the
+/// default launcher, which only reads its binary and writes to `/tmp`.
+pub const DEFAULT_RUN_AS_USER: i64 = 65534;
+
+/// JSON schema of [`Config`], reported by `describe`.
+pub const CONFIG_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "kubernetes provider entry",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["apiServer", "namespace"],
+  "properties": {
+    "apiServer": {"description": "API server base URL without path, e.g. https://kubernetes.default.svc; must match a grant.", "type": "string"},
+    "namespace": {"description": "Namespace the proxy pods are created in.", "type": "string"},
+    "image": {"description": "Container image of a proxy whose Proxy names no image.", "type": "string", "default": "docker.io/kalaksi/tinyproxy:latest"},
+    "images": {"description": "A Proxy's image key to the container image it runs.", "type": "object", "additionalProperties": {"type": "string"}},
+    "command": {"description": "The container's command; absent with args absent: the built-in tinyproxy launcher. $(PROXY_PORT) expands to the listening port.", "type": "array", "items": {"type": "string"}},
+    "args": {"description": "The container's args; see command.", "type": "array", "items": {"type": "string"}},
+    "port": {"description": "Port the image listens on whatever the Proxy's port; absent: the Proxy's port.", "type": "integer", "minimum": 1, "maximum": 65535},
+    "runAsUser": {"description": "Non-root user ID the container runs as.", "type": "integer", "minimum": 1, "default": 65534},
+    "imagePullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+    "imagePullSecrets": {"description": "Names of Secrets in the namespace to pull the images with.", "type": "array", "items": {"type": "string"}},
+    "nodeSelector": {"description": "Node labels every proxy pod requires; a Proxy's placement adds to them.", "type": "object", "additionalProperties": {"type": "string"}},
+    "tolerations": {"description": "Taints every proxy pod tolerates.", "type": "array", "items": {"type": "object", "additionalProperties": false,
+      "properties": {"key": {"type": "string"}, "operator": {"enum": ["Equal", "Exists"]}, "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]}, "tolerationSeconds": {"type": "integer"}}}}
+  }
+}"#;
+
+/// The parsed entry config.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    pub api_server: String,
+    pub namespace: String,
+    #[serde(default = "default_image")]
+    pub image: String,
+    #[serde(default)]
+    pub images: BTreeMap<String, String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default = "default_run_as_user")]
+    pub run_as_user: i64,
+    #[serde(default)]
+    pub image_pull_policy: Option<PullPolicy>,
+    #[serde(default)]
+    pub image_pull_secrets: Vec<String>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+/// A Kubernetes toleration, written into the pod as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Toleration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<Operator>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Operator {
+    Equal,
+    Exists,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Effect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_owned()
+}
+
+fn default_run_as_user() -> i64 {
+    DEFAULT_RUN_AS_USER
+}
+
+fn invalid(key: &str, what: &str) -> ProviderError {
+    ProviderError::InvalidConfig(format!("config key `{key}`: {what}"))
+}
+
+/// An image reference as the container runtime takes it; the registry
+/// decides the rest when it pulls.
+pub fn is_image_reference(image: &str) -> bool {
+    !image.is_empty() && !image.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+impl Toleration {
+    /// Why Kubernetes would refuse this toleration, if it would.
+    pub fn problem(&self) -> Option<&'static str> {
+        let exists = self.operator == Some(Operator::Exists);
+        if exists && self.value.as_deref().is_some_and(|value| !value.is_empty()) {
+            return Some("operator Exists takes no value");
+        }
+        if self.key.as_deref().unwrap_or_default().is_empty() && !exists {
+            return Some("a toleration without a key needs operator Exists");
+        }
+        if let Some(key) = self.key.as_deref().filter(|key| !key.is_empty())
+            && !is_qualified_name(key)
+        {
+            return Some("the key is not a valid taint key");
+        }
+        if self.toleration_seconds.is_some() && self.effect != Some(Effect::NoExecute) {
+            return Some("tolerationSeconds only applies to effect NoExecute");
+        }
+        None
+    }
+}
+
+impl Config {
+    /// Parses and checks an entry config; errors name the key.
+    pub fn parse(json: &str) -> Result<Self> {
+        let config: Self = proxyfleet_sdk::parse_config(json)?;
+        let api_server = config.api_server.trim_end_matches('/');
+        let Some(authority) = api_server.strip_prefix("https://") else {
+            return Err(invalid(
+                "apiServer",
+                "must start with https:// (the bearer token must not travel in clear text)",
+            ));
+        };
+        if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+            return Err(invalid(
+                "apiServer",
+                "give scheme, host and port only, e.g. https://kubernetes.default.svc",
+            ));
+        }
+        if !is_dns_label(&config.namespace) {
+            return Err(invalid(
+                "namespace",
+                "is not a namespace name (a DNS-1123 label: lowercase letters, digits and `-`, at most 63)",
+            ));
+        }
+        if !is_image_reference(&config.image) {
+            return Err(invalid("image", "is not an image reference"));
+        }
+        for (key, image) in &config.images {
+            if key.is_empty() {
+                return Err(invalid("images", "image keys must not be empty"));
+            }
+            if !is_image_reference(image) {
+                return Err(invalid(&format!("images.{key}"), "is not an image reference"));
+            }
+        }
+        for (key, list) in [("command", &config.command), ("args", &config.args)] {
+            if let Some(index) = list.iter().flatten().position(String::is_empty) {
+                return Err(invalid(&format!("{key}[{index}]"), "must not be empty"));
+            }
+        }
+        if config.port == Some(0) {
+            return Err(invalid("port", "must be 1 to 65535"));
+        }
+        if config.run_as_user < 1 {
+            return Err(invalid("runAsUser", "must be a non-root user ID (1 or more)"));
+        }
+        for (index, secret) in config.image_pull_secrets.iter().enumerate() {
+            if !is_dns_subdomain(secret) {
+                return Err(invalid(&format!("imagePullSecrets[{index}]"), "is not a Secret name"));
+            }
+        }
+        for (key, value) in &config.node_selector {
+            if !is_qualified_name(key) {
+                return Err(invalid(&format!("nodeSelector.{key}"), "is not a label key"));
+            }
+            if !value.is_empty() && !is_label_value(value) {
+                return Err(invalid(&format!("nodeSelector.{key}"), "is not a label value"));
+            }
+        }
+        for (index, toleration) in config.tolerations.iter().enumerate() {
+            if let Some(problem) = toleration.problem() {
+                return Err(invalid(&format!("tolerations[{index}]"), problem));
+            }
+        }
+        Ok(Self { api_server: api_server.to_owned(), ..config })
+    }
+
+    /// The container image for a Proxy's image key: the entry's `image`
+    /// when the Proxy names none.
+    pub fn image_for(&self, key: &str) -> Result<&str> {
+        if key.is_empty() {
+            return Ok(&self.image);
+        }
+        self.images.get(key).map(String::as_str).ok_or_else(|| {
+            ProviderError::InvalidSpec(format!(
+                "image: no container image is configured for `{key}`; add it to the entry's config key `images`, or leave the Proxy's image empty for `{}`",
+                self.image
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = r#"{"apiServer":"https://kubernetes.default.svc/","namespace":"proxies"}"#;
+
+    fn error(json: &str) -> String {
+        match Config::parse(json) {
+            Err(ProviderError::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    fn with(key: &str, value: &str) -> String {
+        VALID.replacen('{', &format!("{{\"{key}\":{value},"), 1)
+    }
+
+    #[test]
+    fn defaults_fill_the_optional_keys() {
+        let config = Config::parse(VALID).expect("valid");
+        assert_eq!(config.api_server, "https://kubernetes.default.svc");
+        assert_eq!(config.image, DEFAULT_IMAGE);
+        assert_eq!(config.run_as_user, DEFAULT_RUN_AS_USER);
+        assert_eq!((config.command, config.args, config.port), (None, None, None));
+        assert_eq!(Config::parse(VALID).expect("valid").image_for(""), Ok(DEFAULT_IMAGE));
+    }
+
+    #[test]
+    fn image_keys_map_to_images() {
+        let config = Config::parse(&with("images", r#"{"squid":"docker.io/ubuntu/squid:6.6"}"#))
+            .expect("valid");
+        assert_eq!(config.image_for("squid"), Ok("docker.io/ubuntu/squid:6.6"));
+        let unknown = config.image_for("debian-12").expect_err("not configured");
+        assert!(
+            matches!(&unknown, ProviderError::InvalidSpec(m) if m.starts_with("image:") && m.contains("`images`")),
+            "{unknown:?}"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert!(error(&VALID.replace("https://", "http://")).starts_with("config key `apiServer`"));
+        assert!(
+            error(&VALID.replace(".svc/", ".svc/api/v1")).starts_with("config key `apiServer`")
+        );
+        assert!(error(&VALID.replace("proxies", "Proxies")).starts_with("config key `namespace`"));
+        assert!(error(&with("image", r#""a b""#)).starts_with("config key `image`"));
+        assert!(error(&with("images", r#"{"k":""}"#)).starts_with("config key `images.k`"));
+        assert!(error(&with("port", "0")).starts_with("config key `port`"));
+        assert!(
+            error(&with("command", r#"["tinyproxy",""]"#)).starts_with("config key `command[1]`")
+        );
+        assert!(error(&with("runAsUser", "0")).starts_with("config key `runAsUser`"));
+        assert!(
+            error(&with("imagePullSecrets", r#"["ok","Not OK"]"#))
+                .starts_with("config key `imagePullSecrets[1]`")
+        );
+        assert!(
+            error(&with("nodeSelector", r#"{"disk type":"ssd"}"#))
+                .starts_with("config key `nodeSelector.disk type`")
+        );
+        assert!(
+            error(&with("tolerations", r#"[{"operator":"Exists","value":"x"}]"#))
+                .starts_with("config key `tolerations[0]`")
+        );
+        assert!(
+            error(&with("tolerations", r#"[{"key":"k","effect":"Sometimes"}]"#))
+                .starts_with("config key `tolerations[0].effect`")
+        );
+        assert!(
+            error(&with("imagePullPolicy", r#""Often""#))
+                .starts_with("config key `imagePullPolicy`")
+        );
+        assert!(error(&with("token", r#""secret""#)).contains("unknown field `token`"));
+    }
+
+    #[test]
+    fn tolerations_follow_the_api_rules() {
+        let toleration = |json: &str| -> Toleration { serde_json::from_str(json).expect("parses") };
+        assert_eq!(toleration(r#"{"operator":"Exists"}"#).problem(), None);
+        assert_eq!(
+            toleration(r#"{"key":"dedicated","value":"proxies","effect":"NoSchedule"}"#).problem(),
+            None
+        );
+        assert!(toleration(r#"{"value":"x"}"#).problem().is_some());
+        assert!(
+            toleration(r#"{"key":"k","effect":"NoSchedule","tolerationSeconds":5}"#)
+                .problem()
+                .is_some()
+        );
+        assert_eq!(
+            toleration(
+                r#"{"key":"k","operator":"Exists","effect":"NoExecute","tolerationSeconds":5}"#
+            )
+            .problem(),
+            None
+        );
+    }
+}
