@@ -6,7 +6,8 @@
 //!   `POST /v1/proxies/{id}/report`
 //! - `GET|POST /v1/leases`, `POST /v1/leases/{id}/renew`,
 //!   `DELETE /v1/leases/{id}`
-//! - `GET /v1/providers` (the mode's provider checks and plugin revisions)
+//! - `GET /v1/providers` (the mode's provider checks and plugin revisions),
+//!   `POST /v1/providers/{entry}/rollback`
 //! - `GET /v1/echo`: the health check target; answers the caller's address
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
 //!
@@ -41,6 +42,19 @@ pub trait ModeStatus: Send + Sync {
     /// `GET /v1/providers`: the provider entries, their checks and plugin
     /// revisions, as the mode knows them.
     fn providers(&self) -> serde_json::Value;
+
+    /// `POST /v1/providers/{entry}/rollback`: brings back the entry's
+    /// previous plugin revision; answers the revision now serving.
+    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal>;
+}
+
+/// Why a mode refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nothing by that name.
+    NotFound(String),
+    /// It exists but cannot do that now.
+    Conflict(String),
 }
 
 /// The API's shared state.
@@ -204,6 +218,15 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
             StatusCode::OK,
             &api.mode.as_ref().map_or(serde_json::json!({ "items": [] }), |m| m.providers()),
         )),
+        (&Method::POST, ["v1", "providers", entry, "rollback"]) => match &api.mode {
+            None => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no provider entry {entry:?}"))),
+            Some(mode) => mode.rollback(entry).map(|active| json(StatusCode::OK, &active)).map_err(
+                |refusal| match refusal {
+                    Refusal::NotFound(message) => ApiError::new(StatusCode::NOT_FOUND, message),
+                    Refusal::Conflict(message) => ApiError::new(StatusCode::CONFLICT, message),
+                },
+            ),
+        },
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no route {method} {path}; see docs/discovery-api.yaml"),

@@ -129,17 +129,17 @@ impl HealthRecord {
         }
     }
 
-    /// A sentence for the `Healthy` condition.
+    /// A sentence for the `Healthy` condition. It carries no counters, so
+    /// it changes only with the verdict, the error or the exit address, and
+    /// a status writer that compares before writing stays quiet.
     pub fn message(&self) -> String {
         match (self.verdict, &self.last_error) {
-            (Verdict::Unhealthy, Some(error)) => {
-                format!("{} probes in a row failed; last: {error}", self.consecutive_failures)
-            }
-            _ => format!(
-                "{} probes in a row passed{}",
-                self.consecutive_passes,
-                self.exit_ip.as_ref().map(|ip| format!("; exit address {ip}")).unwrap_or_default()
-            ),
+            (Verdict::Unhealthy, Some(error)) => format!("probes through the proxy fail: {error}"),
+            (Verdict::Unhealthy, None) => "probes through the proxy fail".to_owned(),
+            _ => match &self.exit_ip {
+                Some(ip) => format!("probes through the proxy pass; exit address {ip}"),
+                None => "probes through the proxy pass".to_owned(),
+            },
         }
     }
 }

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod auth;
 pub mod catalog;
+pub mod client;
 mod error;
 pub mod health;
 pub mod probe;

@@ -15,6 +15,7 @@ use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{FINALIZER, FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Provider, ProviderError};
+use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::Registry;
 
@@ -45,6 +46,7 @@ pub struct Context {
     policy: Policy,
     recorder: Recorder,
     metrics: Arc<Metrics>,
+    fleet: Option<Arc<Fleet>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -63,7 +65,15 @@ impl Context {
     ) -> Self {
         let reporter = Reporter { controller: MANAGER.to_owned(), instance };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, registry, policy, recorder, metrics: Arc::new(Metrics::new()) }
+        Self { client, registry, policy, recorder, metrics: Arc::new(Metrics::new()), fleet: None }
+    }
+
+    /// Publishes the Proxies to `fleet` and merges its health verdicts into
+    /// their status.
+    #[must_use]
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// Records into `metrics` instead of a registry of its own.
@@ -90,7 +100,24 @@ pub async fn run(
         Some(namespace) => Api::namespaced(context.client.clone(), namespace),
         None => Api::all(context.client.clone()),
     };
-    Controller::new(proxies, watcher::Config::default())
+    let controller = Controller::new(proxies, watcher::Config::default());
+    let (controller, publisher) = match context.fleet.clone() {
+        Some(fleet) => {
+            let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
+            let publisher = tokio::spawn(crate::fleet::publish(
+                controller.store(),
+                fleet,
+                wake,
+                context.client.clone(),
+            ));
+            let woken = futures::stream::unfold(woken, |mut rx| async move {
+                rx.recv().await.map(|proxy| (proxy, rx))
+            });
+            (controller.reconcile_on(woken), Some(publisher))
+        }
+        None => (controller, None),
+    };
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile_proxy, error_policy, context)
         .for_each(|result| async move {
@@ -100,6 +127,9 @@ pub async fn run(
             }
         })
         .await;
+    if let Some(publisher) = publisher {
+        publisher.abort();
+    }
 }
 
 fn error_policy(proxy: Arc<Proxy>, err: &Error, _context: Arc<Context>) -> Action {
@@ -125,6 +155,13 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         user_data(&context.client, &namespace, &proxy).await
     };
     let status = proxy.status.as_ref().map(convert::status_from_crd).unwrap_or_default();
+    let written = status.clone();
+    let mut status = status;
+    if let Some(fleet) = &context.fleet
+        && !deleting
+    {
+        crate::fleet::merge_verdict(fleet, &meta.uid, &mut status, unix_now());
+    }
     let user_data = match user_data {
         Ok(bytes) => bytes,
         Err(Error::UserData(message)) => {
@@ -174,7 +211,7 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     }
 
     let api: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
-    if outcome.status != status {
+    if outcome.status != written {
         let patch = serde_json::json!({
             "apiVersion": "proxyfleet.io/v1alpha1",
             "kind": "Proxy",

@@ -333,6 +333,40 @@ pub struct ProxyProviderStatus {
     /// RFC 3339 time of this check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checked_at: Option<String>,
+    /// RFC 3339 time the serving revision was activated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated_at: Option<String>,
+    /// The revision `proxyfleet plugin rollback` would bring back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<PluginRevisionRef>,
+    /// The most recent candidates refused before activation, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedRevision>,
+}
+
+/// One plugin revision.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginRevisionRef {
+    /// Plugin version.
+    pub version: String,
+    /// sha256 of the component.
+    pub digest: String,
+}
+
+/// A candidate revision that was not activated.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedRevision {
+    /// Plugin version, when the candidate got as far as saying it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// sha256 of the file.
+    pub digest: String,
+    /// Which check refused it: load, pin, capabilities or config.
+    pub kind: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// Every CRD as a multi-document YAML stream.

@@ -2,22 +2,27 @@
 //! controllers, orphan collection and provider checks, all stopped when
 //! leadership is lost.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::gc::collect_orphans;
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::{Health, HealthReason, Provider as _};
+use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::{EntryState, Registry};
 use tokio::sync::watch;
 
 use crate::controller::{self, Context};
-use crate::crd::{ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus};
+use crate::crd::{
+    PluginRevisionRef, ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus, RejectedRevision,
+};
 
 /// How the leader works.
 #[derive(Debug, Clone)]
@@ -36,6 +41,9 @@ pub struct LeaderSettings {
     pub check_interval: Duration,
     /// Where GC, checks and reconciles are recorded.
     pub metrics: Arc<Metrics>,
+    /// The discovery catalog and how to probe its proxies; `None` runs no
+    /// health engine.
+    pub fleet: Option<(Arc<Fleet>, HealthSettings)>,
 }
 
 /// Runs until `lost` turns true.
@@ -46,15 +54,14 @@ pub async fn lead(
     identity: String,
     lost: watch::Receiver<bool>,
 ) {
-    let context = Arc::new(
-        Context::new(
-            client.clone(),
-            Arc::clone(&registry),
-            settings.policy.clone(),
-            Some(identity),
-        )
-        .with_metrics(Arc::clone(&settings.metrics)),
-    );
+    let identity_for_events = identity.clone();
+    let mut context =
+        Context::new(client.clone(), Arc::clone(&registry), settings.policy.clone(), Some(identity))
+            .with_metrics(Arc::clone(&settings.metrics));
+    if let Some((fleet, _)) = &settings.fleet {
+        context = context.with_fleet(Arc::clone(fleet));
+    }
+    let context = Arc::new(context);
     let stop = |mut lost: watch::Receiver<bool>| async move {
         let _ = lost.wait_for(|lost| *lost).await;
     };
@@ -62,15 +69,35 @@ pub async fn lead(
         controller::run(context, settings.watch_namespace.as_deref(), stop(lost.clone()));
     let pools =
         crate::pool::run(client.clone(), settings.watch_namespace.as_deref(), stop(lost.clone()));
-    let controllers = async { tokio::join!(controller, pools) };
+    // Only the leader probes; `/readyz` turns ready after its first round
+    // and back when leadership goes, so a Service sends crawlers here.
+    let health_stop = stop(lost.clone());
+    let health = async {
+        match &settings.fleet {
+            Some((fleet, health)) => {
+                HealthEngine::new(health.clone(), Arc::clone(fleet)).run(health_stop).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let controllers = async { tokio::join!(controller, pools, health) };
     let housekeeping = async {
         let mut gc = tokio::time::interval(settings.gc_interval);
         let mut checks = tokio::time::interval(settings.check_interval);
+        let mut revisions = tokio::time::interval(Duration::from_secs(2));
+        let mut announcer = RevisionAnnouncer::new(client.clone(), identity_for_events.clone());
         loop {
             tokio::select! {
                 _ = gc.tick() => collect_garbage(&client, &registry, &settings).await,
                 _ = checks.tick() => {
                     check_providers(&client, &registry, settings.check_interval, &settings.metrics).await;
+                }
+                _ = revisions.tick() => {
+                    // A swap or refusal shows on the ProxyProvider at once,
+                    // not at the next scheduled check.
+                    if announcer.announce(&registry, &settings.metrics).await {
+                        check_providers(&client, &registry, settings.check_interval, &settings.metrics).await;
+                    }
                 }
             }
         }
@@ -79,6 +106,9 @@ pub async fn lead(
         _ = controllers => {}
         () = housekeeping => {}
         () = stop(lost) => {}
+    }
+    if let Some((fleet, _)) = &settings.fleet {
+        fleet.set_ready(false);
     }
 }
 
@@ -172,6 +202,23 @@ pub async fn check_providers(
                 status.reason = status.issues.first().map(|i| i.reason.clone());
             }
         }
+        if let Some(revisions) = registry.revisions_of(entry) {
+            status.activated_at = revisions.activated_at.and_then(rfc3339);
+            status.previous = revisions.previous.map(|previous| PluginRevisionRef {
+                version: previous.version,
+                digest: previous.digest,
+            });
+            status.rejected = revisions
+                .rejected
+                .into_iter()
+                .map(|candidate| RejectedRevision {
+                    version: candidate.version,
+                    digest: candidate.digest,
+                    kind: candidate.kind.as_str().to_owned(),
+                    reason: candidate.reason,
+                })
+                .collect();
+        }
         metrics.record_check(entry, status.healthy);
         status.last_success = if status.healthy {
             Some(now.to_string())
@@ -208,5 +255,116 @@ async fn publish(
         "status": status,
     });
     api.patch_status(entry, &params, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+fn rfc3339(unix_seconds: u64) -> Option<String> {
+    Timestamp::from_second(i64::try_from(unix_seconds).ok()?).ok().map(|t| t.to_string())
+}
+
+/// Publishes an Event on an entry's ProxyProvider whenever its registry
+/// activates a revision or refuses a candidate, and keeps the swap metrics.
+pub struct RevisionAnnouncer {
+    recorder: Recorder,
+    /// Entry → (swaps, rejections) already announced.
+    seen: HashMap<String, (u64, u64)>,
+}
+
+impl std::fmt::Debug for RevisionAnnouncer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RevisionAnnouncer").field("seen", &self.seen).finish_non_exhaustive()
+    }
+}
+
+impl RevisionAnnouncer {
+    /// An announcer reporting as `instance`.
+    pub fn new(client: kube::Client, instance: String) -> Self {
+        let reporter = Reporter { controller: crate::controller::MANAGER.to_owned(), instance: Some(instance) };
+        Self { recorder: Recorder::new(client, reporter), seen: HashMap::new() }
+    }
+
+    /// Announces what changed since the last call (the first call only
+    /// takes note); returns whether anything did.
+    pub async fn announce(&mut self, registry: &Registry, metrics: &Metrics) -> bool {
+        let mut changed = false;
+        for entry in registry.revisions() {
+            metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
+            let now = (entry.swaps, entry.rejections);
+            let Some(before) = self.seen.insert(entry.entry.clone(), now) else { continue };
+            if now == before {
+                continue;
+            }
+            changed = true;
+            // Events of cluster-scoped objects live in `default`; API
+            // servers before 1.22 insist the reference says so too.
+            let reference = ObjectReference {
+                api_version: Some("proxyfleet.io/v1alpha1".to_owned()),
+                kind: Some("ProxyProvider".to_owned()),
+                name: Some(entry.entry.clone()),
+                namespace: Some("default".to_owned()),
+                ..ObjectReference::default()
+            };
+            if now.0 > before.0
+                && let Some(active) = &entry.active
+            {
+                let note = format!(
+                    "entry {} now runs {} {} (sha256:{}){}",
+                    entry.entry,
+                    active.plugin,
+                    active.version,
+                    active.digest,
+                    entry
+                        .previous
+                        .as_ref()
+                        .map(|p| format!("; previous {} (sha256:{})", p.version, p.digest))
+                        .unwrap_or_default()
+                );
+                self.publish(&reference, EventType::Normal, "PluginActivated", note).await;
+            }
+            if now.1 > before.1
+                && let Some(rejected) = entry.rejected.last()
+            {
+                let note = format!(
+                    "entry {} refused a candidate (sha256:{}, {}): {}",
+                    entry.entry,
+                    rejected.digest,
+                    rejected.kind.as_str(),
+                    rejected.reason
+                );
+                self.publish(&reference, EventType::Warning, "PluginRejected", note).await;
+            }
+        }
+        changed
+    }
+
+    async fn publish(&self, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Swap".to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(reason, "cannot record event: {err}");
+        }
+    }
+}
+
+/// The pod label the leader carries; the discovery Service selects on it,
+/// so crawlers reach the one replica whose catalog is probed.
+pub const LEADER_LABEL: &str = "proxyfleet.io/leader";
+
+/// Sets (or removes) [`LEADER_LABEL`] on pod `name` in `namespace`.
+pub async fn mark_leader(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    leader: bool,
+) -> Result<(), kube::Error> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let value = if leader { serde_json::json!("true") } else { serde_json::Value::Null };
+    let patch = serde_json::json!({ "metadata": { "labels": { LEADER_LABEL: value } } });
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
 }

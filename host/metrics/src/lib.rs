@@ -87,6 +87,8 @@ pub struct Metrics {
     leases_granted: Counter,
     reports: Family<KindLabels, Counter>,
     replacements: Counter,
+    plugin_swaps: Family<EntryLabels, Counter>,
+    plugin_rejections: Family<EntryLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -194,8 +196,22 @@ impl Metrics {
             "Proxies replaced after too many reports",
             replacements.clone(),
         );
+        let plugin_swaps = Family::<EntryLabels, Counter>::default();
+        registry.register(
+            "plugin_swaps",
+            "Plugin revisions activated (swaps, rollbacks, file removals)",
+            plugin_swaps.clone(),
+        );
+        let plugin_rejections = Family::<EntryLabels, Counter>::default();
+        registry.register(
+            "plugin_rejections",
+            "Plugin candidates refused before activation",
+            plugin_rejections.clone(),
+        );
         Self {
             registry,
+            plugin_swaps,
+            plugin_rejections,
             provider_calls,
             provider_call_seconds,
             plugin_faults,
@@ -343,6 +359,19 @@ impl Metrics {
         }
     }
 
+    /// Brings the swap and rejection counters of `entry` up to the totals
+    /// its registry reports; callers may call it as often as they like.
+    pub fn observe_revisions(&self, entry: &str, swaps: u64, rejections: u64) {
+        let labels = EntryLabels { entry: entry.to_owned() };
+        for (family, total) in [(&self.plugin_swaps, swaps), (&self.plugin_rejections, rejections)] {
+            let counter = family.get_or_create(&labels);
+            let seen = counter.get();
+            if total > seen {
+                counter.inc_by(total - seen);
+            }
+        }
+    }
+
     /// Everything, in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -404,6 +433,8 @@ mod tests {
         metrics.set_health(HealthCounts { healthy: 3, unhealthy: 1, unknown: 0 });
         metrics.record_leases(2, 5);
         metrics.record_report("ban", true);
+        metrics.observe_revisions("pve", 2, 1);
+        metrics.observe_revisions("pve", 3, 1);
         let text = metrics.encode();
         for line in [
             "proxyfleet_provider_calls_total{entry=\"pve\",operation=\"create\",outcome=\"transient\"} 1",
@@ -417,6 +448,8 @@ mod tests {
             "proxyfleet_leases_granted_total 5",
             "proxyfleet_proxy_reports_total{kind=\"ban\"} 1",
             "proxyfleet_proxy_replacements_total 1",
+            "proxyfleet_plugin_swaps_total{entry=\"pve\"} 3",
+            "proxyfleet_plugin_rejections_total{entry=\"pve\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }

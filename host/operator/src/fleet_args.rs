@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use proxyfleet_fleet::api::{Api, ModeStatus};
+use proxyfleet_fleet::api::{Api, ModeStatus, Refusal};
 use proxyfleet_fleet::auth::ApiAuth;
 use proxyfleet_fleet::{CheckTarget, Fleet, FleetSettings, HealthSettings, ProbeMode, Strategy};
 
@@ -147,4 +147,19 @@ pub fn serve_api(
     }
     let api = Arc::new(Api::new(fleet, auth).with_mode(mode));
     tokio::spawn(proxyfleet_fleet::api::serve(listener, api, std::future::pending()));
+}
+
+/// What the API shows of a Kubernetes-mode installation's providers: the
+/// plugin revisions (check results are on the ProxyProvider objects).
+#[derive(Debug)]
+pub struct RegistryStatus(pub Arc<proxyfleet_runtime::Registry>);
+
+impl ModeStatus for RegistryStatus {
+    fn providers(&self) -> serde_json::Value {
+        serde_json::json!({ "revisions": self.0.revisions() })
+    }
+
+    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
+        proxyfleet_standalone::rollback(&self.0, entry)
+    }
 }

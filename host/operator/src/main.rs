@@ -14,7 +14,7 @@ use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
-use proxyfleet_kube::operate::{LeaderSettings, lead};
+use proxyfleet_kube::operate::{LeaderSettings, lead, mark_leader};
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{EntryState, PluginProvider, Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone};
@@ -105,6 +105,8 @@ struct RunArgs {
     lease_duration: Duration,
     #[command(flatten)]
     housekeeping: Housekeeping,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -159,6 +161,18 @@ enum PluginCommand {
         /// `limits`) as YAML.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Brings back an entry's previous plugin revision in a running
+    /// operator, at once, through its API; prints the revision now serving.
+    Rollback {
+        /// The provider entry.
+        entry: String,
+        /// The operator's API.
+        #[arg(long, default_value = "http://127.0.0.1:8480")]
+        api: String,
+        /// A file holding an API token, when the API wants one.
+        #[arg(long)]
+        api_token_file: Option<PathBuf>,
     },
 }
 
@@ -234,7 +248,33 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Plugin { command: PluginCommand::Validate { file, config } } => {
             validate(&file, &config).await
         }
+        Command::Plugin { command: PluginCommand::Rollback { entry, api, api_token_file } } => {
+            rollback(&entry, &api, api_token_file.as_deref()).await
+        }
     }
+}
+
+async fn rollback(
+    entry: &str,
+    api: &str,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
+    let token = match token_file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("--api-token-file {}: cannot read it", file.display()))?;
+            let token = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
+            Some(token.with_context(|| format!("--api-token-file {}: holds no token", file.display()))?.to_owned())
+        }
+        None => None,
+    };
+    let path = format!("/v1/providers/{entry}/rollback");
+    let (status, body) =
+        proxyfleet_fleet::client::call(api, http::Method::POST, &path, None, token.as_deref())
+            .await
+            .map_err(|err| anyhow::anyhow!("--api {api}: {err}"))?;
+    print_text(&format!("{body}\n"));
+    Ok(if status == 200 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 async fn validate(
@@ -324,6 +364,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
             renew_every: args.lease_duration / 3,
         },
     );
+    let fleet_setup = args.fleet.setup().await?;
+    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let fleet =
+        Arc::new(proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics)));
     let settings = LeaderSettings {
         watch_namespace: args.watch_namespace,
         policy: Policy::default(),
@@ -331,9 +375,20 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         gc_min_age: args.housekeeping.gc_min_age,
         gc_dry_run: args.housekeeping.gc_dry_run,
         check_interval: args.housekeeping.provider_check_interval,
-        metrics: Arc::new(proxyfleet_metrics::Metrics::new()),
+        metrics,
+        fleet: Some((Arc::clone(&fleet), fleet_setup.health)),
     };
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
+    // Every replica serves the API; only the leader's catalog turns ready,
+    // so a Service over `/readyz` sends crawlers to the leader.
+    fleet_args::serve_api(
+        fleet_setup.listener,
+        fleet,
+        fleet_setup.auth,
+        Arc::new(fleet_args::RegistryStatus(Arc::clone(&registry))),
+    );
+    // Every replica swaps plugins, so a new leader serves the same revision.
+    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
     let shutdown = async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::error!("cannot wait for a shutdown signal: {err}");
@@ -344,9 +399,28 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     elector
         .run(
             |lost| {
-                let (client, registry, settings, identity) =
-                    (client.clone(), Arc::clone(&registry), settings.clone(), identity.clone());
-                async move { lead(client, registry, settings, identity, lost).await }
+                let (client, registry, settings, identity, namespace) = (
+                    client.clone(),
+                    Arc::clone(&registry),
+                    settings.clone(),
+                    identity.clone(),
+                    args.namespace.clone(),
+                );
+                async move {
+                    // Only when running as a pod: then its name is known.
+                    let pod = std::env::var("POD_NAME").ok();
+                    if let Some(pod) = &pod
+                        && let Err(err) = mark_leader(&client, &namespace, pod, true).await
+                    {
+                        tracing::warn!("cannot label this pod as the leader: {err}");
+                    }
+                    lead(client.clone(), registry, settings, identity, lost).await;
+                    if let Some(pod) = &pod
+                        && let Err(err) = mark_leader(&client, &namespace, pod, false).await
+                    {
+                        tracing::warn!("cannot remove the leader label from this pod: {err}");
+                    }
+                }
             },
             shutdown,
         )

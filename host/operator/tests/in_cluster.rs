@@ -1,6 +1,7 @@
 //! `proxyfleet run` as real processes against the real API server: leader
-//! handover when the leader dies, and a restart after an unrecorded create
-//! leaving exactly one instance.
+//! handover when the leader dies, a restart after an unrecorded create
+//! leaving exactly one instance, and the leader label the discovery
+//! Service selects on.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -8,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use proxyfleet_core::kv::KvStore as _;
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_kube::crd::Proxy;
 use proxyfleet_kube::kv::ConfigMapKv;
+use proxyfleet_kube::operate::LEADER_LABEL;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::{
@@ -21,6 +24,8 @@ use proxyfleet_tests::{
 };
 
 const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
+
+const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","labels":{"app.kubernetes.io/name":"proxyfleet"}},"spec":{"containers":[{"name":"proxyfleet","image":"proxyfleet"}]}}"#;
 
 /// An operator process, killed (not stopped) when dropped.
 struct Operator(Child);
@@ -43,15 +48,31 @@ fn kubeconfig() -> std::path::PathBuf {
 }
 
 fn start(dir: &Path, namespace: &str, identity: &str) -> Operator {
+    start_as_pod(dir, namespace, identity, None, "127.0.0.1:0")
+}
+
+/// An operator that believes it runs as pod `pod` (its `POD_NAME`), with
+/// the discovery API on `api`.
+fn start_as_pod(
+    dir: &Path,
+    namespace: &str,
+    identity: &str,
+    pod: Option<&str>,
+    api: &str,
+) -> Operator {
     let log = std::fs::File::create(dir.join(format!("{identity}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_proxyfleet"));
+    if let Some(pod) = pod {
+        command.env("POD_NAME", pod);
+    }
+    let child = command
         .args(["--log-format", "text", "run", "--providers"])
         .arg(dir.join("providers.yaml"))
         .arg("--plugin-dir")
         .arg(dir.join("plugins"))
         .args(["--namespace", namespace, "--watch-namespace", namespace, "--identity", identity])
         .args(["--lease-duration", "3s", "--gc-interval", "1h", "--provider-check-interval", "1h"])
-        .args(["--metrics-addr", "127.0.0.1:0"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--api-addr", api])
         .env("KUBECONFIG", kubeconfig())
         .stdout(Stdio::null())
         .stderr(log)
@@ -144,4 +165,60 @@ async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_creat
     assert_eq!(adopted, orphan_of_crash.provider_id, "it adopts instead of creating a second");
     let assignments = kv.list("lab", "").await.unwrap();
     assert_eq!(assignments.len(), 3, "exactly one instance per Proxy: {assignments:?}");
+}
+
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+async fn readyz(api: &str) -> Option<u16> {
+    let base = format!("http://{api}");
+    proxyfleet_fleet::client::call(&base, http::Method::GET, "/readyz", None, None)
+        .await
+        .ok()
+        .map(|(status, _)| status)
+}
+
+/// The discovery Service selects the leader by a label on its pod: the
+/// leader sets it and serves a ready catalog; a standby is not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-label").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    for name in ["op-a", "op-b"] {
+        let pod: Pod = serde_json::from_str(&POD.replace("NAME", name)).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
+    std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    let leader_of = |name: &'static str| {
+        let pods = pods.clone();
+        async move { pods.get(name).await.ok()?.labels().get(LEADER_LABEL).cloned() }
+    };
+    let wait = Duration::from_secs(60);
+    let (api_a, api_b) = (free_addr(), free_addr());
+    let a = start_as_pod(dir.path(), &namespace, "op-a", Some("op-a"), &api_a);
+    let labelled =
+        wait_for(wait, || async { leader_of("op-a").await.filter(|v| v == "true") }).await;
+    assert!(labelled.is_some(), "the leader labels its pod");
+    let ready =
+        wait_for(wait, || async { (readyz(&api_a).await == Some(200)).then_some(()) }).await;
+    assert!(ready.is_some(), "the leader's catalog turns ready");
+    let _b = start_as_pod(dir.path(), &namespace, "op-b", Some("op-b"), &api_b);
+    let up = wait_for(wait, || async { readyz(&api_b).await }).await;
+    assert_eq!(up, Some(503), "a standby serves the API but is not ready");
+    assert_eq!(leader_of("op-b").await, None);
+
+    drop(a);
+    let labelled =
+        wait_for(wait, || async { leader_of("op-b").await.filter(|v| v == "true") }).await;
+    assert!(labelled.is_some(), "the new leader labels its pod");
+    let ready =
+        wait_for(wait, || async { (readyz(&api_b).await == Some(200)).then_some(()) }).await;
+    assert!(ready.is_some(), "and its catalog turns ready");
 }

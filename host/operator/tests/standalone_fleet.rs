@@ -3,21 +3,13 @@
 //! discovery API hands it to a crawler whose request really goes through.
 
 use std::io::{Read as _, Write as _};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use proxyfleet_tests::operator::{Site, free_port, proxy_manifest};
 use proxyfleet_tests::proxies::Tinyproxy;
-use proxyfleet_tests::{Canned, TestServer, plugin, wait_for};
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use proxyfleet_tests::{Canned, TestServer, wait_for};
 
 /// `GET path` on `addr`: (status, body), or `None` while nothing listens.
 fn get(addr: &str, path: &str) -> Option<(u16, String)> {
@@ -30,51 +22,37 @@ fn get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crawler_gets_a_healthy_proxy_from_the_api_and_loses_it_when_it_dies() {
     let mut proxy = Tinyproxy::start();
     let origin =
         TestServer::http(Canned { status: 200, body: Bytes::from_static(b"hello via proxy") })
             .await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("plugins")).unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
-    std::fs::write(
-        dir.path().join("providers.yaml"),
-        format!(
+    let site = Site::new(
+        &format!(
             "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }} }}\n",
             proxy.addr()
         ),
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("proxies")).unwrap();
-    std::fs::write(
-        dir.path().join("proxies/a.yaml"),
-        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: { name: a }\nspec: { provider: local }\n",
-    )
-    .unwrap();
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
     let api = format!("127.0.0.1:{}", free_port());
-    let _operator = Killed(
-        Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
-            .args(["--log-format", "text", "standalone", "--providers"])
-            .arg(dir.path().join("providers.yaml"))
-            .arg("--plugin-dir")
-            .arg(dir.path().join("plugins"))
-            .arg("--proxies")
-            .arg(dir.path().join("proxies"))
-            .arg("--state")
-            .arg(dir.path().join("state.redb"))
-            .args(["--metrics-addr", "127.0.0.1:0", "--api-addr", &api])
-            .args(["--health-interval", "300ms", "--health-timeout", "300ms"])
-            .args(["--health-healthy-after", "1", "--health-unhealthy-after", "2"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _operator = site.standalone(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            &api,
+            "--health-interval",
+            "300ms",
+            "--health-timeout",
+            "300ms",
+            "--health-healthy-after",
+            "1",
+            "--health-unhealthy-after",
+            "2",
+        ],
     );
     let wait = Duration::from_secs(60);
     let url = wait_for(wait, || async {

@@ -1,19 +1,11 @@
 //! `proxyfleet standalone` as a real process serves its metrics.
 
 use std::io::{Read as _, Write as _};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use proxyfleet_tests::{plugin, wait_for};
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use proxyfleet_tests::operator::{Site, free_port, proxy_manifest};
+use proxyfleet_tests::wait_for;
 
 fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -25,37 +17,15 @@ fn scrape(port: u16) -> Option<String> {
 
 #[tokio::test]
 async fn the_metrics_endpoint_shows_reconciles_and_checks() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("plugins")).unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
-    std::fs::write(
-        dir.path().join("providers.yaml"),
+    let site = Site::new(
         "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:18001'] } }\n",
-    )
-    .unwrap();
-    std::fs::create_dir(dir.path().join("proxies")).unwrap();
-    std::fs::write(
-        dir.path().join("proxies/a.yaml"),
-        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: { name: a }\nspec: { provider: local }\n",
-    )
-    .unwrap();
-    // A free port: bind, note it, release it for the operator.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _operator = Killed(
-        Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
-            .args(["--log-format", "text", "standalone", "--providers"])
-            .arg(dir.path().join("providers.yaml"))
-            .arg("--plugin-dir")
-            .arg(dir.path().join("plugins"))
-            .arg("--proxies")
-            .arg(dir.path().join("proxies"))
-            .arg("--state")
-            .arg(dir.path().join("state.redb"))
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}"), "--api-addr", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
+    let port = free_port();
+    let _operator = site.standalone(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &["--metrics-addr", &format!("127.0.0.1:{port}"), "--api-addr", "127.0.0.1:0"],
     );
     let scraped = wait_for(Duration::from_secs(30), || async {
         let text = scrape(port)?;

@@ -14,11 +14,12 @@ use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
 use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
-use proxyfleet_fleet::api::ModeStatus;
+use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
+use proxyfleet_runtime::watch::WatchOptions;
+use proxyfleet_runtime::{EntryState, Registry, RollbackError, Runtime, RuntimeOptions};
 
 use crate::desired;
 use crate::error::Result;
@@ -105,7 +106,7 @@ pub struct ProviderCheck {
 pub struct Standalone {
     settings: Settings,
     store: Arc<Store>,
-    registry: Registry,
+    registry: Arc<Registry>,
     /// When each record is due for its next pass; a record that is absent
     /// waits for a change of its manifest.
     schedule: Mutex<HashMap<String, Instant>>,
@@ -124,7 +125,7 @@ impl Standalone {
         })?;
         let kv: Arc<dyn KvStore> = Arc::clone(&store) as _;
         let registry =
-            Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?;
+            Arc::new(Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?);
         // Every stored record gets a pass after a restart: that is how an
         // interrupted create or delete resumes.
         let now = Instant::now();
@@ -157,7 +158,7 @@ impl Standalone {
     }
 
     /// The provider entries.
-    pub fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
     }
 
@@ -538,6 +539,9 @@ impl Standalone {
         // Publish once before the first round, so the engine's first round
         // already probes what the store knows.
         self.publish_fleet()?;
+        // A new plugin file in the directory is admitted and swapped in
+        // while everything keeps running.
+        let _watcher = self.registry.watch(WatchOptions::default());
         let prober = self.settings.health.clone().map(|settings| {
             let engine = HealthEngine::new(settings, Arc::clone(&self.fleet));
             tokio::spawn(engine.run(std::future::pending()))
@@ -565,6 +569,9 @@ impl Standalone {
             if let Err(err) = self.publish_fleet().and_then(|()| self.apply_health()) {
                 tracing::error!("health verdicts not applied: {err}");
             }
+            for entry in self.registry.revisions() {
+                self.metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
+            }
             if Instant::now() >= next_gc {
                 self.collect_garbage().await;
                 next_gc = Instant::now() + self.settings.gc_interval;
@@ -584,7 +591,24 @@ impl Standalone {
 
 impl ModeStatus for Standalone {
     fn providers(&self) -> serde_json::Value {
-        serde_json::json!({ "items": self.provider_checks() })
+        serde_json::json!({ "checks": self.provider_checks(), "revisions": self.registry.revisions() })
+    }
+
+    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
+        rollback(&self.registry, entry)
+    }
+}
+
+/// Rolls `entry` back on `registry`, as the API answers it; both modes
+/// share it.
+pub fn rollback(registry: &Registry, entry: &str) -> Result<serde_json::Value, Refusal> {
+    match registry.rollback(entry) {
+        Ok(active) => {
+            tracing::warn!(entry, version = %active.version, digest = %active.digest, "rolled back to the previous plugin revision");
+            Ok(serde_json::to_value(active).unwrap_or_default())
+        }
+        Err(err @ RollbackError::UnknownEntry { .. }) => Err(Refusal::NotFound(err.to_string())),
+        Err(err) => Err(Refusal::Conflict(err.to_string())),
     }
 }
 

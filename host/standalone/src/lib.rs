@@ -10,5 +10,5 @@ mod driver;
 mod error;
 pub mod store;
 
-pub use driver::{ProviderCheck, Settings, Standalone};
+pub use driver::{ProviderCheck, Settings, Standalone, rollback};
 pub use error::{Error, Result};

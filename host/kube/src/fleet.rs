@@ -1,0 +1,106 @@
+//! Fleet services in Kubernetes mode: the leader publishes the Proxies its
+//! controller watches to the discovery catalog, wakes the controller for a
+//! Proxy whose health verdict changed, and deletes pool members crawlers
+//! reported too often (their ProxyPool makes replacements).
+//!
+//! Only the Proxy controller writes a Proxy's status: it merges the latest
+//! verdict in on every pass ([`merge_verdict`]). A second writer patching
+//! `Healthy` from a cached copy could put back fields the reconciler had
+//! just changed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use proxyfleet_core::proxy::{Phase, ProxyStatus};
+use proxyfleet_fleet::{Endpoint, Fleet, Member, Verdict};
+use tokio::sync::mpsc;
+
+use crate::crd::{Proxy, ProxyPhase};
+use crate::pool::POOL_LABEL;
+
+/// How often the catalog is refreshed from the controller's cache.
+const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// The catalog member of a Proxy: it gets an endpoint only while it is
+/// `Running` with an address and not being deleted.
+pub fn member_of(proxy: &Proxy) -> Option<Member> {
+    let namespace = proxy.namespace()?;
+    let status = proxy.status.as_ref();
+    let phase = match status.map(|s| s.phase) {
+        None | Some(ProxyPhase::Pending) => Phase::Pending,
+        Some(ProxyPhase::Provisioning) => Phase::Provisioning,
+        Some(ProxyPhase::Running) => Phase::Running,
+        Some(ProxyPhase::Failed) => Phase::Failed,
+        Some(ProxyPhase::Deleting) => Phase::Deleting,
+    };
+    let deleting = proxy.metadata.deletion_timestamp.is_some();
+    let endpoint = status
+        .and_then(|s| s.ip.as_deref())
+        .and_then(|ip| ip.parse().ok())
+        .filter(|_| phase == Phase::Running && !deleting)
+        .map(|ip| Endpoint {
+            ip,
+            port: status.and_then(|s| s.port).unwrap_or(proxy.spec.port),
+        });
+    Some(Member {
+        id: proxy.uid()?,
+        pool: proxy.labels().get(POOL_LABEL).map(|pool| format!("{namespace}/{pool}")),
+        namespace,
+        name: proxy.name_any(),
+        provider: proxy.spec.provider.clone(),
+        labels: proxy.spec.labels.clone(),
+        phase: if deleting { Phase::Deleting } else { phase },
+        endpoint,
+    })
+}
+
+/// Writes the catalog's verdict of `uid` into `status` (`Healthy`, then
+/// `Ready`); with no verdict yet, `Healthy` is removed.
+pub fn merge_verdict(fleet: &Fleet, uid: &str, status: &mut ProxyStatus, now: u64) {
+    match fleet.health(uid).filter(|record| record.verdict != Verdict::Unknown) {
+        Some(record) => {
+            status.set_health(record.verdict == Verdict::Healthy, &record.message(), now);
+        }
+        None => {
+            status.clear_health(now);
+        }
+    }
+}
+
+/// Runs until aborted: publishes the cache, wakes the controller for
+/// changed verdicts, deletes reported pool members.
+pub async fn publish(
+    store: Store<Proxy>,
+    fleet: Arc<Fleet>,
+    wake: mpsc::UnboundedSender<ObjectRef<Proxy>>,
+    client: kube::Client,
+) {
+    loop {
+        let proxies = store.state();
+        fleet.publish(proxies.iter().filter_map(|p| member_of(p)).collect());
+        let by_uid: HashMap<String, &Arc<Proxy>> =
+            proxies.iter().filter_map(|p| Some((p.uid()?, p))).collect();
+        for (uid, _) in fleet.take_verdict_changes() {
+            if let Some(proxy) = by_uid.get(&uid) {
+                let _ = wake.send(ObjectRef::from_obj(proxy.as_ref()));
+            }
+        }
+        for member in fleet.take_replacements() {
+            let api: Api<Proxy> = Api::namespaced(client.clone(), &member.namespace);
+            // The UID precondition: never delete a newer Proxy of that name.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions { uid: Some(member.id.clone()), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&member.name, &params).await {
+                Ok(_) => tracing::warn!(proxy = %member.name, namespace = %member.namespace, pool = ?member.pool, "replacing a proxy crawlers reported too often"),
+                Err(err) => tracing::warn!(proxy = %member.name, "cannot delete a reported proxy for replacement: {err}"),
+            }
+        }
+        tokio::time::sleep(PUBLISH_EVERY).await;
+    }
+}

@@ -1,0 +1,88 @@
+//! The `proxyfleet` binary as a real process in a throw-away site: a
+//! providers file, a plugin directory, Proxy manifests and a state file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::plugin;
+
+/// A folder laid out for `proxyfleet standalone`.
+#[derive(Debug)]
+pub struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    /// A site with `providers` as its providers file, each `(file, built
+    /// component)` of `plugins` in its plugin directory (e.g. `("static",
+    /// "static")`), and `manifests` as `proxies/proxies.yaml`.
+    ///
+    /// # Panics
+    /// When a component is not built or the folder cannot be written.
+    pub fn new(providers: &str, plugins: &[(&str, &str)], manifests: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
+        for (file, component) in plugins {
+            std::fs::copy(plugin(component), dir.path().join(format!("plugins/{file}.wasm")))
+                .expect("copy the component");
+        }
+        std::fs::write(dir.path().join("providers.yaml"), providers).expect("providers file");
+        std::fs::create_dir(dir.path().join("proxies")).expect("proxies dir");
+        std::fs::write(dir.path().join("proxies/proxies.yaml"), manifests).expect("manifests");
+        Self { dir }
+    }
+
+    /// A path inside the site.
+    pub fn path(&self, rest: &str) -> PathBuf {
+        self.dir.path().join(rest)
+    }
+
+    /// Starts `binary standalone` on the site with `args` added; its output
+    /// is discarded. The process is killed when the handle drops.
+    ///
+    /// # Panics
+    /// When the binary cannot be started.
+    pub fn standalone(&self, binary: &Path, args: &[&str]) -> Running {
+        let child = Command::new(binary)
+            .args(["--log-format", "text", "standalone", "--providers"])
+            .arg(self.path("providers.yaml"))
+            .arg("--plugin-dir")
+            .arg(self.path("plugins"))
+            .arg("--proxies")
+            .arg(self.path("proxies"))
+            .arg("--state")
+            .arg(self.path("state.redb"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start proxyfleet");
+        Running(child)
+    }
+}
+
+/// A process killed (not stopped) when dropped.
+#[derive(Debug)]
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port nothing listens on now (bound, noted, released).
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// One Proxy manifest on provider entry `provider`.
+pub fn proxy_manifest(name: &str, provider: &str) -> String {
+    format!(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: {name} }}\nspec: {{ provider: {provider} }}\n---\n"
+    )
+}
