@@ -9,6 +9,7 @@
 //! - read the entry's JSON config with [`CallContext::config`];
 //! - talk to the backend's API with the blocking [`http`] client;
 //! - keep allocation bookkeeping in the entry's [`kv`] store;
+//! - drive hypervisors the entry grants through [`libvirt`] (over SSH);
 //! - log through the host with [`log`];
 //! - mark instances as ours with [`OwnershipMark`] and derive stable names and
 //!   numbers from the Proxy UID with [`derive_name`] and [`derive_number`], so
@@ -118,6 +119,7 @@ mod error;
 pub mod http;
 pub mod iso;
 pub mod kv;
+pub mod libvirt;
 pub mod log;
 mod mark;
 mod naming;

@@ -47,6 +47,6 @@ async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
     assert!(err.message.contains("[redacted]"), "{err}");
 
     let logged = logs.text();
-    assert!(logged.contains("plugin_http"), "requests are logged in spans: {logged}");
+    assert!(logged.contains("plugin.http{"), "requests are logged in spans: {logged}");
     assert!(!logged.contains("s3cret"), "the logs leak the secret:\n{logged}");
 }

@@ -11,15 +11,16 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_fleet::catalog::ReportKind;
-use proxyfleet_fleet::{CheckTarget, Fleet, FleetSettings, HealthEngine, HealthSettings, ProbeMode};
+use proxyfleet_fleet::{
+    CheckTarget, Fleet, FleetSettings, HealthEngine, HealthSettings, ProbeMode,
+};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{
-    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, plugin,
-    wait_for,
+    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
 
 /// `type` → `status` of the Proxy's conditions.
@@ -131,11 +132,19 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
 
     assert!(!fleet.report(&uid, ReportKind::Ban, "403").unwrap().replacing);
     assert!(fleet.report(&uid, ReportKind::Ban, "403").unwrap().replacing);
-    let replacement =
-        member_where("True", Some(uid.clone())).await.expect("the pool makes a healthy replacement");
+    let replacement = member_where("True", Some(uid.clone()))
+        .await
+        .expect("the pool makes a healthy replacement");
     assert_ne!(replacement.uid().unwrap(), uid);
     let gone = wait_for(wait, || async {
-        proxies.list(&ListParams::default()).await.ok()?.items.iter().all(|p| p.uid().as_deref() != Some(uid.as_str())).then_some(())
+        proxies
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .all(|p| p.uid().as_deref() != Some(uid.as_str()))
+            .then_some(())
     })
     .await;
     assert!(gone.is_some(), "the reported member is deleted");

@@ -71,7 +71,12 @@ async fn swaps_and_refusals_show_as_events_and_on_the_provider_status() {
     assert_eq!(status.previous.as_ref().map(|p| p.version.as_str()), Some("1.0.0"));
     assert!(status.activated_at.is_some());
     let activated = events_of(&client, &entry, "PluginActivated").await;
-    assert!(activated.iter().any(|note| note.contains("answer 2.0.0") && note.contains("previous 1.0.0")), "{activated:?}");
+    assert!(
+        activated
+            .iter()
+            .any(|note| note.contains("answer 2.0.0") && note.contains("previous 1.0.0")),
+        "{activated:?}"
+    );
 
     replace_file(&plugin("fixtures/answer-wide"), &file);
     registry.rescan().await;
@@ -83,7 +88,11 @@ async fn swaps_and_refusals_show_as_events_and_on_the_provider_status() {
     assert_eq!(refused.kind, "capabilities");
     let rejected = events_of(&client, &entry, "PluginRejected").await;
     assert!(rejected.iter().any(|note| note.contains("capabilities")), "{rejected:?}");
-    assert!(metrics.encode().contains(&format!("proxyfleet_plugin_rejections_total{{entry=\"{entry}\"}} 1")));
+    assert!(
+        metrics
+            .encode()
+            .contains(&format!("proxyfleet_plugin_rejections_total{{entry=\"{entry}\"}} 1"))
+    );
 }
 
 fn uuid_like() -> String {

@@ -35,7 +35,17 @@ const DEBIAN_TEST_PACKAGES: &[&str] = &[
     "tinyproxy",
     // isoinfo, the independent reader the SDK's ISO builder is checked with.
     "genisoimage",
+    // The libvirt capability's tests: a private libvirtd (test and storage
+    // drivers), the C client the host links, and a private sshd.
+    "libvirt-daemon",
+    "libvirt-dev",
+    "pkgconf",
+    "openssh-server",
 ];
+
+/// Debian packages every build of the host crates needs: libvirt's C client
+/// library and pkg-config, which its -sys crate finds it with.
+const DEBIAN_HOST_BUILD_PACKAGES: &[&str] = &["libvirt-dev", "pkgconf"];
 
 /// The Debian packages of the wasm fallback toolchain.
 const DEBIAN_WASM_PACKAGES: &[&str] =
@@ -444,6 +454,7 @@ fn test(repo: &Repo) -> Result<()> {
 
 fn lint(repo: &Repo) -> Result<()> {
     let plugins = repo.plugins_manifest();
+    step("debian packages", || ensure_debian_packages(DEBIAN_HOST_BUILD_PACKAGES))?;
     step("fmt (host)", || {
         run_command(cargo().args(["fmt", "--all", "--check"]).current_dir(&repo.root))
     })?;
@@ -481,6 +492,7 @@ fn lint(repo: &Repo) -> Result<()> {
 fn demo(repo: &Repo, keep: bool) -> Result<()> {
     let mut packages = DEBIAN_WASM_PACKAGES.to_vec();
     packages.extend(DEMO_PACKAGES);
+    packages.extend(DEBIAN_HOST_BUILD_PACKAGES);
     step("debian packages", || ensure_debian_packages(&packages))?;
     step("plugins", || build_plugins(repo))?;
     step("proxyfleet binary", || {

@@ -10,6 +10,7 @@ mod error;
 pub mod fake;
 pub mod gc;
 pub mod kv;
+pub mod observe;
 pub mod pool;
 mod provider;
 pub mod proxy;

@@ -219,7 +219,9 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
             &api.mode.as_ref().map_or(serde_json::json!({ "items": [] }), |m| m.providers()),
         )),
         (&Method::POST, ["v1", "providers", entry, "rollback"]) => match &api.mode {
-            None => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no provider entry {entry:?}"))),
+            None => {
+                Err(ApiError::new(StatusCode::NOT_FOUND, format!("no provider entry {entry:?}")))
+            }
             Some(mode) => mode.rollback(entry).map(|active| json(StatusCode::OK, &active)).map_err(
                 |refusal| match refusal {
                     Refusal::NotFound(message) => ApiError::new(StatusCode::NOT_FOUND, message),

@@ -15,8 +15,9 @@ pub async fn call(
     body: Option<&str>,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
-    let uri: http::Uri =
-        base.parse().map_err(|err| format!("{base:?} is not a URL ({err}); use http://host:port"))?;
+    let uri: http::Uri = base
+        .parse()
+        .map_err(|err| format!("{base:?} is not a URL ({err}); use http://host:port"))?;
     if uri.scheme_str() != Some("http") {
         return Err(format!("{base:?}: the API speaks plain http://"));
     }

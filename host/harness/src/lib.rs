@@ -126,7 +126,7 @@ impl HarnessBuilder {
             name: self.entry,
             plugin: revision.info.name.clone(),
             config: self.config,
-            grants: Grants { http, ca_file: None },
+            grants: Grants { http, ca_file: None, libvirt: Vec::new() },
             limits: self.limits,
             pin: None,
         };

@@ -42,10 +42,7 @@ pub fn member_of(proxy: &Proxy) -> Option<Member> {
         .and_then(|s| s.ip.as_deref())
         .and_then(|ip| ip.parse().ok())
         .filter(|_| phase == Phase::Running && !deleting)
-        .map(|ip| Endpoint {
-            ip,
-            port: status.and_then(|s| s.port).unwrap_or(proxy.spec.port),
-        });
+        .map(|ip| Endpoint { ip, port: status.and_then(|s| s.port).unwrap_or(proxy.spec.port) });
     Some(Member {
         id: proxy.uid()?,
         pool: proxy.labels().get(POOL_LABEL).map(|pool| format!("{namespace}/{pool}")),
@@ -93,12 +90,19 @@ pub async fn publish(
             let api: Api<Proxy> = Api::namespaced(client.clone(), &member.namespace);
             // The UID precondition: never delete a newer Proxy of that name.
             let params = DeleteParams {
-                preconditions: Some(Preconditions { uid: Some(member.id.clone()), resource_version: None }),
+                preconditions: Some(Preconditions {
+                    uid: Some(member.id.clone()),
+                    resource_version: None,
+                }),
                 ..DeleteParams::default()
             };
             match api.delete(&member.name, &params).await {
-                Ok(_) => tracing::warn!(proxy = %member.name, namespace = %member.namespace, pool = ?member.pool, "replacing a proxy crawlers reported too often"),
-                Err(err) => tracing::warn!(proxy = %member.name, "cannot delete a reported proxy for replacement: {err}"),
+                Ok(_) => {
+                    tracing::warn!(proxy = %member.name, namespace = %member.namespace, pool = ?member.pool, "replacing a proxy crawlers reported too often")
+                }
+                Err(err) => {
+                    tracing::warn!(proxy = %member.name, "cannot delete a reported proxy for replacement: {err}")
+                }
             }
         }
         tokio::time::sleep(PUBLISH_EVERY).await;

@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::gc::collect_orphans;
@@ -55,9 +55,13 @@ pub async fn lead(
     lost: watch::Receiver<bool>,
 ) {
     let identity_for_events = identity.clone();
-    let mut context =
-        Context::new(client.clone(), Arc::clone(&registry), settings.policy.clone(), Some(identity))
-            .with_metrics(Arc::clone(&settings.metrics));
+    let mut context = Context::new(
+        client.clone(),
+        Arc::clone(&registry),
+        settings.policy.clone(),
+        Some(identity),
+    )
+    .with_metrics(Arc::clone(&settings.metrics));
     if let Some((fleet, _)) = &settings.fleet {
         context = context.with_fleet(Arc::clone(fleet));
     }
@@ -279,7 +283,10 @@ impl std::fmt::Debug for RevisionAnnouncer {
 impl RevisionAnnouncer {
     /// An announcer reporting as `instance`.
     pub fn new(client: kube::Client, instance: String) -> Self {
-        let reporter = Reporter { controller: crate::controller::MANAGER.to_owned(), instance: Some(instance) };
+        let reporter = Reporter {
+            controller: crate::controller::MANAGER.to_owned(),
+            instance: Some(instance),
+        };
         Self { recorder: Recorder::new(client, reporter), seen: HashMap::new() }
     }
 
@@ -337,7 +344,13 @@ impl RevisionAnnouncer {
         changed
     }
 
-    async fn publish(&self, reference: &ObjectReference, type_: EventType, reason: &str, note: String) {
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.to_owned(),

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use proxyfleet_core::gc::GcReport;
+use proxyfleet_core::observe::CallObserver;
 use proxyfleet_core::{ErrorClass, ProviderError};
 
 pub use serve::serve;
@@ -363,7 +364,8 @@ impl Metrics {
     /// its registry reports; callers may call it as often as they like.
     pub fn observe_revisions(&self, entry: &str, swaps: u64, rejections: u64) {
         let labels = EntryLabels { entry: entry.to_owned() };
-        for (family, total) in [(&self.plugin_swaps, swaps), (&self.plugin_rejections, rejections)] {
+        for (family, total) in [(&self.plugin_swaps, swaps), (&self.plugin_rejections, rejections)]
+        {
             let counter = family.get_or_create(&labels);
             let seen = counter.get();
             if total > seen {
@@ -378,6 +380,21 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// The runtime reports every provider call here when a mode hands the
+/// metrics to it as its observer.
+impl CallObserver for Metrics {
+    fn provider_call(
+        &self,
+        entry: &str,
+        operation: &str,
+        elapsed: Duration,
+        error: Option<ErrorClass>,
+        fault: bool,
+    ) {
+        self.record_provider_call(entry, operation, elapsed, error, fault);
     }
 }
 

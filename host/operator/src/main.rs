@@ -1,6 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
 mod fleet_args;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,10 @@ struct Cli {
     /// More log output (-v debug, -vv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Export spans over OTLP/HTTP (protobuf) to this collector, e.g.
+    /// http://otel-collector:4318 (they go to its /v1/traces).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -191,7 +196,15 @@ struct Setup {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.verbose);
+    let json = matches!(cli.log_format, LogFormat::Json);
+    // Bound to a name: dropping the guard flushes and stops the exporter.
+    let _telemetry = match telemetry::init(json, cli.verbose, cli.otlp_endpoint.as_deref()) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("proxyfleet: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -205,21 +218,6 @@ fn main() -> ExitCode {
             eprintln!("proxyfleet: {err:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(format: LogFormat, verbose: u8) {
-    let default = match verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
     }
 }
 
@@ -264,7 +262,13 @@ async fn rollback(
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("--api-token-file {}: cannot read it", file.display()))?;
             let token = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
-            Some(token.with_context(|| format!("--api-token-file {}: holds no token", file.display()))?.to_owned())
+            Some(
+                token
+                    .with_context(|| {
+                        format!("--api-token-file {}: holds no token", file.display())
+                    })?
+                    .to_owned(),
+            )
         }
         None => None,
     };
@@ -345,8 +349,12 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
 async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-    let runtime =
-        Runtime::new(RuntimeOptions { cache_dir: args.setup.cache_dir, ..Default::default() })?;
+    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: args.setup.cache_dir,
+        observer: Some(Arc::clone(&metrics) as _),
+        ..Default::default()
+    })?;
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
     let registry = Arc::new(
         Registry::load(&runtime, &providers, &args.setup.plugin_dir, kv)
@@ -365,9 +373,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
     );
     let fleet_setup = args.fleet.setup().await?;
-    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
-    let fleet =
-        Arc::new(proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics)));
+    let fleet = Arc::new(proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics)));
     let settings = LeaderSettings {
         watch_namespace: args.watch_namespace,
         policy: Policy::default(),

@@ -145,6 +145,7 @@ mod tests {
                 })
                 .collect(),
             ca_file: None,
+            libvirt: Vec::new(),
         }
     }
 

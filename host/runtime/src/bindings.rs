@@ -6,10 +6,13 @@ wasmtime::component::bindgen!({
     world: "provider-plugin",
     imports: { default: async },
     exports: { default: async },
+    with: {
+        "proxyfleet:provider/libvirt.upload": crate::capabilities::libvirt::Upload,
+    },
 });
 
 pub(crate) use exports::proxyfleet::provider::provider::Guest;
-pub(crate) use proxyfleet::provider::{kv, log, types};
+pub(crate) use proxyfleet::provider::{kv, libvirt, log, types};
 
 /// The contract version this host speaks.
 pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -13,6 +14,7 @@ use ipnet::IpNet;
 use proxyfleet_core::HttpDestination;
 use serde::Deserialize;
 
+use crate::capabilities::google::GoogleServiceAccount;
 use crate::error::ConfigError;
 
 /// Largest memory cap an entry may ask for; the engine's pool is sized for it.
@@ -79,7 +81,39 @@ pub struct Grants {
     pub http: Vec<HttpGrant>,
     /// Extra CA certificates (PEM) trusted for this entry's HTTPS requests.
     pub ca_file: Option<PathBuf>,
+    /// Hypervisors the plugin may drive through libvirt over SSH.
+    pub libvirt: Vec<LibvirtGrant>,
 }
+
+/// One hypervisor host reached through libvirt over SSH.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibvirtGrant {
+    /// The name plugins address the host by and the SSH server's address;
+    /// unique within the entry.
+    pub host: String,
+    /// SSH port.
+    pub port: u16,
+    /// SSH user.
+    pub user: String,
+    /// OpenSSH private key, read on every dial so a rotated key applies to
+    /// the next connection.
+    pub key_file: PathBuf,
+    /// known_hosts file the host's key must be listed in; there is no
+    /// trust on first use.
+    pub known_hosts_file: PathBuf,
+    /// The libvirt socket on the host, forwarded over SSH.
+    pub socket: String,
+    /// The libvirt driver URI on the host, e.g. `qemu:///system`.
+    pub uri: String,
+    /// Budget of one libvirt call (the connect included); a call that
+    /// runs over it closes its connection.
+    pub call_timeout: Duration,
+}
+
+/// Where libvirt listens on a host unless a grant says otherwise.
+pub const DEFAULT_LIBVIRT_SOCKET: &str = "/var/run/libvirt/libvirt-sock";
+/// The driver a grant talks to unless it says otherwise.
+pub const DEFAULT_LIBVIRT_URI: &str = "qemu:///system";
 
 /// One HTTP destination and what comes with it.
 #[derive(Debug, Clone)]
@@ -93,9 +127,22 @@ pub struct HttpGrant {
     pub credential: Option<Credential>,
 }
 
+/// What the host adds to every request to a grant's destination.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    /// A header built from a secret file (`kind: header`, the default).
+    Header(HeaderCredential),
+    /// `Authorization: Bearer` with an access token the host gets for a
+    /// Google service account (`kind: google-service-account`).
+    GoogleServiceAccount(Arc<GoogleServiceAccount>),
+}
+
+/// The credential kinds `credential.kind` takes.
+const CREDENTIAL_KINDS: &str = "`header` (the default) or `google-service-account`";
+
 /// A header the host injects, built from a secret file read on every request.
 #[derive(Debug, Clone)]
-pub struct Credential {
+pub struct HeaderCredential {
     /// Header name, e.g. `authorization`.
     pub header: HeaderName,
     /// Header value with `{secret}` where the file's content goes.
@@ -172,6 +219,21 @@ struct RawGrants {
     #[serde(default)]
     http: Vec<RawHttpGrant>,
     ca_file: Option<PathBuf>,
+    #[serde(default)]
+    libvirt: Vec<RawLibvirtGrant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawLibvirtGrant {
+    host: String,
+    port: Option<u16>,
+    user: String,
+    key_file: PathBuf,
+    known_hosts_file: Option<PathBuf>,
+    socket: Option<String>,
+    uri: Option<String>,
+    call_timeout: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -186,9 +248,12 @@ struct RawHttpGrant {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawCredential {
-    header: String,
+    kind: Option<String>,
+    header: Option<String>,
     value_template: Option<String>,
-    secret_file: PathBuf,
+    secret_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,7 +317,8 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     for (i, grant) in raw.grants.http.into_iter().enumerate() {
         http.push(validate_http_grant(&at, i, grant)?);
     }
-    let grants = Grants { http, ca_file: raw.grants.ca_file };
+    let libvirt = validate_libvirt_grants(&at, raw.grants.libvirt)?;
+    let grants = Grants { http, ca_file: raw.grants.ca_file, libvirt };
     let limits = validate_limits(&at, raw.limits)?;
     let pin = raw.pin.map(|pin| validate_pin(&at, pin)).transpose()?;
     Ok(EntryConfig { name: raw.name, plugin: raw.plugin, config, grants, limits, pin })
@@ -331,28 +397,190 @@ fn validate_http_grant(at: &str, i: usize, raw: RawHttpGrant) -> Result<HttpGran
             })?;
         allow_addresses.push(net);
     }
-    let credential = raw
-        .credential
-        .map(|c| {
-            let header = HeaderName::try_from(c.header.as_str()).map_err(|_| {
+    let credential =
+        raw.credential.map(|c| validate_credential(at, &key("credential"), c)).transpose()?;
+    Ok(HttpGrant { destination, allow_addresses, credential })
+}
+
+fn validate_libvirt_grants(
+    at: &str,
+    raw: Vec<RawLibvirtGrant>,
+) -> Result<Vec<LibvirtGrant>, ConfigError> {
+    let mut grants: Vec<LibvirtGrant> = Vec::with_capacity(raw.len());
+    for (i, grant) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("grants.libvirt[{i}].{field}");
+        let host = grant.host.trim().to_ascii_lowercase();
+        if host.is_empty() || host.contains(['*', '/', '@', ' ']) {
+            return Err(ConfigError::invalid(
+                at,
+                key("host"),
+                format!("{:?} must be one host name or IP address", grant.host),
+            ));
+        }
+        if grants.iter().any(|g| g.host == host) {
+            return Err(ConfigError::invalid(
+                at,
+                key("host"),
+                format!("{host:?} is granted twice; list each host once"),
+            ));
+        }
+        if grant.user.trim().is_empty() {
+            return Err(ConfigError::invalid(at, key("user"), "must name the SSH user"));
+        }
+        // Without a known_hosts file the host key could only be trusted on
+        // first use, which is exactly what lets a man in the middle in.
+        let known_hosts_file = grant.known_hosts_file.ok_or_else(|| {
+            ConfigError::invalid(
+                at,
+                key("knownHostsFile"),
+                "is required: name a known_hosts file that lists the host's key \
+                 (e.g. from `ssh-keyscan -p PORT HOST`, checked out of band)",
+            )
+        })?;
+        let socket = grant.socket.unwrap_or_else(|| DEFAULT_LIBVIRT_SOCKET.to_owned());
+        if !socket.starts_with('/') {
+            return Err(ConfigError::invalid(
+                at,
+                key("socket"),
+                format!("{socket:?} must be an absolute path on the host"),
+            ));
+        }
+        let uri = grant.uri.unwrap_or_else(|| DEFAULT_LIBVIRT_URI.to_owned());
+        match uri.split_once("://") {
+            Some((scheme, rest))
+                if !scheme.is_empty()
+                    && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
+                    && !rest.contains("socket=") => {}
+            _ => {
+                return Err(ConfigError::invalid(
+                    at,
+                    key("uri"),
+                    format!(
+                        "{uri:?} must be a local driver URI such as \"qemu:///system\"; the \
+                         transport (SSH to the host and `socket`) is the host's to choose"
+                    ),
+                ));
+            }
+        }
+        let call_timeout = match grant.call_timeout {
+            None => Duration::from_secs(30),
+            Some(text) => match humantime::parse_duration(&text) {
+                Ok(d) if !d.is_zero() => d,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        at,
+                        key("callTimeout"),
+                        format!("{text:?} is not a positive duration such as \"30s\""),
+                    ));
+                }
+            },
+        };
+        grants.push(LibvirtGrant {
+            host,
+            port: grant.port.unwrap_or(22),
+            user: grant.user,
+            key_file: grant.key_file,
+            known_hosts_file,
+            socket,
+            uri,
+            call_timeout,
+        });
+    }
+    Ok(grants)
+}
+
+fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Credential, ConfigError> {
+    let field = |name: &str| format!("{key}.{name}");
+    // Keys of the other kind are refused by name rather than ignored: a
+    // half-converted credential would otherwise send no secret at all.
+    let refuse = |name: &str, present: bool, kind: &str| {
+        if present {
+            Err(ConfigError::invalid(
+                at,
+                field(name),
+                format!("does not apply to kind `{kind}`; remove it"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match raw.kind.as_deref().unwrap_or("header") {
+        "header" => {
+            refuse("keyFile", raw.key_file.is_some(), "header")?;
+            refuse("scopes", raw.scopes.is_some(), "header")?;
+            let Some(header) = raw.header else {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("header"),
+                    "is required: name the header to send, e.g. Authorization",
+                ));
+            };
+            let header = HeaderName::try_from(header.as_str()).map_err(|_| {
                 ConfigError::invalid(
                     at,
-                    key("credential.header"),
-                    format!("{:?} is not a valid header name", c.header),
+                    field("header"),
+                    format!("{header:?} is not a valid header name"),
                 )
             })?;
-            let value_template = c.value_template.unwrap_or_else(|| "{secret}".to_owned());
+            let Some(secret_file) = raw.secret_file else {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("secretFile"),
+                    "is required: the file holding the secret",
+                ));
+            };
+            let value_template = raw.value_template.unwrap_or_else(|| "{secret}".to_owned());
             if !value_template.contains("{secret}") {
                 return Err(ConfigError::invalid(
                     at,
-                    key("credential.valueTemplate"),
+                    field("valueTemplate"),
                     "must contain {secret} where the secret file's content goes",
                 ));
             }
-            Ok(Credential { header, value_template, secret_file: c.secret_file })
-        })
-        .transpose()?;
-    Ok(HttpGrant { destination, allow_addresses, credential })
+            Ok(Credential::Header(HeaderCredential { header, value_template, secret_file }))
+        }
+        "google-service-account" => {
+            let kind = "google-service-account";
+            refuse("header", raw.header.is_some(), kind)?;
+            refuse("valueTemplate", raw.value_template.is_some(), kind)?;
+            refuse("secretFile", raw.secret_file.is_some(), kind)?;
+            let Some(key_file) = raw.key_file else {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("keyFile"),
+                    "is required: the service account's JSON key file",
+                ));
+            };
+            let scopes = raw.scopes.unwrap_or_default();
+            if scopes.is_empty() {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("scopes"),
+                    "list at least one OAuth scope, e.g. https://www.googleapis.com/auth/compute",
+                ));
+            }
+            for (i, scope) in scopes.iter().enumerate() {
+                if !scope.starts_with("https://") || scope.contains(char::is_whitespace) {
+                    return Err(ConfigError::invalid(
+                        at,
+                        field(&format!("scopes[{i}]")),
+                        format!(
+                            "{scope:?} is not an OAuth scope URL such as \
+                             https://www.googleapis.com/auth/compute"
+                        ),
+                    ));
+                }
+            }
+            Ok(Credential::GoogleServiceAccount(Arc::new(GoogleServiceAccount::new(
+                key_file, scopes,
+            ))))
+        }
+        other => Err(ConfigError::invalid(
+            at,
+            field("kind"),
+            format!("{other:?} is not a credential kind; use {CREDENTIAL_KINDS}"),
+        )),
+    }
 }
 
 fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
@@ -471,7 +699,10 @@ providers:
         let grant = &entry.grants.http[0];
         assert_eq!(grant.destination.to_string(), "https://pve.lan:8006");
         assert_eq!(grant.allow_addresses.len(), 2);
-        assert_eq!(grant.credential.as_ref().unwrap().header, "authorization");
+        let Some(Credential::Header(credential)) = &grant.credential else {
+            panic!("a header credential: {:?}", grant.credential)
+        };
+        assert_eq!(credential.header, "authorization");
         assert_eq!(entry.limits.call_timeout, Duration::from_secs(90));
         assert_eq!(entry.limits.memory_bytes, 128 << 20);
         assert_eq!(entry.limits.concurrency, 2);
@@ -568,6 +799,95 @@ providers:
         assert!(err.contains("pin.digest") && err.contains("64 hex digits"), "{err}");
         let err = parse_err("providers:\n  - { name: a, plugin: x, pin: { tag: latest } }\n");
         assert!(err.contains("unknown field `tag`"), "{err}");
+    }
+
+    #[test]
+    fn libvirt_grants_parse_with_defaults() {
+        let config = ProvidersConfig::parse(
+            "providers:\n  - name: a\n    plugin: kvm\n    grants:\n      libvirt:\n        \
+             - { host: KVM1.lan, user: pf, keyFile: /k, knownHostsFile: /kh }\n        \
+             - { host: kvm2.lan, port: 2222, user: pf, keyFile: /k, knownHostsFile: /kh, \
+             socket: /run/l.sock, uri: 'test:///default', callTimeout: 5s }\n",
+        )
+        .unwrap();
+        let grants = &config.entries[0].grants.libvirt;
+        assert_eq!(grants[0].host, "kvm1.lan");
+        assert_eq!((grants[0].port, grants[0].uri.as_str()), (22, DEFAULT_LIBVIRT_URI));
+        assert_eq!(grants[0].socket, DEFAULT_LIBVIRT_SOCKET);
+        assert_eq!(grants[1].call_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn libvirt_grants_need_known_hosts_and_name_their_field() {
+        let base = "providers:\n  - name: a\n    plugin: kvm\n    grants: { libvirt: [ ";
+        let err = parse_err(&format!("{base}{{ host: h, user: u, keyFile: /k }} ] }}\n"));
+        assert!(
+            err.contains("grants.libvirt[0].knownHostsFile") && err.contains("required"),
+            "{err}"
+        );
+        let err = parse_err(&format!(
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, sokcet: /s }} ] }}\n"
+        ));
+        assert!(err.contains("unknown field `sokcet`"), "{err}");
+        let err = parse_err(&format!(
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, uri: 'qemu+ssh://x/system' }} ] }}\n"
+        ));
+        assert!(err.contains("grants.libvirt[0].uri"), "{err}");
+        let err = parse_err(&format!(
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh }}, \
+             {{ host: H, user: u, keyFile: /k, knownHostsFile: /kh }} ] }}\n"
+        ));
+        assert!(err.contains("grants.libvirt[1].host") && err.contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn google_service_account_credentials_parse() {
+        let config = ProvidersConfig::parse(
+            "providers:\n  - name: gcp\n    plugin: gcp\n    grants:\n      http:\n        \
+             - url: https://compute.googleapis.com\n          credential:\n            \
+             kind: google-service-account\n            keyFile: /etc/proxyfleet/gcp-key.json\n            \
+             scopes: [https://www.googleapis.com/auth/compute]\n",
+        )
+        .unwrap();
+        let Some(Credential::GoogleServiceAccount(account)) =
+            &config.entries[0].grants.http[0].credential
+        else {
+            panic!("a service-account credential")
+        };
+        assert_eq!(account.key_file(), Path::new("/etc/proxyfleet/gcp-key.json"));
+        assert_eq!(account.scopes(), ["https://www.googleapis.com/auth/compute"]);
+    }
+
+    #[test]
+    fn credential_keys_must_fit_their_kind() {
+        let grant = |credential: &str| {
+            parse_err(&format!(
+                "providers:\n  - name: a\n    plugin: x\n    grants: {{ http: [ {{ url: 'https://h', credential: {credential} }} ] }}\n"
+            ))
+        };
+        let err = grant(
+            "{ kind: google-service-account, scopes: [https://www.googleapis.com/auth/compute] }",
+        );
+        assert!(
+            err.contains("grants.http[0].credential.keyFile") && err.contains("required"),
+            "{err}"
+        );
+        let err = grant("{ kind: google-service-account, keyFile: /k.json }");
+        assert!(err.contains("credential.scopes") && err.contains("at least one"), "{err}");
+        let err = grant("{ kind: google-service-account, keyFile: /k.json, scopes: [compute] }");
+        assert!(err.contains("credential.scopes[0]"), "{err}");
+        let err = grant(
+            "{ kind: google-service-account, keyFile: /k.json, scopes: [https://x/y], secretFile: /s }",
+        );
+        assert!(err.contains("credential.secretFile") && err.contains("does not apply"), "{err}");
+        let err = grant("{ header: Authorization, secretFile: /s, keyFile: /k.json }");
+        assert!(err.contains("credential.keyFile") && err.contains("kind `header`"), "{err}");
+        let err = grant("{ kind: aws-sigv4, keyFile: /k.json }");
+        assert!(err.contains("credential.kind") && err.contains("google-service-account"), "{err}");
+        let err = grant("{ kind: google-service-account, keyfile: /k.json }");
+        assert!(err.contains("unknown field `keyfile`"), "{err}");
+        let err = grant("{ secretFile: /s }");
+        assert!(err.contains("credential.header") && err.contains("required"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxyfleet_core::observe::CallObserver;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -39,6 +40,9 @@ pub struct RuntimeOptions {
     pub http_transport: Option<Arc<dyn HttpTransport>>,
     /// Use on-demand allocation even where pooling would work.
     pub disable_pooling: bool,
+    /// Told about every call of every entry this runtime serves (a mode
+    /// passes its metrics here); `None` reports nowhere.
+    pub observer: Option<Arc<dyn CallObserver>>,
 }
 
 /// The shared engine and linker. Cheap to clone.
@@ -52,6 +56,7 @@ pub(crate) struct RuntimeInner {
     pub(crate) linker: Linker<PluginState>,
     pub(crate) cache: Option<PrecompiledCache>,
     pub(crate) http_transport: Option<Arc<dyn HttpTransport>>,
+    pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
 }
 
@@ -60,6 +65,7 @@ impl std::fmt::Debug for RuntimeInner {
         f.debug_struct("RuntimeInner")
             .field("cache", &self.cache)
             .field("pooling", &self.pooling)
+            .field("observer", &self.observer)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +101,7 @@ impl Runtime {
                 linker,
                 cache,
                 http_transport: options.http_transport,
+                observer: options.observer,
                 pooling,
             }),
         })

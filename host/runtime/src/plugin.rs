@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use proxyfleet_core::kv::{KvStore, MemoryKv};
 use proxyfleet_core::{Capabilities, HttpDestination, PluginInfo};
 use sha2::{Digest as _, Sha256};
+use tracing::Instrument as _;
 use wasmtime::Store;
 use wasmtime::component::Component;
 
@@ -197,13 +198,25 @@ async fn describe(
     // `describe` runs before any entry is bound: no grants, a throwaway
     // store, default limits.
     let limits = Limits::default();
+    let file_stem: Arc<str> =
+        path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default().into();
+    // The same span as an entry's calls, without an entry; the plugin's
+    // name and version are known once it has answered.
+    let span = tracing::info_span!(
+        "provider.call",
+        entry = "",
+        plugin = tracing::field::Empty,
+        plugin_version = tracing::field::Empty,
+        operation = "describe",
+        proxy = "",
+        result = tracing::field::Empty,
+        fault = tracing::field::Empty,
+        elapsed_ms = tracing::field::Empty,
+    );
+    let started = std::time::Instant::now();
     let scope = CallScope {
         entry: "".into(),
-        plugin: path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-            .into(),
+        plugin: Arc::clone(&file_stem),
         operation: "describe",
         proxy: None,
         kv: Arc::new(MemoryKv::new()) as Arc<dyn KvStore>,
@@ -215,8 +228,34 @@ async fn describe(
         let plugin = pre.instantiate_async(&mut store).await?;
         plugin.proxyfleet_provider_provider().call_describe(&mut store).await
     };
-    let info = tokio::time::timeout(limits.call_timeout, call)
-        .await
+    let outcome = tokio::time::timeout(limits.call_timeout, call).instrument(span.clone()).await;
+    span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    let (result, fault) = match &outcome {
+        Ok(Ok(_)) => ("ok", None),
+        Ok(Err(err))
+            if matches!(err.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) =>
+        {
+            ("timeout", Some("timeout"))
+        }
+        Ok(Err(_)) if store.data().memory.hit => ("plugin-fault", Some("memory")),
+        Ok(Err(_)) => ("plugin-fault", Some("trap")),
+        Err(_) => ("timeout", Some("timeout")),
+    };
+    span.record("result", result);
+    if let Some(fault) = fault {
+        span.record("fault", fault);
+    }
+    match &outcome {
+        Ok(Ok(info)) => {
+            span.record("plugin", info.name.as_str());
+            span.record("plugin_version", info.version.as_str());
+        }
+        _ => {
+            span.record("plugin", &*file_stem);
+        }
+    }
+    tracing::debug!(parent: &span, "call ended");
+    let info = outcome
         .map_err(|_| fail(format!("did not answer within {:?}", limits.call_timeout)))?
         .map_err(|err| fail(format!("{err:#}")))?;
     if !is_compatible(&info.contract_version) {

@@ -1,9 +1,13 @@
 //! Provider calls into a plugin: one fresh instance per call, under the
 //! entry's deadline, memory cap and concurrency cap, with failures
 //! classified at the boundary (plugin errors are values, traps are not).
+//!
+//! Every call is one `provider.call` span (entry, plugin, version,
+//! operation, proxy; its result and fault recorded when it ends), and is
+//! reported to the runtime's [`CallObserver`](proxyfleet_core::observe::CallObserver).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -37,6 +41,8 @@ pub struct PluginProvider {
     http: Arc<EntryHttp>,
     kv: Arc<dyn KvStore>,
     redactor: Arc<Redactor>,
+    /// The entry's libvirt hosts, their connections pooled across calls.
+    libvirt: Arc<crate::capabilities::libvirt::EntryLibvirt>,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -64,6 +70,41 @@ enum Answer {
     Instance(wit::Instance),
     Instances(Vec<wit::Instance>),
     Health(wit::Health),
+}
+
+/// How a plugin itself failed, as opposed to an error it answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// It trapped: a panic, an out-of-bounds access, a bug.
+    Trap,
+    /// It ran past its deadline and was stopped.
+    Timeout,
+    /// It trapped because it reached its memory cap.
+    Memory,
+}
+
+impl Fault {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Trap => "trap",
+            Self::Timeout => "timeout",
+            Self::Memory => "memory",
+        }
+    }
+}
+
+/// A failed call: what callers get, and whether the plugin itself failed,
+/// which they cannot tell from the class alone (a `timeout` may also come
+/// from the plugin's own answer).
+struct Failure {
+    error: ProviderError,
+    fault: Option<Fault>,
+}
+
+impl From<ProviderError> for Failure {
+    fn from(error: ProviderError) -> Self {
+        Self { error, fault: None }
+    }
 }
 
 impl Operation<'_> {
@@ -102,6 +143,9 @@ impl PluginProvider {
         let provider = Self {
             runtime: runtime.clone(),
             config_json: config.config.to_string(),
+            libvirt: Arc::new(crate::capabilities::libvirt::EntryLibvirt::new(
+                &config.grants.libvirt,
+            )),
             permits: Semaphore::new(config.limits.concurrency),
             mutation_permits: Semaphore::new(config.limits.mutations),
             config,
@@ -132,14 +176,7 @@ impl PluginProvider {
         &self,
         revision: &PluginRevision,
     ) -> Result<(), ProviderError> {
-        let span = tracing::info_span!(
-            "provider_call",
-            entry = %self.config.name,
-            plugin = %revision.info.name,
-            plugin_version = %revision.info.version,
-            operation = "validate-config",
-        );
-        self.call_on(revision, Operation::ValidateConfig).instrument(span).await.map(drop)
+        self.observed(revision, Operation::ValidateConfig).await.map(drop)
     }
 
     /// The entry's config.
@@ -168,28 +205,74 @@ impl PluginProvider {
 
     async fn call(&self, operation: Operation<'_>) -> Result<Answer, ProviderError> {
         let revision = self.revision.load_full();
-        let span = tracing::info_span!(
-            "provider_call",
+        self.observed(&revision, operation).await
+    }
+
+    /// Runs one call on `revision` inside its `provider.call` span (so the
+    /// plugin's log lines and HTTP requests land in it) and reports how it
+    /// ended. The elapsed time includes waiting for a permit: it is what
+    /// the caller waited.
+    async fn observed(
+        &self,
+        revision: &PluginRevision,
+        operation: Operation<'_>,
+    ) -> Result<Answer, ProviderError> {
+        let span = self.call_span(revision, &operation);
+        let name = operation.name();
+        let started = Instant::now();
+        let outcome = self.call_on(revision, operation).instrument(span.clone()).await;
+        let failure = outcome.as_ref().err();
+        self.report(
+            &span,
+            name,
+            started.elapsed(),
+            failure.map(|f| f.error.class),
+            failure.and_then(|f| f.fault),
+        );
+        outcome.map_err(|failure| failure.error)
+    }
+
+    fn call_span(&self, revision: &PluginRevision, operation: &Operation<'_>) -> tracing::Span {
+        tracing::info_span!(
+            "provider.call",
             entry = %self.config.name,
             plugin = %revision.info.name,
             plugin_version = %revision.info.version,
             operation = operation.name(),
             proxy = operation.proxy().unwrap_or_default(),
             result = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let result = self.call_on(&revision, operation).instrument(span.clone()).await;
-        let class = result.as_ref().err().map_or("ok", |e| e.class.as_str());
-        span.record("result", class);
-        tracing::debug!(parent: &span, elapsed_ms = started.elapsed().as_millis() as u64, "call ended");
-        result
+            fault = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        )
+    }
+
+    /// Records the end of a call on its span and tells the observer.
+    fn report(
+        &self,
+        span: &tracing::Span,
+        operation: &'static str,
+        elapsed: Duration,
+        error: Option<ErrorClass>,
+        fault: Option<Fault>,
+    ) {
+        span.record("result", error.map_or("ok", ErrorClass::as_str));
+        if let Some(fault) = fault {
+            span.record("fault", fault.as_str());
+        }
+        span.record("elapsed_ms", u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+        // Span fields show up in text and JSON logs only with an event in
+        // the span; this one carries the recorded result.
+        tracing::debug!(parent: span, "call ended");
+        if let Some(observer) = &self.runtime.inner.observer {
+            observer.provider_call(&self.config.name, operation, elapsed, error, fault.is_some());
+        }
     }
 
     async fn call_on(
         &self,
         revision: &PluginRevision,
         operation: Operation<'_>,
-    ) -> Result<Answer, ProviderError> {
+    ) -> Result<Answer, Failure> {
         let limits = &self.config.limits;
         let shutting_down = |_| ProviderError::unavailable("the entry is shutting down");
         // The mutation permit first, so a queue of creates never holds the
@@ -201,11 +284,12 @@ impl PluginProvider {
             _ => None,
         };
         let _permit = self.permits.acquire().await.map_err(shutting_down)?;
-        let state = PluginState::new(
+        let mut state = PluginState::new(
             self.scope(revision, &operation),
             Arc::clone(&self.http),
             limits.memory_bytes,
         );
+        state.libvirt = Arc::clone(&self.libvirt);
         let mut store = new_store(&self.runtime, state, limits);
         let ctx = self.context(limits.call_timeout.as_millis() as u64);
         let run = run_operation(&mut store, revision, &ctx, &operation);
@@ -214,13 +298,16 @@ impl PluginProvider {
         let outcome =
             tokio::time::timeout(limits.call_timeout + crate::engine::EPOCH_TICK, run).await;
         match outcome {
-            Err(_) => Err(ProviderError::timeout(format!(
-                "{} did not finish within its {:?} deadline",
-                operation.name(),
-                limits.call_timeout
-            ))),
+            Err(_) => Err(Failure {
+                error: ProviderError::timeout(format!(
+                    "{} did not finish within its {:?} deadline",
+                    operation.name(),
+                    limits.call_timeout
+                )),
+                fault: Some(Fault::Timeout),
+            }),
             Ok(Err(trap)) => Err(self.classify_trap(&trap, store.data().memory.hit, &operation)),
-            Ok(Ok(Err(plugin_error))) => Err(self.classify_plugin_error(plugin_error)),
+            Ok(Ok(Err(plugin_error))) => Err(self.classify_plugin_error(plugin_error).into()),
             Ok(Ok(Ok(answer))) => Ok(answer),
         }
     }
@@ -230,24 +317,30 @@ impl PluginProvider {
         trap: &wasmtime::Error,
         memory_cap_hit: bool,
         operation: &Operation<'_>,
-    ) -> ProviderError {
+    ) -> Failure {
         let limits = &self.config.limits;
         if matches!(trap.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) {
-            return ProviderError::timeout(format!(
-                "{} was stopped at its {:?} deadline",
-                operation.name(),
-                limits.call_timeout
-            ));
+            return Failure {
+                error: ProviderError::timeout(format!(
+                    "{} was stopped at its {:?} deadline",
+                    operation.name(),
+                    limits.call_timeout
+                )),
+                fault: Some(Fault::Timeout),
+            };
         }
         let detail = format!("{trap:?}");
         let detail = self.redactor.redact(&detail);
         tracing::error!(backtrace = %detail, "plugin trapped; its instance is discarded");
-        let reason = if memory_cap_hit {
-            format!("memory cap of {} MiB reached", limits.memory_bytes >> 20)
+        let (reason, fault) = if memory_cap_hit {
+            (format!("memory cap of {} MiB reached", limits.memory_bytes >> 20), Fault::Memory)
         } else {
-            self.redactor.redact(&trap.to_string()).into_owned()
+            (self.redactor.redact(&trap.to_string()).into_owned(), Fault::Trap)
         };
-        ProviderError::plugin_fault(format!("{} trapped: {reason}", operation.name()))
+        Failure {
+            error: ProviderError::plugin_fault(format!("{} trapped: {reason}", operation.name())),
+            fault: Some(fault),
+        }
     }
 
     fn classify_plugin_error(&self, err: wit::ProviderError) -> ProviderError {
@@ -415,6 +508,7 @@ fn health_from_wit(health: wit::Health, redactor: &Redactor) -> Health {
 /// invariant: an instance that trapped is never entered again.
 pub struct PinnedInstance<'a> {
     provider: &'a PluginProvider,
+    revision: Arc<PluginRevision>,
     store: Store<PluginState>,
     plugin: crate::bindings::ProviderPlugin,
     trapped: Option<String>,
@@ -440,28 +534,52 @@ impl PluginProvider {
             .map_err(|_| ProviderError::unavailable("the entry is shutting down"))?;
         let revision = self.revision.load_full();
         let operation = Operation::Get("");
-        let state = PluginState::new(
+        let mut state = PluginState::new(
             self.scope(&revision, &operation),
             Arc::clone(&self.http),
             self.config.limits.memory_bytes,
         );
+        state.libvirt = Arc::clone(&self.libvirt);
         let mut store = new_store(&self.runtime, state, &self.config.limits);
-        let plugin = revision
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|trap| self.classify_trap(&trap, store.data().memory.hit, &operation))?;
-        Ok(PinnedInstance { provider: self, store, plugin, trapped: None, _permit: permit })
+        let plugin =
+            revision.pre.instantiate_async(&mut store).await.map_err(|trap| {
+                self.classify_trap(&trap, store.data().memory.hit, &operation).error
+            })?;
+        Ok(PinnedInstance {
+            provider: self,
+            revision,
+            store,
+            plugin,
+            trapped: None,
+            _permit: permit,
+        })
     }
 }
 
 impl PinnedInstance<'_> {
-    /// `get` on the pinned instance.
+    /// `get` on the pinned instance; observed like any other call.
     pub async fn get(&mut self, provider_id: &str) -> Result<Instance, ProviderError> {
+        let provider = self.provider;
+        let span = provider.call_span(&self.revision, &Operation::Get(provider_id));
+        let started = Instant::now();
+        let outcome = self.get_in_span(provider_id).instrument(span.clone()).await;
+        let failure = outcome.as_ref().err();
+        provider.report(
+            &span,
+            "get",
+            started.elapsed(),
+            failure.map(|f| f.error.class),
+            failure.and_then(|f| f.fault),
+        );
+        outcome.map_err(|failure| failure.error)
+    }
+
+    async fn get_in_span(&mut self, provider_id: &str) -> Result<Instance, Failure> {
         if let Some(reason) = &self.trapped {
             return Err(ProviderError::plugin_fault(format!(
                 "this instance trapped earlier ({reason}) and is not entered again"
-            )));
+            ))
+            .into());
         }
         let limits = &self.provider.config.limits;
         self.store.data_mut().deadline = Instant::now() + limits.call_timeout;
@@ -469,15 +587,15 @@ impl PinnedInstance<'_> {
         let guest = self.plugin.proxyfleet_provider_provider();
         match guest.call_get(&mut self.store, &ctx, provider_id).await {
             Err(trap) => {
-                let err = self.provider.classify_trap(
+                let failure = self.provider.classify_trap(
                     &trap,
                     self.store.data().memory.hit,
                     &Operation::Get(provider_id),
                 );
-                self.trapped = Some(err.message.clone());
-                Err(err)
+                self.trapped = Some(failure.error.message.clone());
+                Err(failure)
             }
-            Ok(Err(plugin_error)) => Err(self.provider.classify_plugin_error(plugin_error)),
+            Ok(Err(plugin_error)) => Err(self.provider.classify_plugin_error(plugin_error).into()),
             Ok(Ok(instance)) => Ok(instance_from_wit(instance)),
         }
     }

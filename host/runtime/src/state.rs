@@ -11,6 +11,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capabilities::Redactor;
 use crate::capabilities::http::{EntryHttp, HttpHooks};
+use crate::capabilities::libvirt::EntryLibvirt;
 
 /// Who a call is for; every log line and store access is scoped by it.
 #[derive(Clone)]
@@ -72,6 +73,8 @@ pub(crate) struct PluginState {
     pub(crate) scope: CallScope,
     /// When the running call must end; read by the epoch callback.
     pub(crate) deadline: std::time::Instant,
+    /// The entry's libvirt hosts; none unless the caller sets them.
+    pub(crate) libvirt: Arc<EntryLibvirt>,
 }
 
 impl PluginState {
@@ -87,6 +90,7 @@ impl PluginState {
             memory: MemoryCap { max_bytes: max_memory_bytes, hit: false },
             scope,
             deadline: std::time::Instant::now(),
+            libvirt: Arc::default(),
         }
     }
 }
@@ -104,3 +108,10 @@ impl WasiHttpView for PluginState {
 }
 
 impl crate::bindings::types::Host for PluginState {}
+
+impl PluginState {
+    /// The plugin's resource table, for host-side resources (uploads).
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}

@@ -119,18 +119,20 @@ impl Standalone {
     /// Opens the state database and loads the providers.
     pub async fn open(settings: Settings) -> Result<Self> {
         let store = Arc::new(Store::open(&settings.state)?);
+        let metrics = Arc::new(Metrics::new());
         let runtime = Runtime::new(RuntimeOptions {
             cache_dir: settings.cache_dir.clone(),
+            observer: Some(Arc::clone(&metrics) as _),
             ..RuntimeOptions::default()
         })?;
         let kv: Arc<dyn KvStore> = Arc::clone(&store) as _;
-        let registry =
-            Arc::new(Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?);
+        let registry = Arc::new(
+            Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?,
+        );
         // Every stored record gets a pass after a restart: that is how an
         // interrupted create or delete resumes.
         let now = Instant::now();
         let schedule = store.records()?.into_iter().map(|r| (r.key(), now)).collect();
-        let metrics = Arc::new(Metrics::new());
         let fleet = Arc::new(Fleet::new(settings.fleet.clone(), Arc::clone(&metrics)));
         Ok(Self {
             settings,

@@ -10,11 +10,15 @@
 //!    read now, so rotation needs no restart and the plugin never sees it;
 //! 4. a transport with connect and first-byte timeouts, no redirects (a
 //!    redirect could leave the allow-list) and a response size cap.
+//!
+//! Each request is a `plugin.http` span, a child of the call's
+//! `provider.call` span, naming the method and the destination (scheme,
+//! host, port) only: paths, queries and headers may carry credentials.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -30,7 +34,7 @@ use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
 pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use super::Redactor;
-use crate::config::{EntryConfig, HttpGrant, Limits};
+use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
 
 /// How a transport must send one request.
 #[derive(Debug, Clone)]
@@ -88,21 +92,45 @@ impl EntryHttp {
         })
     }
 
+    /// The span of one request. Made when the plugin hands the request
+    /// over, because `wasi:http` then runs the send on a task of its own,
+    /// which would not know the call's span.
+    fn span(&self, request: &Request<WasiBody>) -> tracing::Span {
+        let destination = destination_of(request.uri());
+        let (scheme, host, port) = destination
+            .as_ref()
+            .map_or(("", "", 0), |d| (d.scheme.as_str(), d.host.as_str(), d.effective_port()));
+        tracing::info_span!(
+            "plugin.http",
+            entry = %self.entry,
+            method = %request.method(),
+            scheme,
+            host,
+            port,
+            status = tracing::field::Empty,
+            error = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        )
+    }
+
+    /// Sends `request` inside `span` and records how it ended: the status,
+    /// or the error, and the time to the response headers.
     async fn send(
         &self,
         request: Request<WasiBody>,
         options: Option<RequestOptions>,
+        span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
-        let destination = destination_of(request.uri()).ok_or(HttpError::HttpRequestUriInvalid)?;
-        let span = tracing::info_span!(
-            "plugin_http",
-            entry = %self.entry,
-            method = %request.method(),
-            destination = %destination,
-            path = request.uri().path(),
-            status = tracing::field::Empty,
-        );
-        self.send_in_span(request, options, destination, &span).instrument(span.clone()).await
+        let started = Instant::now();
+        let result = match destination_of(request.uri()) {
+            Some(destination) => self.send_in_span(request, options, destination, span).await,
+            None => Err(HttpError::HttpRequestUriInvalid),
+        };
+        span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        if let Err(err) = &result {
+            span.record("error", tracing::field::debug(err));
+        }
+        result
     }
 
     async fn send_in_span(
@@ -125,7 +153,13 @@ impl EntryHttp {
             return Err(HttpError::DestinationIpProhibited);
         }
         let (mut parts, body) = request.into_parts();
-        if let Some(credential) = &grant.credential {
+        if let Some(Credential::GoogleServiceAccount(account)) = &grant.credential {
+            match account.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
+                Ok(value) => drop(parts.headers.insert(http::header::AUTHORIZATION, value)),
+                Err(refusal) => return Ok(refusal),
+            }
+        }
+        if let Some(Credential::Header(credential)) = &grant.credential {
             let secret =
                 tokio::fs::read_to_string(&credential.secret_file).await.map_err(|err| {
                     tracing::error!(
@@ -176,6 +210,11 @@ impl EntryHttp {
         };
         span.record("status", response.status().as_u16());
         tracing::debug!(status = response.status().as_u16(), "answered");
+        if response.status() == http::StatusCode::UNAUTHORIZED
+            && let Some(Credential::GoogleServiceAccount(account)) = &grant.credential
+        {
+            account.forget_token();
+        }
         cap_response(response, self.limits.http_response_bytes)
     }
 }
@@ -311,8 +350,9 @@ impl WasiHttpHooks for HttpHooks {
             > + Send,
     > {
         let http = Arc::clone(&self.http);
+        let span = http.span(&request);
         Box::new(async move {
-            let response = http.send(request, options).await?;
+            let response = http.send(request, options, &span).instrument(span.clone()).await?;
             let io_done: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
                 Box::new(async { Ok(()) });
             Ok((response, io_done))

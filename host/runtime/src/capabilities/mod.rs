@@ -2,8 +2,10 @@
 //! to the provider entry the call runs for: a plugin reaches only what its
 //! entry's grants name.
 
+pub mod google;
 pub mod http;
 pub(crate) mod kv;
+pub mod libvirt;
 pub(crate) mod log;
 mod redact;
 

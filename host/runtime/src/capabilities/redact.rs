@@ -31,6 +31,13 @@ impl Redactor {
         }
     }
 
+    /// Stops hiding a secret that is no longer valid (an access token that
+    /// was replaced), so the list does not grow with every renewal.
+    pub fn forget(&self, secret: &str) {
+        let mut secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        secrets.retain(|s| s != secret);
+    }
+
     /// `text` with every remembered secret replaced.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -55,6 +62,14 @@ mod tests {
         redactor.remember("Bearer s3cret-token");
         let text = "401: bad header 'Bearer s3cret-token' (token s3cret-token)";
         assert_eq!(redactor.redact(text), "401: bad header '[redacted]' (token [redacted])");
+    }
+
+    #[test]
+    fn forgotten_secrets_are_left_alone() {
+        let redactor = Redactor::default();
+        redactor.remember("ya29.old-token");
+        redactor.forget("ya29.old-token");
+        assert_eq!(redactor.redact("ya29.old-token"), "ya29.old-token");
     }
 
     #[test]

@@ -1,0 +1,150 @@
+//! `proxyfleet:provider/libvirt`: hypervisors driven through libvirt over
+//! SSH, limited to the hosts the entry's `grants.libvirt` names.
+//!
+//! - `ssh`: dialling, host-key verification against known_hosts, login;
+//! - `pool`: one pooled connection per host (SSH, the forwarded libvirt
+//!   socket, the libvirt client), call budgets, killing a connection;
+//! - `ops`: the typed operations plugins get (volumes, uploads, domains,
+//!   metadata, addresses); no raw command runner;
+//! - `wit`: the WIT imports, mapped onto the above.
+
+mod ops;
+mod pool;
+mod ssh;
+mod wit;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use virt::error::ErrorNumber;
+
+pub use ops::{AddressSource, DomainInfo, DomainState, InterfaceAddress, PoolInfo, Upload, Volume};
+pub use pool::HostPool;
+
+use crate::config::LibvirtGrant;
+
+/// Why a libvirt operation failed; the variant is what the plugin acts on.
+/// Messages never carry key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LibvirtError {
+    /// The entry has no grant for the host.
+    #[error("{0}")]
+    NotGranted(String),
+    /// The host key was refused, or the key or login was.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Worth retrying: the host was unreachable, the connection died or a
+    /// call ran over its budget.
+    #[error("{0}")]
+    Transient(String),
+    /// The domain, pool, volume or metadata does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// An object of that name exists already.
+    #[error("{0}")]
+    Exists(String),
+    /// The object is not in a state that allows the operation (e.g. a
+    /// domain that is not running cannot be destroyed).
+    #[error("{0}")]
+    InvalidState(String),
+    /// The request was malformed (XML, names, arguments).
+    #[error("{0}")]
+    Invalid(String),
+    /// The host's driver does not support the operation.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Anything else libvirt refused.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl LibvirtError {
+    pub(crate) fn transient(message: impl Into<String>) -> Self {
+        Self::Transient(message.into())
+    }
+
+    /// A short name of the variant, for spans and tests.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotGranted(_) => "not-granted",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Transient(_) => "transient",
+            Self::NotFound(_) => "not-found",
+            Self::Exists(_) => "exists",
+            Self::InvalidState(_) => "invalid-state",
+            Self::Invalid(_) => "invalid",
+            Self::Unsupported(_) => "unsupported",
+            Self::Failed(_) => "failed",
+        }
+    }
+}
+
+/// Maps a libvirt error of a live connection to what a plugin can act on.
+/// (Errors of a dead connection never get here: they are `transient`.)
+pub(crate) fn classify(op: &str, host: &str, err: &virt::error::Error) -> LibvirtError {
+    let message = format!("{op} on {host}: {}", err.message());
+    match err.code() {
+        ErrorNumber::NoDomain
+        | ErrorNumber::NoStoragePool
+        | ErrorNumber::NoStorageVolume
+        | ErrorNumber::NoDomainMetadata
+        | ErrorNumber::NoNetwork => LibvirtError::NotFound(message),
+        ErrorNumber::DomExist | ErrorNumber::StorageVolExist => LibvirtError::Exists(message),
+        ErrorNumber::OperationInvalid => LibvirtError::InvalidState(message),
+        ErrorNumber::XmlError
+        | ErrorNumber::XmlDetail
+        | ErrorNumber::XmlInvalidSchema
+        | ErrorNumber::InvalidArg
+        | ErrorNumber::ConfigUnsupported => LibvirtError::Invalid(message),
+        ErrorNumber::NoSupport
+        | ErrorNumber::OperationUnsupported
+        | ErrorNumber::ArgumentUnsupported => LibvirtError::Unsupported(message),
+        ErrorNumber::AuthFailed
+        | ErrorNumber::AuthCancelled
+        | ErrorNumber::AuthUnavailable
+        | ErrorNumber::AccessDenied
+        | ErrorNumber::OperationDenied => LibvirtError::Unauthorized(message),
+        ErrorNumber::SystemError
+        | ErrorNumber::Rpc
+        | ErrorNumber::NoConnect
+        | ErrorNumber::InvalidConn
+        | ErrorNumber::OperationTimeout
+        | ErrorNumber::AgentUnresponsive
+        | ErrorNumber::AgentCommandTimeout
+        | ErrorNumber::ResourceBusy => LibvirtError::Transient(message),
+        _ => LibvirtError::Failed(message),
+    }
+}
+
+/// The libvirt hosts of one provider entry.
+#[derive(Debug, Default)]
+pub struct EntryLibvirt {
+    hosts: BTreeMap<String, Arc<HostPool>>,
+}
+
+impl EntryLibvirt {
+    /// One pool per granted host; nothing is dialled yet.
+    pub fn new(grants: &[LibvirtGrant]) -> Self {
+        Self {
+            hosts: grants
+                .iter()
+                .map(|grant| (grant.host.clone(), Arc::new(HostPool::new(grant.clone()))))
+                .collect(),
+        }
+    }
+
+    /// The granted host names, sorted.
+    pub fn hosts(&self) -> Vec<String> {
+        self.hosts.keys().cloned().collect()
+    }
+
+    /// The pool of a granted host; `NotGranted` for any other name.
+    pub fn host(&self, name: &str) -> Result<&Arc<HostPool>, LibvirtError> {
+        self.hosts.get(&name.to_ascii_lowercase()).ok_or_else(|| {
+            LibvirtError::NotGranted(format!(
+                "libvirt host {name:?} is not granted to this entry; add it under \
+                 grants.libvirt"
+            ))
+        })
+    }
+}

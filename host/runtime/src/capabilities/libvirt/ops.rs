@@ -1,0 +1,485 @@
+//! The typed operations plugins get on a granted host: storage pools and
+//! volumes (with streaming upload), domains, their metadata, and interface
+//! addresses from the guest agent or the host's lease and ARP tables.
+//! Each is one budgeted call on the host's pooled connection.
+
+use std::sync::{Arc, Mutex};
+
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::storage_pool::StoragePool;
+use virt::storage_vol::StorageVol;
+use virt::stream::Stream;
+
+use super::LibvirtError;
+use super::pool::{HostPool, Link};
+
+/// A storage pool's state and space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolInfo {
+    /// Pool name.
+    pub name: String,
+    /// Whether the pool is started.
+    pub active: bool,
+    /// Bytes in all.
+    pub capacity: u64,
+    /// Bytes allocated.
+    pub allocation: u64,
+    /// Bytes free.
+    pub available: u64,
+}
+
+/// A storage volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    /// Name within its pool.
+    pub name: String,
+    /// Path on the host, for disk definitions.
+    pub path: String,
+    /// Logical size in bytes.
+    pub capacity: u64,
+    /// Bytes allocated on the host.
+    pub allocation: u64,
+}
+
+/// A domain's run state, as libvirt reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainState {
+    /// No state (or one this host does not know).
+    NoState,
+    /// Running.
+    Running,
+    /// Blocked on a resource.
+    Blocked,
+    /// Paused by the user.
+    Paused,
+    /// Being shut down.
+    Shutdown,
+    /// Shut off.
+    Shutoff,
+    /// Crashed.
+    Crashed,
+    /// Suspended by guest power management.
+    Suspended,
+}
+
+/// A domain's identity and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainInfo {
+    /// Name.
+    pub name: String,
+    /// UUID, lower-case with dashes.
+    pub uuid: String,
+    /// Run state.
+    pub state: DomainState,
+    /// Whether a definition outlives a stop.
+    pub persistent: bool,
+}
+
+/// Where interface addresses are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressSource {
+    /// The QEMU guest agent inside the domain.
+    Agent,
+    /// The DHCP leases of libvirt's own networks.
+    Lease,
+    /// The host's ARP table.
+    Arp,
+}
+
+/// One address of one interface of a domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    /// Interface name as the source reports it.
+    pub interface: String,
+    /// MAC address, when known.
+    pub mac: Option<String>,
+    /// The IP address.
+    pub address: String,
+    /// Prefix length.
+    pub prefix: u8,
+}
+
+fn pool(conn: &Connect, name: &str) -> Result<StoragePool, virt::error::Error> {
+    StoragePool::lookup_by_name(conn, name)
+}
+
+fn domain(conn: &Connect, name: &str) -> Result<Domain, virt::error::Error> {
+    Domain::lookup_by_name(conn, name)
+}
+
+fn volume_of(vol: &StorageVol) -> Result<Volume, virt::error::Error> {
+    let info = vol.get_info()?;
+    Ok(Volume {
+        name: vol.get_name()?,
+        path: vol.get_path()?,
+        capacity: info.capacity,
+        allocation: info.allocation,
+    })
+}
+
+fn domain_of(dom: &Domain) -> Result<DomainInfo, virt::error::Error> {
+    let (state, _reason) = dom.get_state()?;
+    Ok(DomainInfo {
+        name: dom.get_name()?,
+        uuid: dom.get_uuid_string()?,
+        state: match state {
+            virt::sys::VIR_DOMAIN_RUNNING => DomainState::Running,
+            virt::sys::VIR_DOMAIN_BLOCKED => DomainState::Blocked,
+            virt::sys::VIR_DOMAIN_PAUSED => DomainState::Paused,
+            virt::sys::VIR_DOMAIN_SHUTDOWN => DomainState::Shutdown,
+            virt::sys::VIR_DOMAIN_SHUTOFF => DomainState::Shutoff,
+            virt::sys::VIR_DOMAIN_CRASHED => DomainState::Crashed,
+            virt::sys::VIR_DOMAIN_PMSUSPENDED => DomainState::Suspended,
+            _ => DomainState::NoState,
+        },
+        persistent: dom.is_persistent()?,
+    })
+}
+
+impl HostPool {
+    /// The host's name as libvirt reports it: a cheap round trip that
+    /// proves SSH, forwarding and libvirt all work.
+    pub async fn ping(&self) -> Result<String, LibvirtError> {
+        self.call("ping", |conn| conn.get_hostname()).await
+    }
+
+    /// A storage pool's state and space.
+    pub async fn pool_info(&self, name: &str) -> Result<PoolInfo, LibvirtError> {
+        let name = name.to_owned();
+        self.call("pool-info", move |conn| {
+            let pool = pool(conn, &name)?;
+            let info = pool.get_info()?;
+            Ok(PoolInfo {
+                name: pool.get_name()?,
+                active: pool.is_active()?,
+                capacity: info.capacity,
+                allocation: info.allocation,
+                available: info.available,
+            })
+        })
+        .await
+    }
+
+    /// Every volume of a pool, refreshed first so files changed behind
+    /// libvirt's back are seen.
+    pub async fn list_volumes(&self, pool_name: &str) -> Result<Vec<Volume>, LibvirtError> {
+        let pool_name = pool_name.to_owned();
+        self.call("volume-list", move |conn| {
+            let pool = pool(conn, &pool_name)?;
+            // Not every driver refreshes; a stale list is still a list.
+            let _ = pool.refresh(0);
+            pool.list_all_volumes(0)?.iter().map(volume_of).collect()
+        })
+        .await
+    }
+
+    /// One volume; `NotFound` when the pool has none of that name.
+    pub async fn volume(&self, pool_name: &str, name: &str) -> Result<Volume, LibvirtError> {
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.call("volume-lookup", move |conn| {
+            volume_of(&StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?)
+        })
+        .await
+    }
+
+    /// Creates a volume from its XML definition; `Exists` when the name is
+    /// taken.
+    pub async fn create_volume(&self, pool_name: &str, xml: &str) -> Result<Volume, LibvirtError> {
+        let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
+        self.call("volume-create", move |conn| {
+            volume_of(&StorageVol::create_xml(&pool(conn, &pool_name)?, &xml, 0)?)
+        })
+        .await
+    }
+
+    /// Creates a volume from its XML definition with the content of another
+    /// volume of the same pool (how a verified upload is published under
+    /// its final name).
+    pub async fn clone_volume(
+        &self,
+        pool_name: &str,
+        xml: &str,
+        source: &str,
+    ) -> Result<Volume, LibvirtError> {
+        let (pool_name, xml, source) = (pool_name.to_owned(), xml.to_owned(), source.to_owned());
+        self.call("volume-clone", move |conn| {
+            let pool = pool(conn, &pool_name)?;
+            let source = StorageVol::lookup_by_name(&pool, &source)?;
+            volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)
+        })
+        .await
+    }
+
+    /// Deletes a volume; `NotFound` when it is gone already.
+    pub async fn delete_volume(&self, pool_name: &str, name: &str) -> Result<(), LibvirtError> {
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.call("volume-delete", move |conn| {
+            StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?.delete(0)
+        })
+        .await
+    }
+
+    /// Starts uploading `length` bytes into an existing volume. Send the
+    /// bytes with [`Upload::write`] and end with [`Upload::finish`]; an
+    /// upload dropped before it finished is aborted.
+    pub async fn begin_upload(
+        self: &Arc<Self>,
+        pool_name: &str,
+        name: &str,
+        length: u64,
+    ) -> Result<Upload, LibvirtError> {
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.spanned("upload-begin", async {
+            let deadline = self.deadline();
+            let link = self.link_by(deadline).await?;
+            let stream = self
+                .run_on(&link, deadline, "upload-begin", move |conn| {
+                    let vol = StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?;
+                    let stream = Stream::new(conn, 0)?;
+                    vol.upload(&stream, 0, length, 0)?;
+                    Ok(stream)
+                })
+                .await?;
+            Ok(Upload {
+                host: Arc::clone(self),
+                link,
+                stream: Arc::new(Mutex::new(Some(stream))),
+                remaining: length,
+            })
+        })
+        .await
+    }
+
+    /// Defines a persistent domain from XML (replacing the definition of
+    /// one with the same name and UUID).
+    pub async fn define_domain(&self, xml: &str) -> Result<DomainInfo, LibvirtError> {
+        let xml = xml.to_owned();
+        self.call("domain-define", move |conn| domain_of(&Domain::define_xml(conn, &xml)?)).await
+    }
+
+    /// Starts a defined domain; `InvalidState` when it runs already.
+    pub async fn start_domain(&self, name: &str) -> Result<(), LibvirtError> {
+        let name = name.to_owned();
+        self.call("domain-start", move |conn| domain(conn, &name)?.create().map(drop)).await
+    }
+
+    /// Stops a domain at once; `InvalidState` when it is not running.
+    pub async fn destroy_domain(&self, name: &str) -> Result<(), LibvirtError> {
+        let name = name.to_owned();
+        self.call("domain-destroy", move |conn| domain(conn, &name)?.destroy()).await
+    }
+
+    /// Removes a domain's definition (and its NVRAM, if any).
+    pub async fn undefine_domain(&self, name: &str) -> Result<(), LibvirtError> {
+        let name = name.to_owned();
+        self.call("domain-undefine", move |conn| {
+            let dom = domain(conn, &name)?;
+            // Not every driver knows the NVRAM flag; plain undefine then.
+            dom.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM).or_else(|err| {
+                match err.code() {
+                    virt::error::ErrorNumber::InvalidArg
+                    | virt::error::ErrorNumber::NoSupport
+                    | virt::error::ErrorNumber::ArgumentUnsupported => dom.undefine(),
+                    _ => Err(err),
+                }
+            })
+        })
+        .await
+    }
+
+    /// One domain; `NotFound` when there is none of that name.
+    pub async fn domain(&self, name: &str) -> Result<DomainInfo, LibvirtError> {
+        let name = name.to_owned();
+        self.call("domain-lookup", move |conn| domain_of(&domain(conn, &name)?)).await
+    }
+
+    /// Every domain, running or not.
+    pub async fn list_domains(&self) -> Result<Vec<DomainInfo>, LibvirtError> {
+        self.call("domain-list", |conn| conn.list_all_domains(0)?.iter().map(domain_of).collect())
+            .await
+    }
+
+    /// The metadata element under namespace `uri`; `NotFound` when the
+    /// domain has none.
+    pub async fn metadata(&self, name: &str, uri: &str) -> Result<String, LibvirtError> {
+        let (name, uri) = (name.to_owned(), uri.to_owned());
+        self.call("metadata-get", move |conn| {
+            domain(conn, &name)?.get_metadata(
+                virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+                Some(&uri),
+                0,
+            )
+        })
+        .await
+    }
+
+    /// Sets (or with `xml` of `None` removes) the metadata element under
+    /// namespace `uri` with prefix `key`, in the persistent definition and,
+    /// while the domain runs, in the live one.
+    pub async fn set_metadata(
+        &self,
+        name: &str,
+        uri: &str,
+        key: &str,
+        xml: Option<&str>,
+    ) -> Result<(), LibvirtError> {
+        let (name, uri, key) = (name.to_owned(), uri.to_owned(), key.to_owned());
+        let xml = xml.map(str::to_owned);
+        self.call("metadata-set", move |conn| {
+            let dom = domain(conn, &name)?;
+            let mut flags = 0;
+            if dom.is_persistent()? {
+                flags |= virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
+            }
+            if dom.is_active()? {
+                flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
+            }
+            dom.set_metadata(
+                virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+                xml.as_deref(),
+                Some(&key),
+                Some(&uri),
+                flags,
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// The domain's interface addresses as `source` knows them. An empty
+    /// list is an answer ("none yet"); any failure, a dead connection
+    /// included, is an error.
+    pub async fn interface_addresses(
+        &self,
+        name: &str,
+        source: AddressSource,
+    ) -> Result<Vec<InterfaceAddress>, LibvirtError> {
+        let name = name.to_owned();
+        let raw_source = match source {
+            AddressSource::Agent => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
+            AddressSource::Lease => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
+            AddressSource::Arp => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
+        };
+        self.call("interface-addresses", move |conn| {
+            let interfaces = domain(conn, &name)?.interface_addresses(raw_source, 0)?;
+            Ok(interfaces
+                .into_iter()
+                .flat_map(|iface| {
+                    let (interface, mac) = (iface.name, iface.hwaddr);
+                    iface.addrs.into_iter().map(move |addr| InterfaceAddress {
+                        interface: interface.clone(),
+                        mac: Some(mac.clone()).filter(|m| !m.is_empty()),
+                        address: addr.addr,
+                        prefix: u8::try_from(addr.prefix).unwrap_or(u8::MAX),
+                    })
+                })
+                .collect())
+        })
+        .await
+    }
+}
+
+/// An upload in progress into one volume, on the connection it began on.
+/// Dropped unfinished, it is aborted; if that connection dies, every
+/// further write fails `transient` and the volume holds a partial image
+/// (which is why plugins upload under a temporary name).
+pub struct Upload {
+    host: Arc<HostPool>,
+    link: Arc<Link>,
+    stream: Arc<Mutex<Option<Stream>>>,
+    remaining: u64,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload")
+            .field("host", &self.host.grant().host)
+            .field("remaining", &self.remaining)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upload {
+    /// Bytes still to send.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Sends the next chunk; more than announced is refused.
+    pub async fn write(&mut self, chunk: Vec<u8>) -> Result<(), LibvirtError> {
+        let len = chunk.len() as u64;
+        if len > self.remaining {
+            return Err(LibvirtError::Invalid(format!(
+                "chunk of {len} bytes exceeds the {} bytes left of the announced length",
+                self.remaining
+            )));
+        }
+        let stream = Arc::clone(&self.stream);
+        let host = Arc::clone(&self.host);
+        host.spanned("upload-write", async {
+            let deadline = host.deadline();
+            host.run_on(&self.link, deadline, "upload-write", move |_conn| {
+                let guard = stream.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(stream) = guard.as_ref() else { return Ok(Err(closed_stream())) };
+                let mut sent = 0;
+                while sent < chunk.len() {
+                    sent += stream.send(&chunk[sent..])?;
+                }
+                Ok(Ok(()))
+            })
+            .await?
+        })
+        .await?;
+        self.remaining -= len;
+        Ok(())
+    }
+
+    /// Completes the upload; fails unless every announced byte was sent.
+    pub async fn finish(self) -> Result<(), LibvirtError> {
+        if self.remaining != 0 {
+            return Err(LibvirtError::Invalid(format!(
+                "upload ended {} bytes short of its announced length",
+                self.remaining
+            )));
+        }
+        let stream = Arc::clone(&self.stream);
+        let host = Arc::clone(&self.host);
+        host.spanned("upload-finish", async {
+            let deadline = host.deadline();
+            host.run_on(&self.link, deadline, "upload-finish", move |_conn| {
+                let taken = stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match taken {
+                    Some(stream) => stream.finish().map(Ok),
+                    None => Ok(Err(closed_stream())),
+                }
+            })
+            .await?
+        })
+        .await
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        let taken = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(stream) = taken else { return };
+        if self.link.is_dead() {
+            return;
+        }
+        // Aborting talks to the host: off the async threads, and bounded
+        // like any call (an abort that hangs kills the connection).
+        let (host, link) = (Arc::clone(&self.host), Arc::clone(&self.link));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let deadline = host.deadline();
+                let _ =
+                    host.run_on(&link, deadline, "upload-abort", move |_conn| stream.abort()).await;
+            });
+        }
+    }
+}
+
+fn closed_stream() -> LibvirtError {
+    LibvirtError::Failed("the upload's stream was closed already".into())
+}

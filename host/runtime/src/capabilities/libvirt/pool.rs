@@ -1,0 +1,410 @@
+//! One pooled libvirt connection per granted host, and the budget every
+//! call runs under.
+//!
+//! A connection ([`Link`]) is an SSH session, a private unix socket in a
+//! 0700 temporary directory whose every connection is forwarded to the
+//! host's libvirt socket over a `direct-streamlocal` channel, and a libvirt
+//! client connected to that private socket. libvirt's C client blocks, so
+//! every call runs on a blocking thread; the async side only waits for it
+//! under the call's budget.
+//!
+//! A call that overruns its budget, or is cancelled, kills its connection
+//! (only that one): the transport is shut down, which makes whatever is
+//! blocked on it fail at once, and the next call dials anew. A call that
+//! fails on a connection that is no longer alive is `transient`, never an
+//! answer.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::task::AbortHandle;
+use tracing::Instrument as _;
+
+use super::ssh::{self, SshSession};
+use super::{LibvirtError, classify};
+use crate::config::LibvirtGrant;
+
+/// A libvirt client handle that closes its reference when dropped (virt
+/// 0.4 leaves that to the caller). Cloning takes another reference to the
+/// same connection, which libvirt allows to be used from several threads.
+pub(crate) struct Conn(virt::connect::Connect);
+
+impl Conn {
+    pub(crate) fn get(&self) -> &virt::connect::Connect {
+        &self.0
+    }
+}
+
+impl Clone for Conn {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // The last reference says goodbye over RPC; on a dead transport
+        // that fails at once, which is fine: there is nobody to tell.
+        let _ = self.0.close();
+    }
+}
+
+/// One live connection to a host.
+pub(crate) struct Link {
+    host: String,
+    ssh: SshSession,
+    conn: Mutex<Option<Conn>>,
+    /// The bridge's accept loop and its forwarding tasks.
+    tasks: Mutex<Vec<AbortHandle>>,
+    dead: AtomicBool,
+    /// Holds the private socket; removed with the link.
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("host", &self.host)
+            .field("dead", &self.dead.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// Whether calls may still use this link.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Kills the link without waiting for anyone: the transport is shut
+    /// down and the forwarding tasks aborted, so calls blocked on it fail
+    /// at once. Never talks to the peer.
+    pub(crate) fn kill(&self) {
+        if self.dead.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::debug!(host = %self.host, "closing libvirt connection");
+        self.ssh.close_transport();
+        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            task.abort();
+        }
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(conn) = conn {
+            close_off_thread(conn);
+        }
+    }
+
+    fn conn(&self) -> Option<Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn track(&self, task: AbortHandle) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_dead() {
+            task.abort();
+        } else {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// libvirt's close is a blocking RPC: run it where blocking is allowed.
+fn close_off_thread(conn: Conn) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(conn))),
+        Err(_) => drop(conn),
+    }
+}
+
+/// The pooled connection to one granted host.
+pub struct HostPool {
+    grant: LibvirtGrant,
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+}
+
+impl std::fmt::Debug for HostPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPool").field("host", &self.grant.host).finish_non_exhaustive()
+    }
+}
+
+/// Kills the link of a call that is dropped before it finished: a
+/// cancelled call leaves no half-used connection behind.
+struct KillOnDrop(Option<Arc<Link>>);
+
+impl KillOnDrop {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(link) = self.0.take() {
+            link.kill();
+        }
+    }
+}
+
+impl HostPool {
+    /// A pool for one grant; nothing is dialled until the first call.
+    pub fn new(grant: LibvirtGrant) -> Self {
+        static QUIET: std::sync::Once = std::sync::Once::new();
+        // libvirt's default error handler prints every error to stderr;
+        // errors reach callers as values instead.
+        QUIET.call_once(virt::error::clear_error_callback);
+        Self { grant, link: tokio::sync::Mutex::new(None) }
+    }
+
+    /// The host as granted.
+    pub fn grant(&self) -> &LibvirtGrant {
+        &self.grant
+    }
+
+    /// Kills the current connection, if any; the next call dials anew.
+    pub async fn disconnect(&self) {
+        if let Some(link) = self.link.lock().await.take() {
+            link.kill();
+        }
+    }
+
+    /// Runs `f` on a blocking thread with a client of this host, under the
+    /// grant's call budget (which includes dialling). One `libvirt.call`
+    /// span per call.
+    pub(crate) async fn call<T, F>(&self, op: &'static str, f: F) -> Result<T, LibvirtError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&virt::connect::Connect) -> Result<T, virt::error::Error> + Send + 'static,
+    {
+        self.spanned(op, async {
+            let deadline = self.deadline();
+            let link = self.link_by(deadline).await?;
+            self.run_on(&link, deadline, op, f).await
+        })
+        .await
+    }
+
+    /// Runs `work` in one `libvirt.call` span (host, operation, result).
+    pub(crate) async fn spanned<T>(
+        &self,
+        op: &'static str,
+        work: impl Future<Output = Result<T, LibvirtError>>,
+    ) -> Result<T, LibvirtError> {
+        let span = tracing::info_span!(
+            "libvirt.call",
+            host = %self.grant.host,
+            op,
+            result = tracing::field::Empty,
+        );
+        let outcome = work.instrument(span.clone()).await;
+        span.record("result", outcome.as_ref().map_or_else(LibvirtError::kind, |_| "ok"));
+        if let Err(err) = &outcome {
+            tracing::debug!(parent: &span, "libvirt call failed: {err}");
+        }
+        outcome
+    }
+
+    /// When a call starting now must have ended.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(Instant::now() + self.grant.call_timeout)
+    }
+
+    /// The pooled link, dialled within `deadline` if need be.
+    pub(crate) async fn link_by(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Link>, LibvirtError> {
+        let budget = self.grant.call_timeout;
+        let host = &self.grant.host;
+        tokio::time::timeout_at(deadline, self.link()).await.map_err(|_| {
+            LibvirtError::transient(format!(
+                "connecting to {host} took longer than the {budget:?} budget"
+            ))
+        })?
+    }
+
+    /// Runs `f` on a blocking thread with `link`'s client, until `deadline`.
+    /// Running over it, being cancelled or finding the connection dead
+    /// kills `link`.
+    pub(crate) async fn run_on<T, F>(
+        &self,
+        link: &Arc<Link>,
+        deadline: tokio::time::Instant,
+        op: &'static str,
+        f: F,
+    ) -> Result<T, LibvirtError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&virt::connect::Connect) -> Result<T, virt::error::Error> + Send + 'static,
+    {
+        let budget = self.grant.call_timeout;
+        let host = &self.grant.host;
+        let Some(conn) = link.conn() else {
+            return Err(LibvirtError::transient(format!("the connection to {host} was closed")));
+        };
+        let mut guard = KillOnDrop(Some(Arc::clone(link)));
+        let task = tokio::task::spawn_blocking(move || {
+            let outcome = f(conn.get());
+            let alive = outcome.is_ok() || conn.get().is_alive().unwrap_or(false);
+            (outcome, alive)
+        });
+        let result = tokio::time::timeout_at(deadline, task).await;
+        guard.disarm();
+        match result {
+            Err(_) => {
+                link.kill();
+                self.forget(link).await;
+                Err(LibvirtError::transient(format!(
+                    "{op} on {host} did not finish within its {budget:?} budget; its connection \
+                     was closed"
+                )))
+            }
+            Ok(Err(join)) => {
+                link.kill();
+                self.forget(link).await;
+                Err(LibvirtError::Failed(format!("{op} on {host} failed in the client: {join}")))
+            }
+            Ok(Ok((Ok(value), _))) => Ok(value),
+            Ok(Ok((Err(err), alive))) => {
+                if !alive || link.is_dead() {
+                    link.kill();
+                    self.forget(link).await;
+                    return Err(LibvirtError::transient(format!(
+                        "the connection to {host} was lost during {op}: {}",
+                        err.message()
+                    )));
+                }
+                Err(classify(op, host, &err))
+            }
+        }
+    }
+
+    /// Drops `link` from the pool unless another call already replaced it.
+    async fn forget(&self, link: &Arc<Link>) {
+        let mut slot = self.link.lock().await;
+        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, link)) {
+            *slot = None;
+        }
+    }
+
+    /// The live pooled link, dialled when there is none.
+    async fn link(&self) -> Result<Arc<Link>, LibvirtError> {
+        let mut slot = self.link.lock().await;
+        if let Some(link) = slot.as_ref() {
+            // A session that ended under an idle link (the peer went away)
+            // is redialled now rather than failing the call that finds it.
+            if !link.is_dead() && !link.ssh.handle.is_closed() {
+                return Ok(Arc::clone(link));
+            }
+            link.kill();
+        }
+        *slot = None;
+        let link = self.dial().await?;
+        *slot = Some(Arc::clone(&link));
+        Ok(link)
+    }
+
+    async fn dial(&self) -> Result<Arc<Link>, LibvirtError> {
+        let grant = &self.grant;
+        let ssh = ssh::dial(grant).await?;
+        let dir = tempfile::Builder::new()
+            .prefix("proxyfleet-libvirt-")
+            .tempdir()
+            .map_err(|err| LibvirtError::Failed(format!("cannot make a private socket: {err}")))?;
+        let path = dir.path().join("libvirt.sock");
+        let listener = tokio::net::UnixListener::bind(&path)
+            .map_err(|err| LibvirtError::Failed(format!("cannot make a private socket: {err}")))?;
+        let link = Link {
+            host: grant.host.clone(),
+            ssh,
+            conn: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
+            dead: AtomicBool::new(false),
+            _dir: dir,
+        };
+        let link = Arc::new(link);
+        let accept = tokio::spawn(bridge(listener, Arc::downgrade(&link), grant.socket.clone()));
+        link.track(accept.abort_handle());
+
+        let uri = client_uri(&grant.uri, &path.to_string_lossy());
+        let opened =
+            tokio::task::spawn_blocking(move || virt::connect::Connect::open(Some(&uri)).map(Conn))
+                .await;
+        let conn = match opened {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => {
+                link.kill();
+                return Err(match classify("connect", &grant.host, &err) {
+                    LibvirtError::Failed(message) => LibvirtError::transient(message),
+                    other => other,
+                });
+            }
+            Err(join) => {
+                link.kill();
+                return Err(LibvirtError::Failed(format!("connecting to libvirt: {join}")));
+            }
+        };
+        *link.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+        tracing::debug!(host = %grant.host, "libvirt connection open");
+        Ok(link)
+    }
+}
+
+/// `qemu:///system` becomes `qemu+unix:///system?socket=<path>`: the
+/// driver of the grant, reached through the private socket.
+pub(crate) fn client_uri(driver_uri: &str, socket: &str) -> String {
+    let (scheme, rest) = driver_uri.split_once("://").unwrap_or((driver_uri, "/"));
+    let separator = if rest.contains('?') { '&' } else { '?' };
+    format!("{scheme}+unix://{rest}{separator}socket={socket}")
+}
+
+/// Forwards every connection to the private socket over its own SSH
+/// channel to the host's libvirt socket, until the link dies.
+async fn bridge(listener: tokio::net::UnixListener, link: std::sync::Weak<Link>, socket: String) {
+    loop {
+        let Ok((mut local, _)) = listener.accept().await else { return };
+        let Some(strong) = link.upgrade() else { return };
+        let channel = match strong.ssh.handle.channel_open_direct_streamlocal(socket.clone()).await
+        {
+            Ok(channel) => channel,
+            Err(err) => {
+                // libvirt's client sees its socket close and reports the
+                // call as failed; the link is dead for further calls.
+                tracing::warn!(host = %strong.host, socket, "cannot forward to libvirt: {err}");
+                strong.kill();
+                return;
+            }
+        };
+        let forward = tokio::spawn(async move {
+            let mut remote = channel.into_stream();
+            let _ = tokio::io::copy_bidirectional(&mut local, &mut remote).await;
+        });
+        strong.track(forward.abort_handle());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_uri_routes_the_driver_through_the_socket() {
+        assert_eq!(
+            client_uri("qemu:///system", "/tmp/x/l.sock"),
+            "qemu+unix:///system?socket=/tmp/x/l.sock"
+        );
+        assert_eq!(client_uri("test:///default", "/s"), "test+unix:///default?socket=/s");
+        assert_eq!(
+            client_uri("qemu:///system?mode=legacy", "/s"),
+            "qemu+unix:///system?mode=legacy&socket=/s"
+        );
+    }
+}
