@@ -25,7 +25,7 @@ use proxyfleet_tests::{
 
 const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
 
-const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","labels":{"app.kubernetes.io/name":"proxyfleet"}},"spec":{"containers":[{"name":"proxyfleet","image":"proxyfleet"}]}}"#;
+const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","labels":{"app.kubernetes.io/name":"proxyfleet"}},"spec":{"automountServiceAccountToken":false,"containers":[{"name":"proxyfleet","image":"proxyfleet"}]}}"#;
 
 /// An operator process, killed (not stopped) when dropped.
 struct Operator(Child);
@@ -190,7 +190,13 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     for name in ["op-a", "op-b"] {
         let pod: Pod = serde_json::from_str(&POD.replace("NAME", name)).unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // A new namespace's default ServiceAccount appears a moment after
+        // the namespace (the controller-manager makes it): retry until then.
+        let created = wait_for(Duration::from_secs(30), || async {
+            pods.create(&PostParams::default(), &pod).await.ok()
+        })
+        .await;
+        assert!(created.is_some(), "pod {name} could not be created");
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("plugins")).unwrap();
