@@ -41,7 +41,6 @@
 
 mod api;
 mod oauth;
-mod proxy;
 mod state;
 mod time;
 

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::oauth::Oauth;
 use crate::time::{now_unix, rfc3339};
-use crate::{Faults, PORT_METADATA_KEY, SimOptions, proxy};
+use crate::{Faults, PORT_METADATA_KEY, SimOptions};
 
 /// Self links use the real API's host: they are identifiers, and the
 /// plugin never follows them.
@@ -541,7 +541,7 @@ impl Shared {
                 // port, which the test then notices.
                 if let Ok(listener) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                     && let Ok(addr) = listener.local_addr()
-                    && let Ok(task) = proxy::spawn(listener)
+                    && let Ok(task) = proxyfleet_loopback_proxy::serve_on(listener)
                 {
                     instance.proxy = Some((addr, task));
                 }

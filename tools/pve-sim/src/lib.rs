@@ -29,7 +29,6 @@
 //! behind, connections dropped mid-upload and volume deletes that fail.
 
 mod api;
-mod proxy;
 mod state;
 
 use std::net::{Ipv4Addr, SocketAddr};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 
-use crate::{Faults, SimOptions, proxy, vm_address};
+use crate::{Faults, SimOptions, vm_address};
 
 /// An error answer as PVE renders it.
 #[derive(Debug, Clone)]
@@ -926,7 +926,7 @@ fn apply(state: &mut State, effect: Effect, succeeded: bool, leave_locked: bool,
                 vm.started_at = Some(Instant::now());
                 // A port that cannot be bound leaves the VM running without a
                 // proxy, which health checks then report.
-                vm.proxy = proxy::spawn(addr).ok().map(|handle| (addr, handle));
+                vm.proxy = proxyfleet_loopback_proxy::spawn(addr).ok().map(|handle| (addr, handle));
             }
         }
         Effect::Stop { vmid } if succeeded => {

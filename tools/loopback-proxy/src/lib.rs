@@ -1,11 +1,13 @@
-//! The forward proxy a simulated instance runs once it is `RUNNING`, so that
-//! health checks and demos reach a real proxy at the address and port the
-//! instance reports.
+//! The forward proxy a simulated machine runs (a Proxmox VM once started, a
+//! Compute Engine instance once `RUNNING`), so that health checks and demos
+//! reach a real proxy at the address and port the simulator reports.
 //!
 //! It understands `CONNECT host:port` (tunnels) and absolute-form requests
 //! (`GET http://host/path HTTP/1.1`), which is what HTTP clients send to a
 //! forward proxy. It is deliberately small: one request per connection for
 //! plain HTTP, no authentication.
+
+use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -14,8 +16,13 @@ use tokio::task::JoinHandle;
 /// Longest request head accepted before the connection is dropped.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// Binds `addr` and serves proxy connections until the handle is aborted.
+pub fn spawn(addr: SocketAddr) -> std::io::Result<JoinHandle<()>> {
+    serve_on(std::net::TcpListener::bind(addr)?)
+}
+
 /// Serves proxy connections on `listener` until the handle is aborted.
-pub(crate) fn spawn(listener: std::net::TcpListener) -> std::io::Result<JoinHandle<()>> {
+pub fn serve_on(listener: std::net::TcpListener) -> std::io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     Ok(tokio::spawn(async move {
@@ -94,4 +101,54 @@ async fn serve(mut client: TcpStream) -> std::io::Result<()> {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|window| window == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An origin that answers every connection with a fixed response.
+    async fn origin() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = [0u8; 1024];
+                    let _ = stream.read(&mut head).await;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\norigin")
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn exchange(proxy: SocketAddr, request: String) -> String {
+        let mut stream = TcpStream::connect(proxy).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn absolute_form_requests_and_connect_tunnels_reach_the_origin() {
+        let origin = origin().await;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = listener.local_addr().unwrap();
+        let task = serve_on(listener).unwrap();
+        let plain =
+            exchange(proxy, format!("GET http://{origin}/x HTTP/1.1\r\nHost: {origin}\r\n\r\n"))
+                .await;
+        assert!(plain.starts_with("HTTP/1.1 200") && plain.ends_with("origin"), "{plain}");
+        let tunnelled = exchange(
+            proxy,
+            format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\nGET /x HTTP/1.1\r\nHost: {origin}\r\n\r\n"),
+        )
+        .await;
+        assert!(tunnelled.contains("200") && tunnelled.ends_with("origin"), "{tunnelled}");
+        task.abort();
+    }
 }
