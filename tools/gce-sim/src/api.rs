@@ -3,16 +3,14 @@
 //! APIs do.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use proxyfleet_sim_support::https::DropConnection;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use crate::oauth::TokenRefusal;
 use crate::state::{ApiError, ApiResult, Shared, error_body};
@@ -20,42 +18,6 @@ use crate::state::{ApiError, ApiResult, Shared, error_body};
 const API_PREFIX: &str = "/compute/v1/projects/";
 /// How long `operations.wait` waits at most, as Compute Engine does.
 const WAIT_CAP: Duration = Duration::from_secs(120);
-
-/// Accepts connections until the task is aborted.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    tls: tokio_rustls::TlsAcceptor,
-    shared: Arc<Shared>,
-) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { return };
-        let (tls, shared) = (tls.clone(), Arc::clone(&shared));
-        tokio::spawn(async move {
-            let Ok(stream) = tls.accept(stream).await else { return };
-            let service = hyper::service::service_fn(move |request| {
-                let shared = Arc::clone(&shared);
-                async move { handle(&shared, request).await }
-            });
-            // Errors end only this connection (a lost response ends it on
-            // purpose).
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-/// Returned by the service to make hyper drop the connection.
-#[derive(Debug)]
-struct DropConnection;
-
-impl std::fmt::Display for DropConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("connection dropped by fault injection")
-    }
-}
-
-impl std::error::Error for DropConnection {}
 
 fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
     Response::builder()
@@ -72,7 +34,7 @@ fn render(result: ApiResult) -> Response<Full<Bytes>> {
     }
 }
 
-async fn handle(
+pub(crate) async fn handle(
     shared: &Shared,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, DropConnection> {

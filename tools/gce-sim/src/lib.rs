@@ -177,12 +177,20 @@ impl Simulator {
         cert_pem: &str,
         key_pem: &str,
     ) -> Result<Self, SimError> {
-        let tls = tls_acceptor(cert_pem, key_pem)?;
+        let tls = proxyfleet_sim_support::https::tls_acceptor(cert_pem, key_pem)
+            .map_err(SimError::Tls)?;
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let token_uri = format!("https://localhost:{}/token", addr.port());
         let shared = Arc::new(state::Shared::new(options, token_uri));
-        let server = tokio::spawn(api::serve(listener, tls, Arc::clone(&shared)));
+        let handler = {
+            let shared = Arc::clone(&shared);
+            move |request| {
+                let shared = Arc::clone(&shared);
+                async move { api::handle(&shared, request).await }
+            }
+        };
+        let server = tokio::spawn(proxyfleet_sim_support::https::serve(listener, tls, handler));
         let ticker_shared = Arc::clone(&shared);
         let ticker = tokio::spawn(async move {
             loop {
@@ -265,22 +273,4 @@ impl Simulator {
     pub fn requests(&self) -> Vec<String> {
         self.shared.requests()
     }
-}
-
-fn tls_acceptor(cert_pem: &str, key_pem: &str) -> Result<tokio_rustls::TlsAcceptor, SimError> {
-    use rustls::pki_types::pem::PemObject;
-    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| SimError::Tls(format!("certificate PEM: {error}")))?;
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|error| SimError::Tls(format!("key PEM: {error}")))?;
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|error| SimError::Tls(error.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|error| SimError::Tls(error.to_string()))?;
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

@@ -541,7 +541,7 @@ impl Shared {
                 // port, which the test then notices.
                 if let Ok(listener) = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                     && let Ok(addr) = listener.local_addr()
-                    && let Ok(task) = proxyfleet_loopback_proxy::serve_on(listener)
+                    && let Ok(task) = proxyfleet_sim_support::proxy::serve_on(listener)
                 {
                     instance.proxy = Some((addr, task));
                 }

@@ -926,7 +926,8 @@ fn apply(state: &mut State, effect: Effect, succeeded: bool, leave_locked: bool,
                 vm.started_at = Some(Instant::now());
                 // A port that cannot be bound leaves the VM running without a
                 // proxy, which health checks then report.
-                vm.proxy = proxyfleet_loopback_proxy::spawn(addr).ok().map(|handle| (addr, handle));
+                vm.proxy =
+                    proxyfleet_sim_support::proxy::spawn(addr).ok().map(|handle| (addr, handle));
             }
         }
         Effect::Stop { vmid } if succeeded => {
