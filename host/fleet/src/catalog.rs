@@ -497,6 +497,11 @@ impl Fleet {
         let mut state = self.state_write();
         let members: BTreeMap<String, Member> =
             members.into_iter().map(|m| (m.id.clone(), m)).collect();
+        // Modes publish on every loop turn; most turns change nothing, and
+        // then neither counters nor the handed-out view need touching.
+        if members == state.members {
+            return;
+        }
         let mut forgotten = Vec::new();
         state.health.retain(|id, record| {
             let keep = members
