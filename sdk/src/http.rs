@@ -34,9 +34,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
-    self as wasi, ErrorCode, Fields, IncomingBody, OutgoingBody, OutgoingRequest, RequestOptions,
+    self as wasi, ErrorCode, Fields, IncomingBody, IncomingResponse, OutgoingBody, OutgoingRequest,
+    RequestOptions,
 };
-use wasip2::io::streams::StreamError;
+use wasip2::io::streams::{InputStream, StreamError};
 
 use crate::{ProviderError, Result};
 
@@ -287,6 +288,37 @@ impl Request {
     /// Kubernetes `Status` objects or a `Retry-After` header: the plugin
     /// classifies them itself (falling back on [`classify_status`]).
     pub fn send_any_status(self) -> Result<Response> {
+        let limit = self.max_response_bytes;
+        let mut open = self.open()?;
+        let body = open.read_all(limit)?;
+        open.check_upload()?;
+        Ok(Response {
+            status: open.status,
+            headers: std::mem::take(&mut open.headers),
+            body,
+            request: std::mem::take(&mut open.label),
+        })
+    }
+
+    /// Performs the request and hands the body back chunk by chunk, for
+    /// downloads too large to hold in memory (a disk image). A status of
+    /// 400 or more is the error [`classify_status`] gives, as with
+    /// [`Request::send`]; the response size limit does not apply.
+    pub fn send_streaming(self) -> Result<BodyStream> {
+        let mut open = self.open()?;
+        if open.status >= 400 {
+            // Enough of the body for the error message; the rest is dropped.
+            let body = open.read_all(ERROR_BODY_BYTES).unwrap_or_default();
+            let status = open.status;
+            return Err(classify_status(open.method, &open.url, status, &body)
+                .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {status}"))));
+        }
+        open.check_upload()?;
+        Ok(BodyStream { open })
+    }
+
+    /// Sends the request and waits for the response head.
+    fn open(self) -> Result<OpenResponse> {
         if let Some(error) = self.deferred_error {
             return Err(error);
         }
@@ -370,27 +402,144 @@ impl Request {
             .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
             .collect();
         let incoming_body = response.consume().map_err(|()| fail("response body already taken"))?;
-        let body =
-            read_body(&incoming_body, self.max_response_bytes).map_err(|error| match error {
-                ReadError::Transport(code) => {
-                    classify_transport(&code, self.method, &self.url, &target)
-                }
-                ReadError::TooLarge => fail(&format!(
-                    "response body too large (over {} bytes)",
-                    self.max_response_bytes
-                )),
-                ReadError::Stream(what) => ProviderError::Transient(format!(
-                    "{label}: reading the response failed: {what}"
-                )),
-            })?;
-        // Trailers are not used; finishing releases the body.
-        drop(IncomingBody::finish(incoming_body));
-        drop(response);
+        let stream = incoming_body.stream().map_err(|()| fail("body stream already taken"))?;
+        Ok(OpenResponse {
+            stream: Some(stream),
+            body: Some(incoming_body),
+            _response: response,
+            status,
+            headers,
+            method: self.method,
+            url: self.url,
+            target,
+            label,
+            upload_error,
+        })
+    }
+}
 
-        if let Some(code) = upload_error.filter(|_| status < 400) {
-            return Err(classify_transport(&code, self.method, &self.url, &target));
+/// How much of an error answer's body [`Request::send_streaming`] reads
+/// for the message.
+const ERROR_BODY_BYTES: usize = 4096;
+
+/// A response whose body has not been read yet. Field order is drop order:
+/// the stream is a child of the body, the body of the response.
+struct OpenResponse {
+    stream: Option<InputStream>,
+    body: Option<IncomingBody>,
+    _response: IncomingResponse,
+    status: u16,
+    headers: Vec<(String, String)>,
+    method: Method,
+    url: String,
+    target: Target,
+    /// `METHOD URL`, for error messages.
+    label: String,
+    /// A failure sending the request body, reported once the status is known.
+    upload_error: Option<ErrorCode>,
+}
+
+impl OpenResponse {
+    /// The next chunk of the body; `None` once it has all been read.
+    fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let Some(stream) = &self.stream else { return Ok(None) };
+        match stream.blocking_read(READ_CHUNK) {
+            Ok(chunk) => Ok(Some(chunk)),
+            Err(StreamError::Closed) => {
+                self.finish();
+                Ok(None)
+            }
+            Err(StreamError::LastOperationFailed(io_error)) => {
+                self.finish();
+                Err(match wasi::http_error_code(&io_error) {
+                    Some(code) => classify_transport(&code, self.method, &self.url, &self.target),
+                    None => ProviderError::Transient(format!(
+                        "{}: reading the response failed: {}",
+                        self.label,
+                        io_error.to_debug_string()
+                    )),
+                })
+            }
         }
-        Ok(Response { status, headers, body, request: label })
+    }
+
+    /// The whole body, at most `limit` bytes.
+    fn read_all(&mut self, limit: usize) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = self.next_chunk()? {
+            if bytes.len() + chunk.len() > limit {
+                self.finish();
+                return Err(ProviderError::Permanent(format!(
+                    "{}: response body too large (over {limit} bytes)",
+                    self.label
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
+    /// A failed request upload, unless the status says more.
+    fn check_upload(&mut self) -> Result<()> {
+        match self.upload_error.take().filter(|_| self.status < 400) {
+            Some(code) => Err(classify_transport(&code, self.method, &self.url, &self.target)),
+            None => Ok(()),
+        }
+    }
+
+    /// Releases the body; trailers are not used.
+    fn finish(&mut self) {
+        drop(self.stream.take());
+        if let Some(body) = self.body.take() {
+            drop(IncomingBody::finish(body));
+        }
+    }
+}
+
+impl Drop for OpenResponse {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// A response body read chunk by chunk, from [`Request::send_streaming`].
+pub struct BodyStream {
+    open: OpenResponse,
+}
+
+impl fmt::Debug for BodyStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyStream")
+            .field("request", &self.open.label)
+            .field("status", &self.open.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BodyStream {
+    /// The status code (below 400).
+    pub fn status(&self) -> u16 {
+        self.open.status
+    }
+
+    /// The first value of header `name`, compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.open
+            .headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The announced body length (`Content-Length`), when there is one.
+    pub fn content_length(&self) -> Option<u64> {
+        self.header("content-length").and_then(|value| value.trim().parse().ok())
+    }
+
+    /// The next chunk of the body (at most 64 KiB); `None` at its end. A
+    /// connection lost part way is [`ProviderError::Transient`].
+    pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        self.open.next_chunk()
     }
 }
 
@@ -425,38 +574,6 @@ fn stream_error_code(error: StreamError) -> ErrorCode {
             .unwrap_or_else(|| ErrorCode::InternalError(Some(io_error.to_debug_string()))),
         StreamError::Closed => ErrorCode::ConnectionTerminated,
     }
-}
-
-enum ReadError {
-    Transport(ErrorCode),
-    Stream(String),
-    TooLarge,
-}
-
-fn read_body(body: &IncomingBody, limit: usize) -> std::result::Result<Vec<u8>, ReadError> {
-    let stream =
-        body.stream().map_err(|()| ReadError::Stream("body stream already taken".to_owned()))?;
-    let mut bytes = Vec::new();
-    let result = loop {
-        match stream.blocking_read(READ_CHUNK) {
-            Ok(chunk) => {
-                if bytes.len() + chunk.len() > limit {
-                    break Err(ReadError::TooLarge);
-                }
-                bytes.extend_from_slice(&chunk);
-            }
-            Err(StreamError::Closed) => break Ok(()),
-            Err(StreamError::LastOperationFailed(io_error)) => {
-                break Err(match wasi::http_error_code(&io_error) {
-                    Some(code) => ReadError::Transport(code),
-                    None => ReadError::Stream(io_error.to_debug_string()),
-                });
-            }
-        }
-    };
-    // The stream is a child of the body and must be dropped before it.
-    drop(stream);
-    result.map(|()| bytes)
 }
 
 /// A complete HTTP response.

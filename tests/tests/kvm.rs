@@ -1,4 +1,4 @@
-//! The libvirt capability against real parts: a private `sshd` on loopback
+//! The libvirt capability and the kvm plugin against real parts: a private `sshd` on loopback
 //! and a private `libvirtd` (test driver and storage driver), with real
 //! SSH carrying real libvirt RPC (`proxyfleet_tests::kvm`).
 
@@ -11,6 +11,14 @@ use proxyfleet_runtime::capabilities::libvirt::{
 use proxyfleet_runtime::config::LibvirtGrant;
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_POOL, TEST_URI};
 
+/// The kvm plugin on the same daemons (one libvirtd per process: the
+/// storage driver takes a host-wide lock).
+#[path = "kvm/plugin.rs"]
+mod plugin;
+/// The kvm plugin on a real hypervisor named by `KVM_TEST_*`.
+#[path = "kvm/real_host.rs"]
+mod real_host;
+
 fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
     LibvirtGrant {
         host: "127.0.0.1".into(),
@@ -20,6 +28,7 @@ fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
         known_hosts_file: sshd.known_hosts.clone(),
         socket: Libvirtd::shared().socket.to_string_lossy().into_owned(),
         uri: uri.into(),
+        storage_uri: uri.into(),
         call_timeout,
     }
 }
@@ -268,6 +277,7 @@ fn hosts_outside_the_grant_are_refused() {
         known_hosts_file: "/nonexistent".into(),
         socket: "/var/run/libvirt/libvirt-sock".into(),
         uri: "qemu:///system".into(),
+        storage_uri: "qemu:///system".into(),
         call_timeout: Duration::from_secs(1),
     }]);
     assert_eq!(entry.hosts(), vec!["kvm1.lan".to_owned()]);

@@ -41,6 +41,9 @@ const DEBIAN_TEST_PACKAGES: &[&str] = &[
     "libvirt-dev",
     "pkgconf",
     "openssh-server",
+    // qemu-img: the storage driver makes qcow2 overlays and copies bases
+    // with it, and the kvm plugin's tests make their images with it.
+    "qemu-utils",
 ];
 
 /// Debian packages every build of the host crates needs: libvirt's C client

@@ -105,6 +105,10 @@ pub struct LibvirtGrant {
     pub socket: String,
     /// The libvirt driver URI on the host, e.g. `qemu:///system`.
     pub uri: String,
+    /// The driver URI for storage pool and volume calls: `uri` unless the
+    /// grant names another (a host whose domains are served by a driver
+    /// without storage of its own, such as libvirt's `test` driver).
+    pub storage_uri: String,
     /// Budget of one libvirt call (the connect included); a call that
     /// runs over it closes its connection.
     pub call_timeout: Duration,
@@ -233,6 +237,7 @@ struct RawLibvirtGrant {
     known_hosts_file: Option<PathBuf>,
     socket: Option<String>,
     uri: Option<String>,
+    storage_uri: Option<String>,
     call_timeout: Option<String>,
 }
 
@@ -446,22 +451,9 @@ fn validate_libvirt_grants(
             ));
         }
         let uri = grant.uri.unwrap_or_else(|| DEFAULT_LIBVIRT_URI.to_owned());
-        match uri.split_once("://") {
-            Some((scheme, rest))
-                if !scheme.is_empty()
-                    && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
-                    && !rest.contains("socket=") => {}
-            _ => {
-                return Err(ConfigError::invalid(
-                    at,
-                    key("uri"),
-                    format!(
-                        "{uri:?} must be a local driver URI such as \"qemu:///system\"; the \
-                         transport (SSH to the host and `socket`) is the host's to choose"
-                    ),
-                ));
-            }
-        }
+        check_driver_uri(at, &key("uri"), &uri)?;
+        let storage_uri = grant.storage_uri.unwrap_or_else(|| uri.clone());
+        check_driver_uri(at, &key("storageUri"), &storage_uri)?;
         let call_timeout = match grant.call_timeout {
             None => Duration::from_secs(30),
             Some(text) => match humantime::parse_duration(&text) {
@@ -483,10 +475,32 @@ fn validate_libvirt_grants(
             known_hosts_file,
             socket,
             uri,
+            storage_uri,
             call_timeout,
         });
     }
     Ok(grants)
+}
+
+/// A driver URI the host can route through its own transport.
+fn check_driver_uri(at: &str, key: &str, uri: &str) -> Result<(), ConfigError> {
+    match uri.split_once("://") {
+        Some((scheme, rest))
+            if !scheme.is_empty()
+                && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
+                && !rest.contains("socket=") =>
+        {
+            Ok(())
+        }
+        _ => Err(ConfigError::invalid(
+            at,
+            key,
+            format!(
+                "{uri:?} must be a local driver URI such as \"qemu:///system\"; the \
+                 transport (SSH to the host and `socket`) is the host's to choose"
+            ),
+        )),
+    }
 }
 
 fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Credential, ConfigError> {
@@ -815,6 +829,23 @@ providers:
         assert_eq!((grants[0].port, grants[0].uri.as_str()), (22, DEFAULT_LIBVIRT_URI));
         assert_eq!(grants[0].socket, DEFAULT_LIBVIRT_SOCKET);
         assert_eq!(grants[1].call_timeout, Duration::from_secs(5));
+        assert_eq!(grants[1].storage_uri, "test:///default", "storageUri defaults to uri");
+    }
+
+    #[test]
+    fn a_libvirt_grant_may_send_storage_calls_to_another_driver() {
+        let base = "providers:\n  - name: a\n    plugin: kvm\n    grants: { libvirt: [ \
+                    { host: h, user: u, keyFile: /k, knownHostsFile: /kh, uri: 'test:///default', ";
+        let config =
+            ProvidersConfig::parse(&format!("{base}storageUri: 'storage:///system' }} ] }}\n"))
+                .unwrap();
+        let grant = &config.entries[0].grants.libvirt[0];
+        assert_eq!(
+            (grant.uri.as_str(), grant.storage_uri.as_str()),
+            ("test:///default", "storage:///system")
+        );
+        let err = parse_err(&format!("{base}storageUri: 'storage+ssh://x/system' }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].storageUri"), "{err}");
     }
 
     #[test]

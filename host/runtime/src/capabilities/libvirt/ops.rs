@@ -12,7 +12,7 @@ use virt::storage_vol::StorageVol;
 use virt::stream::Stream;
 
 use super::LibvirtError;
-use super::pool::{HostPool, Link};
+use super::pool::{Driver, HostPool, Link};
 
 /// A storage pool's state and space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,13 +141,13 @@ impl HostPool {
     /// The host's name as libvirt reports it: a cheap round trip that
     /// proves SSH, forwarding and libvirt all work.
     pub async fn ping(&self) -> Result<String, LibvirtError> {
-        self.call("ping", |conn| conn.get_hostname()).await
+        self.call(Driver::Domains, "ping", |conn| conn.get_hostname()).await
     }
 
     /// A storage pool's state and space.
     pub async fn pool_info(&self, name: &str) -> Result<PoolInfo, LibvirtError> {
         let name = name.to_owned();
-        self.call("pool-info", move |conn| {
+        self.call(Driver::Storage, "pool-info", move |conn| {
             let pool = pool(conn, &name)?;
             let info = pool.get_info()?;
             Ok(PoolInfo {
@@ -165,7 +165,7 @@ impl HostPool {
     /// libvirt's back are seen.
     pub async fn list_volumes(&self, pool_name: &str) -> Result<Vec<Volume>, LibvirtError> {
         let pool_name = pool_name.to_owned();
-        self.call("volume-list", move |conn| {
+        self.call(Driver::Storage, "volume-list", move |conn| {
             let pool = pool(conn, &pool_name)?;
             // Not every driver refreshes; a stale list is still a list.
             let _ = pool.refresh(0);
@@ -177,7 +177,7 @@ impl HostPool {
     /// One volume; `NotFound` when the pool has none of that name.
     pub async fn volume(&self, pool_name: &str, name: &str) -> Result<Volume, LibvirtError> {
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
-        self.call("volume-lookup", move |conn| {
+        self.call(Driver::Storage, "volume-lookup", move |conn| {
             volume_of(&StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?)
         })
         .await
@@ -187,7 +187,7 @@ impl HostPool {
     /// taken.
     pub async fn create_volume(&self, pool_name: &str, xml: &str) -> Result<Volume, LibvirtError> {
         let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
-        self.call("volume-create", move |conn| {
+        self.call(Driver::Storage, "volume-create", move |conn| {
             volume_of(&StorageVol::create_xml(&pool(conn, &pool_name)?, &xml, 0)?)
         })
         .await
@@ -203,7 +203,7 @@ impl HostPool {
         source: &str,
     ) -> Result<Volume, LibvirtError> {
         let (pool_name, xml, source) = (pool_name.to_owned(), xml.to_owned(), source.to_owned());
-        self.call("volume-clone", move |conn| {
+        self.call(Driver::Storage, "volume-clone", move |conn| {
             let pool = pool(conn, &pool_name)?;
             let source = StorageVol::lookup_by_name(&pool, &source)?;
             volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)
@@ -214,7 +214,7 @@ impl HostPool {
     /// Deletes a volume; `NotFound` when it is gone already.
     pub async fn delete_volume(&self, pool_name: &str, name: &str) -> Result<(), LibvirtError> {
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
-        self.call("volume-delete", move |conn| {
+        self.call(Driver::Storage, "volume-delete", move |conn| {
             StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?.delete(0)
         })
         .await
@@ -234,7 +234,7 @@ impl HostPool {
             let deadline = self.deadline();
             let link = self.link_by(deadline).await?;
             let stream = self
-                .run_on(&link, deadline, "upload-begin", move |conn| {
+                .run_on(&link, Driver::Storage, deadline, "upload-begin", move |conn| {
                     let vol = StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?;
                     let stream = Stream::new(conn, 0)?;
                     vol.upload(&stream, 0, length, 0)?;
@@ -255,25 +255,32 @@ impl HostPool {
     /// one with the same name and UUID).
     pub async fn define_domain(&self, xml: &str) -> Result<DomainInfo, LibvirtError> {
         let xml = xml.to_owned();
-        self.call("domain-define", move |conn| domain_of(&Domain::define_xml(conn, &xml)?)).await
+        self.call(Driver::Domains, "domain-define", move |conn| {
+            domain_of(&Domain::define_xml(conn, &xml)?)
+        })
+        .await
     }
 
     /// Starts a defined domain; `InvalidState` when it runs already.
     pub async fn start_domain(&self, name: &str) -> Result<(), LibvirtError> {
         let name = name.to_owned();
-        self.call("domain-start", move |conn| domain(conn, &name)?.create().map(drop)).await
+        self.call(Driver::Domains, "domain-start", move |conn| {
+            domain(conn, &name)?.create().map(drop)
+        })
+        .await
     }
 
     /// Stops a domain at once; `InvalidState` when it is not running.
     pub async fn destroy_domain(&self, name: &str) -> Result<(), LibvirtError> {
         let name = name.to_owned();
-        self.call("domain-destroy", move |conn| domain(conn, &name)?.destroy()).await
+        self.call(Driver::Domains, "domain-destroy", move |conn| domain(conn, &name)?.destroy())
+            .await
     }
 
     /// Removes a domain's definition (and its NVRAM, if any).
     pub async fn undefine_domain(&self, name: &str) -> Result<(), LibvirtError> {
         let name = name.to_owned();
-        self.call("domain-undefine", move |conn| {
+        self.call(Driver::Domains, "domain-undefine", move |conn| {
             let dom = domain(conn, &name)?;
             // Not every driver knows the NVRAM flag; plain undefine then.
             dom.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM).or_else(|err| {
@@ -291,20 +298,23 @@ impl HostPool {
     /// One domain; `NotFound` when there is none of that name.
     pub async fn domain(&self, name: &str) -> Result<DomainInfo, LibvirtError> {
         let name = name.to_owned();
-        self.call("domain-lookup", move |conn| domain_of(&domain(conn, &name)?)).await
+        self.call(Driver::Domains, "domain-lookup", move |conn| domain_of(&domain(conn, &name)?))
+            .await
     }
 
     /// Every domain, running or not.
     pub async fn list_domains(&self) -> Result<Vec<DomainInfo>, LibvirtError> {
-        self.call("domain-list", |conn| conn.list_all_domains(0)?.iter().map(domain_of).collect())
-            .await
+        self.call(Driver::Domains, "domain-list", |conn| {
+            conn.list_all_domains(0)?.iter().map(domain_of).collect()
+        })
+        .await
     }
 
     /// The metadata element under namespace `uri`; `NotFound` when the
     /// domain has none.
     pub async fn metadata(&self, name: &str, uri: &str) -> Result<String, LibvirtError> {
         let (name, uri) = (name.to_owned(), uri.to_owned());
-        self.call("metadata-get", move |conn| {
+        self.call(Driver::Domains, "metadata-get", move |conn| {
             domain(conn, &name)?.get_metadata(
                 virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
                 Some(&uri),
@@ -326,7 +336,7 @@ impl HostPool {
     ) -> Result<(), LibvirtError> {
         let (name, uri, key) = (name.to_owned(), uri.to_owned(), key.to_owned());
         let xml = xml.map(str::to_owned);
-        self.call("metadata-set", move |conn| {
+        self.call(Driver::Domains, "metadata-set", move |conn| {
             let dom = domain(conn, &name)?;
             let mut flags = 0;
             if dom.is_persistent()? {
@@ -361,7 +371,7 @@ impl HostPool {
             AddressSource::Lease => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
             AddressSource::Arp => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
         };
-        self.call("interface-addresses", move |conn| {
+        self.call(Driver::Domains, "interface-addresses", move |conn| {
             let interfaces = domain(conn, &name)?.interface_addresses(raw_source, 0)?;
             Ok(interfaces
                 .into_iter()
@@ -419,7 +429,7 @@ impl Upload {
         let host = Arc::clone(&self.host);
         host.spanned("upload-write", async {
             let deadline = host.deadline();
-            host.run_on(&self.link, deadline, "upload-write", move |_conn| {
+            host.run_on(&self.link, Driver::Storage, deadline, "upload-write", move |_conn| {
                 let guard = stream.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(stream) = guard.as_ref() else { return Ok(Err(closed_stream())) };
                 let mut sent = 0;
@@ -447,7 +457,7 @@ impl Upload {
         let host = Arc::clone(&self.host);
         host.spanned("upload-finish", async {
             let deadline = host.deadline();
-            host.run_on(&self.link, deadline, "upload-finish", move |_conn| {
+            host.run_on(&self.link, Driver::Storage, deadline, "upload-finish", move |_conn| {
                 let taken = stream.lock().unwrap_or_else(|p| p.into_inner()).take();
                 match taken {
                     Some(stream) => stream.finish().map(Ok),
@@ -473,8 +483,11 @@ impl Drop for Upload {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let deadline = host.deadline();
-                let _ =
-                    host.run_on(&link, deadline, "upload-abort", move |_conn| stream.abort()).await;
+                let _ = host
+                    .run_on(&link, Driver::Storage, deadline, "upload-abort", move |_conn| {
+                        stream.abort()
+                    })
+                    .await;
             });
         }
     }

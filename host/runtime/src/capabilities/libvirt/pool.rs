@@ -50,11 +50,21 @@ impl Drop for Conn {
     }
 }
 
+/// Which libvirt client of a link a call uses: domains go to the grant's
+/// `uri`, pools and volumes to its `storageUri` (the same client unless the
+/// grant names another driver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Driver {
+    Domains,
+    Storage,
+}
+
 /// One live connection to a host.
 pub(crate) struct Link {
     host: String,
     ssh: SshSession,
     conn: Mutex<Option<Conn>>,
+    storage: Mutex<Option<Conn>>,
     /// The bridge's accept loop and its forwarding tasks.
     tasks: Mutex<Vec<AbortHandle>>,
     dead: AtomicBool,
@@ -89,14 +99,20 @@ impl Link {
         for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             task.abort();
         }
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(conn) = conn {
-            close_off_thread(conn);
+        for slot in [&self.conn, &self.storage] {
+            let conn = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(conn) = conn {
+                close_off_thread(conn);
+            }
         }
     }
 
-    fn conn(&self) -> Option<Conn> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn conn(&self, driver: Driver) -> Option<Conn> {
+        let slot = match driver {
+            Driver::Domains => &self.conn,
+            Driver::Storage => &self.storage,
+        };
+        slot.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn track(&self, task: AbortHandle) {
@@ -179,7 +195,12 @@ impl HostPool {
     /// Runs `f` on a blocking thread with a client of this host, under the
     /// grant's call budget (which includes dialling). One `libvirt.call`
     /// span per call.
-    pub(crate) async fn call<T, F>(&self, op: &'static str, f: F) -> Result<T, LibvirtError>
+    pub(crate) async fn call<T, F>(
+        &self,
+        driver: Driver,
+        op: &'static str,
+        f: F,
+    ) -> Result<T, LibvirtError>
     where
         T: Send + 'static,
         F: FnOnce(&virt::connect::Connect) -> Result<T, virt::error::Error> + Send + 'static,
@@ -187,7 +208,7 @@ impl HostPool {
         self.spanned(op, async {
             let deadline = self.deadline();
             let link = self.link_by(deadline).await?;
-            self.run_on(&link, deadline, op, f).await
+            self.run_on(&link, driver, deadline, op, f).await
         })
         .await
     }
@@ -231,12 +252,13 @@ impl HostPool {
         })?
     }
 
-    /// Runs `f` on a blocking thread with `link`'s client, until `deadline`.
-    /// Running over it, being cancelled or finding the connection dead
-    /// kills `link`.
+    /// Runs `f` on a blocking thread with `link`'s client for `driver`,
+    /// until `deadline`. Running over it, being cancelled or finding the
+    /// connection dead kills `link`.
     pub(crate) async fn run_on<T, F>(
         &self,
         link: &Arc<Link>,
+        driver: Driver,
         deadline: tokio::time::Instant,
         op: &'static str,
         f: F,
@@ -247,7 +269,7 @@ impl HostPool {
     {
         let budget = self.grant.call_timeout;
         let host = &self.grant.host;
-        let Some(conn) = link.conn() else {
+        let Some(conn) = link.conn(driver) else {
             return Err(LibvirtError::transient(format!("the connection to {host} was closed")));
         };
         let mut guard = KillOnDrop(Some(Arc::clone(link)));
@@ -326,6 +348,7 @@ impl HostPool {
             host: grant.host.clone(),
             ssh,
             conn: Mutex::new(None),
+            storage: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             dead: AtomicBool::new(false),
             _dir: dir,
@@ -334,27 +357,39 @@ impl HostPool {
         let accept = tokio::spawn(bridge(listener, Arc::downgrade(&link), grant.socket.clone()));
         link.track(accept.abort_handle());
 
-        let uri = client_uri(&grant.uri, &path.to_string_lossy());
-        let opened =
-            tokio::task::spawn_blocking(move || virt::connect::Connect::open(Some(&uri)).map(Conn))
-                .await;
-        let conn = match opened {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => {
-                link.kill();
-                return Err(match classify("connect", &grant.host, &err) {
-                    LibvirtError::Failed(message) => LibvirtError::transient(message),
-                    other => other,
-                });
-            }
-            Err(join) => {
-                link.kill();
-                return Err(LibvirtError::Failed(format!("connecting to libvirt: {join}")));
-            }
+        let socket = path.to_string_lossy().into_owned();
+        let conn = open_client(&link, &grant.host, client_uri(&grant.uri, &socket)).await?;
+        let storage = if grant.storage_uri == grant.uri {
+            conn.clone()
+        } else {
+            open_client(&link, &grant.host, client_uri(&grant.storage_uri, &socket)).await?
         };
         *link.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+        *link.storage.lock().unwrap_or_else(|p| p.into_inner()) = Some(storage);
         tracing::debug!(host = %grant.host, "libvirt connection open");
         Ok(link)
+    }
+}
+
+/// Opens a libvirt client at `uri` (through the link's private socket);
+/// a failure kills the link.
+async fn open_client(link: &Link, host: &str, uri: String) -> Result<Conn, LibvirtError> {
+    let opened =
+        tokio::task::spawn_blocking(move || virt::connect::Connect::open(Some(&uri)).map(Conn))
+            .await;
+    match opened {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(err)) => {
+            link.kill();
+            Err(match classify("connect", host, &err) {
+                LibvirtError::Failed(message) => LibvirtError::transient(message),
+                other => other,
+            })
+        }
+        Err(join) => {
+            link.kill();
+            Err(LibvirtError::Failed(format!("connecting to libvirt: {join}")))
+        }
     }
 }
 

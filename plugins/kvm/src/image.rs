@@ -1,0 +1,271 @@
+//! Base images: one per entry, image key and storage pool, named
+//! `base-<entry>-<key>.<format>`, that every proxy's overlay sits on.
+//!
+//! A base is downloaded through the HTTP capability, hashed while it
+//! streams into a temporary volume (`….part`), and only published (cloned
+//! to its final name) when its digest matches the config: a base under its
+//! final name is always complete and verified. The digest is recorded in
+//! the entry's key-value store before publishing, so a base found later can
+//! be checked against the config; a mismatch is an error naming both
+//! digests and the base is left alone, since overlays may sit on it.
+//!
+//! One upload per base at a time: a lease in the key-value store, which
+//! expires with the call that took it, so a crashed upload is taken over
+//! (and its temporary volume removed) by the next.
+
+use proxyfleet_sdk::http::Request;
+use proxyfleet_sdk::kv::{self, CasOutcome};
+use proxyfleet_sdk::libvirt::{self, LibvirtError, Volume};
+use proxyfleet_sdk::{CallContext, ProviderError, Result, log, now_unix};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::Image;
+use crate::xml;
+
+/// Where one base lives.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub host: &'a str,
+    pub pool: &'a str,
+}
+
+/// The base's volume name.
+pub fn base_name(entry: &str, key: &str, image: &Image) -> String {
+    format!("base-{entry}-{key}.{}", image.format.as_str())
+}
+
+fn record_key(place: Place<'_>, name: &str) -> String {
+    format!("base/{}/{}/{name}", place.host.to_ascii_lowercase(), place.pool)
+}
+
+fn lease_key(place: Place<'_>, name: &str) -> String {
+    format!("base-upload/{}/{}/{name}", place.host.to_ascii_lowercase(), place.pool)
+}
+
+/// What the store remembers of a published base.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    sha256: String,
+}
+
+/// The digest recorded for a base, if any.
+pub fn recorded_digest(place: Place<'_>, name: &str) -> Result<Option<String>> {
+    Ok(kv::get(&record_key(place, name))?
+        .and_then(|entry| serde_json::from_slice::<Record>(&entry.value).ok())
+        .map(|record| record.sha256))
+}
+
+/// The error for a base whose recorded digest is not the configured one.
+pub fn mismatch(
+    place: Place<'_>,
+    name: &str,
+    key: &str,
+    found: &str,
+    expected: &str,
+) -> ProviderError {
+    ProviderError::Permanent(format!(
+        "base image `{name}` in pool `{}` on {} has sha256 {found}, but config key \
+         `images.{key}.sha256` is {expected}; overlays may use the base, so it is left alone: \
+         give the new image another key, or delete the base by hand once no domain uses it",
+        place.pool, place.host
+    ))
+}
+
+/// The published base for image `key`, downloading it first when the pool
+/// lacks it.
+pub fn ensure(ctx: &CallContext, place: Place<'_>, key: &str, image: &Image) -> Result<Volume> {
+    let name = base_name(&ctx.entry, key, image);
+    if let Some(volume) = published(place, &name, key, image)? {
+        return Ok(volume);
+    }
+    let lease = Lease::take(ctx, place, &name)?;
+    // Another call may have published it while this one waited.
+    let result = match published(place, &name, key, image)? {
+        Some(volume) => Ok(volume),
+        None => download(place, &name, key, image),
+    };
+    lease.release();
+    result
+}
+
+/// The base under its final name, checked against the config; `None` when
+/// the pool has none.
+fn published(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Option<Volume>> {
+    let volume = match libvirt::get_volume(place.host, place.pool, name) {
+        Ok(volume) => volume,
+        Err(LibvirtError::NotFound(_)) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    match recorded_digest(place, name)? {
+        Some(found) if found.eq_ignore_ascii_case(&image.sha256) => Ok(Some(volume)),
+        Some(found) => Err(mismatch(place, name, key, &found, &image.sha256)),
+        None => Err(ProviderError::Permanent(format!(
+            "base image `{name}` in pool `{}` on {} was not published by this entry (no digest \
+             on record), so it cannot be checked against config key `images.{key}.sha256`; \
+             delete it by hand if no domain uses it, or give the image another key",
+            place.pool, place.host
+        ))),
+    }
+}
+
+/// Downloads, verifies and publishes the base. Whatever fails, no volume
+/// is left under the temporary name.
+fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Volume> {
+    let temp = format!("{name}.part");
+    // A crashed upload's leftovers: its lease has expired, or ours would
+    // not have been granted.
+    delete_volume(place, &temp)?;
+    log::info!("downloading base image", image = key, host = place.host, pool = place.pool);
+    let mut body = Request::get(&image.url).send_streaming()?;
+    let Some(length) = body.content_length() else {
+        return Err(ProviderError::Permanent(format!(
+            "config key `images.{key}.url`: the server did not say how long the image is \
+             (no Content-Length); serve it from a server that does"
+        )));
+    };
+    libvirt::create_volume(
+        place.host,
+        place.pool,
+        &xml::volume(&temp, length.max(1), image.format.as_str(), None),
+    )?;
+    let streamed = stream_into(place, &temp, length, &mut body, key, image);
+    let published = streamed.and_then(|()| {
+        record_digest(place, name, &image.sha256)?;
+        let xml = xml::volume(name, length.max(1), image.format.as_str(), None);
+        Ok(libvirt::clone_volume(place.host, place.pool, &xml, &temp)?)
+    });
+    let cleaned = delete_volume(place, &temp);
+    let volume = published?;
+    cleaned?;
+    log::info!("base image published", image = key, host = place.host, volume = name);
+    Ok(volume)
+}
+
+/// Streams the body into volume `temp`, hashing it; an error when the
+/// body breaks off, runs long, or hashes to another digest than the
+/// config's. The upload is aborted unless it completes.
+fn stream_into(
+    place: Place<'_>,
+    temp: &str,
+    length: u64,
+    body: &mut proxyfleet_sdk::http::BodyStream,
+    key: &str,
+    image: &Image,
+) -> Result<()> {
+    let upload = libvirt::begin_upload(place.host, place.pool, temp, length)?;
+    let mut hasher = Sha256::new();
+    let mut received: u64 = 0;
+    while let Some(chunk) = body.next_chunk()? {
+        received += chunk.len() as u64;
+        if received > length {
+            return Err(ProviderError::Transient(format!(
+                "config key `images.{key}.url`: the server sent more than the {length} bytes it \
+                 announced"
+            )));
+        }
+        hasher.update(&chunk);
+        upload.write(&chunk)?;
+    }
+    if received < length {
+        return Err(ProviderError::Transient(format!(
+            "config key `images.{key}.url`: the download ended after {received} of {length} bytes"
+        )));
+    }
+    let digest = hex(&hasher.finalize());
+    if !digest.eq_ignore_ascii_case(&image.sha256) {
+        return Err(ProviderError::Permanent(format!(
+            "config key `images.{key}`: the image downloaded has sha256 {digest}, but \
+             `images.{key}.sha256` is {}; nothing was published",
+            image.sha256
+        )));
+    }
+    libvirt::Upload::finish(upload)?;
+    Ok(())
+}
+
+fn record_digest(place: Place<'_>, name: &str, sha256: &str) -> Result<()> {
+    let key = record_key(place, name);
+    let value = serde_json::to_vec(&Record { sha256: sha256.to_ascii_lowercase() })
+        .map_err(|err| ProviderError::Permanent(format!("encoding a base record: {err}")))?;
+    loop {
+        let current = kv::get(&key)?;
+        match kv::compare_and_swap(&key, current.map(|entry| entry.version), Some(&value))? {
+            CasOutcome::Applied(_) => return Ok(()),
+            // Someone wrote in between; write over it with what was verified.
+            CasOutcome::Conflict(_) => {}
+        }
+    }
+}
+
+/// Deletes a volume of ours; gone already counts. An aborted upload holds
+/// its volume for a moment after the abort, so "in use" is waited out.
+pub fn delete_volume(place: Place<'_>, name: &str) -> Result<()> {
+    let mut attempts = 0;
+    loop {
+        match libvirt::delete_volume(place.host, place.pool, name) {
+            Ok(()) | Err(LibvirtError::NotFound(_)) => return Ok(()),
+            Err(LibvirtError::InvalidState(message)) if attempts < 50 => {
+                attempts += 1;
+                if attempts == 1 {
+                    log::debug!("volume busy, waiting", volume = name, reason = message);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The right to upload one base, held in the key-value store until the
+/// call's deadline.
+struct Lease {
+    key: String,
+    version: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct LeaseValue {
+    until: u64,
+}
+
+impl Lease {
+    fn take(ctx: &CallContext, place: Place<'_>, name: &str) -> Result<Self> {
+        let key = lease_key(place, name);
+        let now = now_unix();
+        let until = now + ctx.deadline().as_secs() + 1;
+        let value = serde_json::to_vec(&LeaseValue { until })
+            .map_err(|err| ProviderError::Permanent(format!("encoding a lease: {err}")))?;
+        let current = kv::get(&key)?;
+        if let Some(entry) = &current {
+            let held_until = serde_json::from_slice::<LeaseValue>(&entry.value)
+                .map(|lease| lease.until)
+                .unwrap_or(0);
+            if held_until > now {
+                return Err(busy(place, name));
+            }
+        }
+        match kv::compare_and_swap(&key, current.map(|entry| entry.version), Some(&value))? {
+            CasOutcome::Applied(version) => Ok(Self { key, version }),
+            CasOutcome::Conflict(_) => Err(busy(place, name)),
+        }
+    }
+
+    fn release(self) {
+        // An expired lease is harmless: the next upload takes it over.
+        if let Err(error) = kv::compare_and_swap(&self.key, Some(self.version), None) {
+            log::warn!("could not release a base upload lease", key = self.key, error = error);
+        }
+    }
+}
+
+fn busy(place: Place<'_>, name: &str) -> ProviderError {
+    ProviderError::Transient(format!(
+        "base image `{name}` is being uploaded to pool `{}` on {} by another call",
+        place.pool, place.host
+    ))
+}

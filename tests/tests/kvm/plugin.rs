@@ -1,0 +1,351 @@
+//! The `kvm` plugin through the host runtime, against the same private
+//! `sshd` and `libvirtd`: domains on libvirt's test driver, pools and
+//! volumes (base images, overlays, seeds) on the real storage driver in a
+//! directory pool, base images downloaded from a server on loopback.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::{ErrorClass, HealthReason, InstanceState, Provider};
+use proxyfleet_harness::SpecBuilder;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_URI};
+use proxyfleet_tests::{Canned, TestServer};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A small but real qcow2 image (made by `qemu-img`), and its digest.
+fn qcow2_image(dir: &Path, name: &str, megabytes: u32) -> (Bytes, String) {
+    let path = dir.join(name);
+    let status = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&path)
+        .arg(format!("{megabytes}M"))
+        .status()
+        .expect("qemu-img runs (apt-get install qemu-utils)");
+    assert!(status.success(), "qemu-img create failed");
+    let bytes = std::fs::read(&path).expect("the image");
+    let digest = hex::encode(Sha256::digest(&bytes));
+    (Bytes::from(bytes), digest)
+}
+
+/// What a test's entry points at.
+struct Site {
+    sshd: Sshd,
+    pool: String,
+    pool_dir: std::path::PathBuf,
+    kv: Arc<MemoryKv>,
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new(prefix: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sshd = Sshd::start(&dir.path().join("sshd"));
+        let (pool, pool_dir) = Libvirtd::shared().dir_pool(prefix);
+        Self { sshd, pool, pool_dir, kv: Arc::new(MemoryKv::new()), dir }
+    }
+
+    /// The entry `entry` with the kvm plugin, its image `debian-12` at
+    /// `image_url` with digest `sha256`.
+    async fn provider(
+        &self,
+        entry: &str,
+        image_url: &str,
+        sha256: &str,
+        known_hosts: &Path,
+    ) -> Arc<dyn Provider> {
+        let plugins = self.dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).expect("plugin dir");
+        std::fs::copy(proxyfleet_tests::plugin("kvm"), plugins.join("kvm.wasm")).expect("copy");
+        let origin = image_url.split('/').take(3).collect::<Vec<_>>().join("/");
+        let yaml = format!(
+            "providers:\n  - name: {entry}\n    plugin: kvm\n    config:\n      \
+             hosts: [{{ name: 127.0.0.1 }}]\n      pool: {pool}\n      \
+             images: {{ debian-12: {{ url: '{image_url}', sha256: '{sha256}' }} }}\n      \
+             domainType: test\n      addressSources: [agent, lease]\n    \
+             limits: {{ timeout: 60s }}\n    grants:\n      http:\n        \
+             - {{ url: '{origin}', allowAddresses: [127.0.0.1] }}\n      libvirt:\n        \
+             - {{ host: 127.0.0.1, port: {port}, user: root, keyFile: '{key}', \
+             knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
+             storageUri: '{STORAGE_URI}', callTimeout: 10s }}\n",
+            pool = self.pool,
+            port = self.sshd.port,
+            key = self.sshd.user_key.display(),
+            known = known_hosts.display(),
+            socket = Libvirtd::shared().socket.display(),
+        );
+        let config = ProvidersConfig::parse(&yaml).expect("providers config");
+        let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+        let kv: Arc<dyn KvStore> = self.kv.clone();
+        let registry = Registry::load(&runtime, &config, &plugins, kv).await.expect("registry");
+        registry.provider(entry).expect("the entry loads")
+    }
+
+    /// The files in the pool's directory, sorted.
+    fn volumes(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.pool_dir)
+            .expect("pool dir")
+            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        Libvirtd::shared().remove_pool(&self.pool);
+    }
+}
+
+/// A domain defined behind the plugin's back, with `metadata` (or none).
+fn define_foreign(name: &str, metadata: &str) {
+    let conn = Libvirtd::shared().direct(TEST_URI);
+    let xml = format!(
+        "<domain type='test'><name>{name}</name><metadata>{metadata}</metadata>\
+         <memory>131072</memory><os><type>hvm</type></os></domain>"
+    );
+    virt::domain::Domain::define_xml(&conn, &xml).expect("a foreign domain");
+}
+
+fn domain_names() -> Vec<String> {
+    let conn = Libvirtd::shared().direct(TEST_URI);
+    let domains = conn.list_all_domains(0).expect("domains");
+    domains.iter().map(|d| d.get_name().expect("name")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_full_lifecycle_through_the_runtime() {
+    let site = Site::new("kvm-life");
+    let (image, sha256) = qcow2_image(site.dir.path(), "base.qcow2", 64);
+    let server = TestServer::http(Canned { status: 200, body: image }).await;
+    let url = format!("http://{}/images/debian-12.qcow2", server.addr);
+    let provider = site.provider("lab", &url, &sha256, &site.sshd.known_hosts).await;
+
+    let health = provider.check().await;
+    assert!(health.healthy, "{health:?}");
+    assert!(
+        health.issues.iter().any(
+            |i| i.reason == HealthReason::TemplateNotFound && i.message.contains("not in pool")
+        ),
+        "a missing base is a warning: {health:?}"
+    );
+
+    let spec = SpecBuilder::new("kvm-a").uid("uid-kvm-life-a").build();
+    let created = provider.create(&spec).await.expect("create");
+    assert_eq!(created.state, InstanceState::Running, "{created:?}");
+    assert!(!created.addresses.is_empty(), "the agent answers on the test driver: {created:?}");
+    assert_eq!(created.mark.as_ref().expect("mark").uid, "uid-kvm-life-a");
+    let (host, name) = created.provider_id.split_once('/').expect("host/name");
+    assert_eq!(host, "127.0.0.1");
+    assert_eq!(
+        site.volumes(),
+        [
+            "base-lab-debian-12.qcow2".to_owned(),
+            format!("{name}-seed.iso"),
+            format!("{name}.qcow2"),
+        ],
+        "a verified base, the overlay and the seed; no temporary volume"
+    );
+    // The overlay really sits on the base.
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "--output=json"])
+        .arg(site.pool_dir.join(format!("{name}.qcow2")))
+        .output()
+        .expect("qemu-img info");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("json");
+    assert!(
+        info["backing-filename"].as_str().unwrap_or("").ends_with("base-lab-debian-12.qcow2"),
+        "{info}"
+    );
+    // The seed is a NoCloud ISO with the Proxy's instance ID.
+    let seed = std::fs::read(site.pool_dir.join(format!("{name}-seed.iso"))).expect("seed");
+    assert_eq!(&seed[0x8001..0x8006], b"CD001", "an ISO 9660 image");
+    assert!(String::from_utf8_lossy(&seed).contains(&format!("instance-id: {name}")));
+
+    // A second Proxy reuses the base: one download in all.
+    let other = SpecBuilder::new("kvm-b").uid("uid-kvm-life-b").build();
+    let second = provider.create(&other).await.expect("second create");
+    assert_ne!(second.provider_id, created.provider_id);
+    assert_eq!(server.seen().len(), 1, "the base is downloaded once");
+
+    // A retried create (its answer lost) adopts.
+    let again = provider.create(&spec).await.expect("retried create");
+    assert_eq!(again.provider_id, created.provider_id);
+    let got = provider.get(&created.provider_id).await.expect("get");
+    assert_eq!(
+        (got.state, got.mark.as_ref().map(|m| m.uid.as_str())),
+        (InstanceState::Running, Some("uid-kvm-life-a"))
+    );
+
+    // Domains without our mark, or with another entry's, are not listed.
+    define_foreign("kvm-life-stranger", "");
+    define_foreign(
+        "kvm-life-other-entry",
+        "<o:owner xmlns:o='https://proxyfleet.io/xmlns/kvm/1' entry='elsewhere' uid='u' \
+         namespace='n' name='x' created-at='1'/>",
+    );
+    let listed = provider.list().await.expect("list");
+    let mut ids: Vec<&str> = listed.iter().map(|i| i.provider_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected = vec![created.provider_id.as_str(), second.provider_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    // ... nor deleted through a forged provider ID.
+    let err = provider.delete("127.0.0.1/kvm-life-stranger").await.expect_err("not ours");
+    assert_eq!(err.class, ErrorClass::Conflict, "{err}");
+    assert!(domain_names().contains(&"kvm-life-stranger".to_owned()));
+
+    for id in [&created.provider_id, &second.provider_id] {
+        provider.delete(id).await.expect("delete");
+        provider.delete(id).await.expect("a second delete finds nothing to do");
+        let err = provider.get(id).await.expect_err("gone");
+        assert_eq!(err.class, ErrorClass::NotFound, "{err}");
+    }
+    assert_eq!(site.volumes(), ["base-lab-debian-12.qcow2"], "the base stays for later overlays");
+    assert!(provider.check().await.healthy);
+
+    // The same image key with another digest: the base is not replaced.
+    let (newer, newer_sha) = qcow2_image(site.dir.path(), "newer.qcow2", 32);
+    server.set_canned(Canned { status: 200, body: newer });
+    let changed = site.provider("lab", &url, &newer_sha, &site.sshd.known_hosts).await;
+    let err = changed.create(&spec).await.expect_err("digest mismatch");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.message.contains(&sha256) && err.message.contains(&newer_sha), "{err}");
+    assert_eq!(site.volumes(), ["base-lab-debian-12.qcow2"]);
+    let health = changed.check().await;
+    assert!(!health.healthy, "{health:?}");
+
+    for name in ["kvm-life-stranger", "kvm-life-other-entry"] {
+        let conn = Libvirtd::shared().direct(TEST_URI);
+        let domain = virt::domain::Domain::lookup_by_name(&conn, name).expect("domain");
+        domain.undefine().expect("undefine");
+    }
+}
+
+/// Serves `length` announced bytes but sends only the first half of
+/// `body`, then closes: a download that breaks off part way.
+async fn breaking_server(body: Bytes) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0_u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/octet-stream\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body[..body.len() / 2]).await;
+                let _ = stream.flush().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_download_that_breaks_off_leaves_no_base_and_no_stuck_upload() {
+    let site = Site::new("kvm-broken");
+    let (image, sha256) = qcow2_image(site.dir.path(), "base.qcow2", 64);
+    let broken = breaking_server(image.clone()).await;
+    let provider = site
+        .provider(
+            "broken",
+            &format!("http://{broken}/debian-12.qcow2"),
+            &sha256,
+            &site.sshd.known_hosts,
+        )
+        .await;
+    let spec = SpecBuilder::new("kvm-broken").uid("uid-kvm-broken").build();
+    let err = provider.create(&spec).await.expect_err("the download breaks");
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    assert!(site.volumes().is_empty(), "no base, no half-base: {:?}", site.volumes());
+    assert!(provider.list().await.expect("list").is_empty());
+
+    // A digest that does not match is refused before anything is published.
+    let server = TestServer::http(Canned { status: 200, body: image }).await;
+    let url = format!("http://{}/debian-12.qcow2", server.addr);
+    let wrong = "0".repeat(64);
+    let provider = site.provider("broken", &url, &wrong, &site.sshd.known_hosts).await;
+    let err = provider.create(&spec).await.expect_err("digest mismatch");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.message.contains(&sha256) && err.message.contains(&wrong), "{err}");
+    assert!(site.volumes().is_empty(), "{:?}", site.volumes());
+
+    // Nothing is left holding the pool: the same create now succeeds.
+    let provider = site.provider("broken", &url, &sha256, &site.sshd.known_hosts).await;
+    let created = provider.create(&spec).await.expect("create after the failures");
+    assert_eq!(created.state, InstanceState::Running);
+    provider.delete(&created.provider_id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_interrupted_at_any_step_is_adopted_or_redone() {
+    let site = Site::new("kvm-adopt");
+    let (image, sha256) = qcow2_image(site.dir.path(), "base.qcow2", 16);
+    let server = TestServer::http(Canned { status: 200, body: image }).await;
+    let url = format!("http://{}/debian-12.qcow2", server.addr);
+    let provider = site.provider("adopt", &url, &sha256, &site.sshd.known_hosts).await;
+    let spec = SpecBuilder::new("kvm-adopt").uid("uid-kvm-adopt").build();
+    let created = provider.create(&spec).await.expect("create");
+    let (_, name) = created.provider_id.split_once('/').expect("host/name");
+
+    // The crash came after define, before start: the retry starts it.
+    let conn = Libvirtd::shared().direct(TEST_URI);
+    let domain = virt::domain::Domain::lookup_by_name(&conn, name).expect("our domain");
+    domain.destroy().expect("stop it");
+    assert_eq!(
+        provider.get(&created.provider_id).await.expect("get").state,
+        InstanceState::Stopped
+    );
+    let adopted = provider.create(&spec).await.expect("retried create");
+    assert_eq!(adopted.provider_id, created.provider_id);
+    assert_eq!(adopted.state, InstanceState::Running);
+    assert_eq!(domain_names().iter().filter(|n| *n == name).count(), 1);
+
+    // The crash came before define: overlay and seed are left, no domain.
+    domain.destroy().expect("stop");
+    domain.undefine().expect("undefine");
+    let leftovers = site.volumes();
+    assert!(leftovers.contains(&format!("{name}.qcow2")), "{leftovers:?}");
+    let redone = provider.create(&spec).await.expect("create over the leftovers");
+    assert_eq!(redone.provider_id, created.provider_id);
+    assert_eq!(redone.state, InstanceState::Running);
+    assert_eq!(site.volumes(), leftovers, "the leftovers were replaced, not doubled");
+
+    // A domain of our name without our mark is someone else's.
+    provider.delete(&created.provider_id).await.expect("delete");
+    define_foreign(name, "");
+    let err = provider.create(&spec).await.expect_err("a foreign domain of our name");
+    assert_eq!(err.class, ErrorClass::Conflict, "{err}");
+    virt::domain::Domain::lookup_by_name(&conn, name)
+        .expect("theirs")
+        .undefine()
+        .expect("undefine");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_plugin_behind_a_wrong_host_key_is_unauthorized() {
+    let site = Site::new("kvm-hostkey");
+    let wrong = site.sshd.wrong_known_hosts();
+    let provider =
+        site.provider("hostkey", "http://127.0.0.1:9/x.qcow2", &"0".repeat(64), &wrong).await;
+    let health = provider.check().await;
+    assert!(!health.healthy);
+    assert_eq!(health.issues[0].reason, HealthReason::Unauthorized, "{health:?}");
+    let spec = SpecBuilder::new("kvm-hostkey").uid("uid-kvm-hostkey").build();
+    let err = provider.create(&spec).await.expect_err("refused host key");
+    assert_eq!(err.class, ErrorClass::Unauthorized, "{err}");
+}
