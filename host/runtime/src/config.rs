@@ -19,6 +19,8 @@ use crate::error::ConfigError;
 
 /// Largest memory cap an entry may ask for; the engine's pool is sized for it.
 pub const MAX_MEMORY_MIB: u64 = 1024;
+/// The largest `limits.httpResponseMiB` an entry may set (64 GiB).
+pub const MAX_HTTP_RESPONSE_MIB: u64 = 64 * 1024;
 
 /// Every provider entry, validated.
 #[derive(Debug, Clone)]
@@ -635,11 +637,14 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
         ));
     }
     let http_response_mib = raw.http_response_mib.unwrap_or(defaults.http_response_bytes >> 20);
-    if !(1..=1024).contains(&http_response_mib) {
+    // Bodies reach the plugin as a stream, so the cap bounds what one
+    // response may carry, not what the host holds: a plugin that streams a
+    // disk image to a hypervisor needs the image's size.
+    if !(1..=MAX_HTTP_RESPONSE_MIB).contains(&http_response_mib) {
         return Err(ConfigError::invalid(
             at,
             "limits.httpResponseMiB",
-            format!("{http_response_mib} is out of range; use 1 to 1024"),
+            format!("{http_response_mib} is out of range; use 1 to {MAX_HTTP_RESPONSE_MIB}"),
         ));
     }
     Ok(Limits {

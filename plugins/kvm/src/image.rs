@@ -3,11 +3,13 @@
 //!
 //! A base is downloaded through the HTTP capability, hashed while it
 //! streams into a temporary volume (`….part`), and only published (cloned
-//! to its final name) when its digest matches the config: a base under its
-//! final name is always complete and verified. The digest is recorded in
-//! the entry's key-value store before publishing, so a base found later can
-//! be checked against the config; a mismatch is an error naming both
-//! digests and the base is left alone, since overlays may sit on it.
+//! to its final name) when its digest matches the config. The entry's
+//! key-value store records each base's digest and whether its copy to the
+//! final name completed: a base is used only once it has, so an overlay
+//! never sits on a half-copied base, and a copy cut off (by the call's
+//! budget, a crash) is redone by the next upload. A published base whose
+//! digest is not the config's is an error naming both digests, and the
+//! base is left alone, since overlays may sit on it.
 //!
 //! One upload per base at a time: a lease in the key-value store, which
 //! expires with the call that took it, so a crashed upload is taken over
@@ -43,17 +45,19 @@ fn lease_key(place: Place<'_>, name: &str) -> String {
     format!("base-upload/{}/{}/{name}", place.host.to_ascii_lowercase(), place.pool)
 }
 
-/// What the store remembers of a published base.
-#[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    sha256: String,
+/// What the store remembers of a base.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The verified digest of the image the base was copied from.
+    pub sha256: String,
+    /// Whether the copy to the final name completed.
+    pub published: bool,
 }
 
-/// The digest recorded for a base, if any.
-pub fn recorded_digest(place: Place<'_>, name: &str) -> Result<Option<String>> {
+/// What the store records for a base, if anything.
+pub fn record(place: Place<'_>, name: &str) -> Result<Option<Record>> {
     Ok(kv::get(&record_key(place, name))?
-        .and_then(|entry| serde_json::from_slice::<Record>(&entry.value).ok())
-        .map(|record| record.sha256))
+        .and_then(|entry| serde_json::from_slice::<Record>(&entry.value).ok()))
 }
 
 /// The error for a base whose recorded digest is not the configured one.
@@ -76,30 +80,44 @@ pub fn mismatch(
 /// lacks it.
 pub fn ensure(ctx: &CallContext, place: Place<'_>, key: &str, image: &Image) -> Result<Volume> {
     let name = base_name(&ctx.entry, key, image);
-    if let Some(volume) = published(place, &name, key, image)? {
+    if let Some(volume) = published(place, &name, key, image, false)? {
         return Ok(volume);
     }
     let lease = Lease::take(ctx, place, &name)?;
     // Another call may have published it while this one waited.
-    let result = match published(place, &name, key, image)? {
+    let result = published(place, &name, key, image, true).and_then(|found| match found {
         Some(volume) => Ok(volume),
         None => download(place, &name, key, image),
-    };
+    });
     lease.release();
     result
 }
 
 /// The base under its final name, checked against the config; `None` when
-/// the pool has none.
-fn published(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Option<Volume>> {
+/// the pool has none ready. Holding the upload lease, a base whose copy
+/// never completed is removed: whoever was copying it is gone.
+fn published(
+    place: Place<'_>,
+    name: &str,
+    key: &str,
+    image: &Image,
+    leased: bool,
+) -> Result<Option<Volume>> {
     let volume = match libvirt::get_volume(place.host, place.pool, name) {
         Ok(volume) => volume,
         Err(LibvirtError::NotFound(_)) => return Ok(None),
         Err(error) => return Err(error.into()),
     };
-    match recorded_digest(place, name)? {
-        Some(found) if found.eq_ignore_ascii_case(&image.sha256) => Ok(Some(volume)),
-        Some(found) => Err(mismatch(place, name, key, &found, &image.sha256)),
+    match record(place, name)? {
+        Some(record) if !record.published => {
+            if leased {
+                log::warn!("removing a base whose copy was cut off", volume = name);
+                delete_volume(place, name)?;
+            }
+            Ok(None)
+        }
+        Some(record) if record.sha256.eq_ignore_ascii_case(&image.sha256) => Ok(Some(volume)),
+        Some(record) => Err(mismatch(place, name, key, &record.sha256, &image.sha256)),
         None => Err(ProviderError::Permanent(format!(
             "base image `{name}` in pool `{}` on {} was not published by this entry (no digest \
              on record), so it cannot be checked against config key `images.{key}.sha256`; \
@@ -117,7 +135,8 @@ fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Vo
     // not have been granted.
     delete_volume(place, &temp)?;
     log::info!("downloading base image", image = key, host = place.host, pool = place.pool);
-    let mut body = Request::get(&image.url).send_streaming()?;
+    let mut body =
+        Request::get(&image.url).send_streaming().map_err(|error| size_hint(error, key))?;
     let Some(length) = body.content_length() else {
         return Err(ProviderError::Permanent(format!(
             "config key `images.{key}.url`: the server did not say how long the image is \
@@ -131,9 +150,12 @@ fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Vo
     )?;
     let streamed = stream_into(place, &temp, length, &mut body, key, image);
     let published = streamed.and_then(|()| {
-        record_digest(place, name, &image.sha256)?;
+        // Recorded first, so that a copy cut off is known for what it is.
+        write_record(place, name, &image.sha256, false)?;
         let xml = xml::volume(name, length.max(1), image.format.as_str(), None);
-        Ok(libvirt::clone_volume(place.host, place.pool, &xml, &temp)?)
+        let volume = libvirt::clone_volume(place.host, place.pool, &xml, &temp)?;
+        write_record(place, name, &image.sha256, true)?;
+        Ok(volume)
     });
     let cleaned = delete_volume(place, &temp);
     let volume = published?;
@@ -156,7 +178,7 @@ fn stream_into(
     let upload = libvirt::begin_upload(place.host, place.pool, temp, length)?;
     let mut hasher = Sha256::new();
     let mut received: u64 = 0;
-    while let Some(chunk) = body.next_chunk()? {
+    while let Some(chunk) = body.next_chunk().map_err(|error| size_hint(error, key))? {
         received += chunk.len() as u64;
         if received > length {
             return Err(ProviderError::Transient(format!(
@@ -184,9 +206,23 @@ fn stream_into(
     Ok(())
 }
 
-fn record_digest(place: Place<'_>, name: &str, sha256: &str) -> Result<()> {
+/// The host caps response bodies per entry; an image over the cap gets
+/// the fix named.
+fn size_hint(error: ProviderError, key: &str) -> ProviderError {
+    match error {
+        ProviderError::Permanent(message) if message.contains("response body too large") => {
+            ProviderError::Permanent(format!(
+                "{message}: raise the entry's `limits.httpResponseMiB` above the size of the \
+                 image of config key `images.{key}`"
+            ))
+        }
+        other => other,
+    }
+}
+
+fn write_record(place: Place<'_>, name: &str, sha256: &str, published: bool) -> Result<()> {
     let key = record_key(place, name);
-    let value = serde_json::to_vec(&Record { sha256: sha256.to_ascii_lowercase() })
+    let value = serde_json::to_vec(&Record { sha256: sha256.to_ascii_lowercase(), published })
         .map_err(|err| ProviderError::Permanent(format!("encoding a base record: {err}")))?;
     loop {
         let current = kv::get(&key)?;

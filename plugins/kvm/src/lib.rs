@@ -86,12 +86,11 @@ fn pick_host<'a>(config: &'a Config, spec: &ProxySpec) -> Result<&'a HostConfig>
     Ok(&config.hosts[index])
 }
 
-fn host_config<'a>(config: &'a Config, host: &str) -> Result<&'a HostConfig> {
-    config.host(host).ok_or_else(|| {
-        ProviderError::NotFound(format!(
-            "host {host} is no longer in the entry's config key `hosts`"
-        ))
-    })
+/// The storage pool of `host`; a host taken out of the config keeps the
+/// entry's `pool` so its domains can still be read and deleted (as long as
+/// its grant stays).
+fn pool_on<'a>(config: &'a Config, host: &str) -> &'a str {
+    config.host(host).map_or(config.pool.as_str(), |host| config.pool_of(host))
 }
 
 /// The mark a domain carries for `entry`; `None` when it carries none, or
@@ -295,7 +294,6 @@ fn make_disks(
 fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
     let config = Config::parse(&ctx.config)?;
     let domain = DomainRef::parse(provider_id)?;
-    host_config(&config, &domain.host)?;
     let info = libvirt::get_domain(&domain.host, &domain.name)?;
     let mark = read_mark(&domain.host, &domain.name, &ctx.entry)?;
     instance_of(&config, &domain, &info, mark)
@@ -304,7 +302,6 @@ fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
     let config = Config::parse(&ctx.config)?;
     let domain = DomainRef::parse(provider_id)?;
-    let host = host_config(&config, &domain.host)?;
     match libvirt::get_domain(&domain.host, &domain.name) {
         Ok(_) => {
             if read_mark(&domain.host, &domain.name, &ctx.entry)?.is_none() {
@@ -326,7 +323,7 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
         Err(LibvirtError::NotFound(_)) => {}
         Err(error) => return Err(error.into()),
     }
-    let place = Place { host: &domain.host, pool: config.pool_of(host) };
+    let place = Place { host: &domain.host, pool: pool_on(&config, &domain.host) };
     image::delete_volume(place, &domain.overlay())?;
     image::delete_volume(place, &domain.seed())
 }
@@ -399,14 +396,21 @@ fn check(ctx: &CallContext) -> Health {
         for (key, image) in &config.images {
             let base = image::base_name(&ctx.entry, key, image);
             match libvirt::get_volume(name, pool, &base) {
-                Ok(_) => match image::recorded_digest(place, &base) {
-                    Ok(Some(found)) if !found.eq_ignore_ascii_case(&image.sha256) => {
+                Ok(_) => match image::record(place, &base) {
+                    Ok(Some(record)) if !record.published => warnings.push((
+                        HealthReason::TemplateNotFound,
+                        format!(
+                            "host {name}: base image `{base}` in pool `{pool}` is being copied, \
+                             or its copy was cut off and the next create redoes it"
+                        ),
+                    )),
+                    Ok(Some(record)) if !record.sha256.eq_ignore_ascii_case(&image.sha256) => {
                         problems.push((
                             HealthReason::TemplateNotFound,
-                            image::mismatch(place, &base, key, &found, &image.sha256)
+                            image::mismatch(place, &base, key, &record.sha256, &image.sha256)
                                 .message()
                                 .to_owned(),
-                        ))
+                        ));
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => problems.push((

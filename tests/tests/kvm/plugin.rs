@@ -60,6 +60,18 @@ impl Site {
         sha256: &str,
         known_hosts: &Path,
     ) -> Arc<dyn Provider> {
+        self.provider_limited(entry, image_url, sha256, known_hosts, "").await
+    }
+
+    /// [`Site::provider`] with more `limits` (`, key: value` pairs).
+    async fn provider_limited(
+        &self,
+        entry: &str,
+        image_url: &str,
+        sha256: &str,
+        known_hosts: &Path,
+        limits: &str,
+    ) -> Arc<dyn Provider> {
         let plugins = self.dir.path().join("plugins");
         std::fs::create_dir_all(&plugins).expect("plugin dir");
         std::fs::copy(proxyfleet_tests::plugin("kvm"), plugins.join("kvm.wasm")).expect("copy");
@@ -69,7 +81,7 @@ impl Site {
              hosts: [{{ name: 127.0.0.1 }}]\n      pool: {pool}\n      \
              images: {{ debian-12: {{ url: '{image_url}', sha256: '{sha256}' }} }}\n      \
              domainType: test\n      addressSources: [agent, lease]\n    \
-             limits: {{ timeout: 60s }}\n    grants:\n      http:\n        \
+             limits: {{ timeout: 60s{limits} }}\n    grants:\n      http:\n        \
              - {{ url: '{origin}', allowAddresses: [127.0.0.1] }}\n      libvirt:\n        \
              - {{ host: 127.0.0.1, port: {port}, user: root, keyFile: '{key}', \
              knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
@@ -275,7 +287,7 @@ async fn a_download_that_breaks_off_leaves_no_base_and_no_stuck_upload() {
     assert!(provider.list().await.expect("list").is_empty());
 
     // A digest that does not match is refused before anything is published.
-    let server = TestServer::http(Canned { status: 200, body: image }).await;
+    let server = TestServer::http(Canned { status: 200, body: image.clone() }).await;
     let url = format!("http://{}/debian-12.qcow2", server.addr);
     let wrong = "0".repeat(64);
     let provider = site.provider("broken", &url, &wrong, &site.sshd.known_hosts).await;
@@ -283,6 +295,25 @@ async fn a_download_that_breaks_off_leaves_no_base_and_no_stuck_upload() {
     assert_eq!(err.class, ErrorClass::Permanent, "{err}");
     assert!(err.message.contains(&sha256) && err.message.contains(&wrong), "{err}");
     assert!(site.volumes().is_empty(), "{:?}", site.volumes());
+
+    // An image over the entry's response cap: the error names the limit.
+    let large = Bytes::from(vec![7_u8; 2 << 20]);
+    let large_sha = hex::encode(Sha256::digest(&large));
+    server.set_canned(Canned { status: 200, body: large });
+    let provider = site
+        .provider_limited(
+            "broken",
+            &url,
+            &large_sha,
+            &site.sshd.known_hosts,
+            ", httpResponseMiB: 1",
+        )
+        .await;
+    let err = provider.create(&spec).await.expect_err("over the response cap");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.message.contains("limits.httpResponseMiB"), "{err}");
+    assert!(site.volumes().is_empty(), "{:?}", site.volumes());
+    server.set_canned(Canned { status: 200, body: image });
 
     // Nothing is left holding the pool: the same create now succeeds.
     let provider = site.provider("broken", &url, &sha256, &site.sshd.known_hosts).await;
@@ -334,6 +365,31 @@ async fn a_create_interrupted_at_any_step_is_adopted_or_redone() {
         .expect("theirs")
         .undefine()
         .expect("undefine");
+
+    // The base's copy to its final name was cut off (its call ran out of
+    // budget mid-copy): the store says the copy never completed, and the
+    // file is torn. The next create removes it and publishes anew rather
+    // than putting an overlay on it.
+    let base = "base-adopt-debian-12.qcow2";
+    let key = format!("base/127.0.0.1/{}/{base}", site.pool);
+    let record = site.kv.get("adopt", &key).await.expect("kv").expect("a record of the base");
+    let cut_off = serde_json::json!({ "sha256": sha256, "published": false });
+    site.kv
+        .compare_and_swap("adopt", &key, Some(record.version), Some(cut_off.to_string().into()))
+        .await
+        .expect("kv write");
+    std::fs::write(site.pool_dir.join(base), b"torn").expect("tear the base");
+    let other = SpecBuilder::new("kvm-adopt-2").uid("uid-kvm-adopt-2").build();
+    let created = provider.create(&other).await.expect("create over a cut-off base");
+    assert_eq!(server.seen().len(), 2, "the base was downloaded again");
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "--output=json"])
+        .arg(site.pool_dir.join(base))
+        .output()
+        .expect("qemu-img info");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("json");
+    assert_eq!(info["format"], "qcow2", "a whole base again: {info}");
+    provider.delete(&created.provider_id).await.expect("delete");
 }
 
 #[tokio::test(flavor = "multi_thread")]
