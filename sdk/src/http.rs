@@ -308,7 +308,7 @@ impl Request {
         let mut open = self.open()?;
         if open.status >= 400 {
             // Enough of the body for the error message; the rest is dropped.
-            let body = open.read_all(ERROR_BODY_BYTES).unwrap_or_default();
+            let body = open.read_prefix(ERROR_BODY_BYTES);
             let status = open.status;
             return Err(classify_status(open.method, &open.url, status, &body)
                 .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {status}"))));
@@ -414,6 +414,7 @@ impl Request {
             target,
             label,
             upload_error,
+            failed: None,
         })
     }
 }
@@ -437,11 +438,17 @@ struct OpenResponse {
     label: String,
     /// A failure sending the request body, reported once the status is known.
     upload_error: Option<ErrorCode>,
+    /// How reading the body failed: every later read fails the same way,
+    /// so a body cut off never reads as one that ended.
+    failed: Option<ProviderError>,
 }
 
 impl OpenResponse {
     /// The next chunk of the body; `None` once it has all been read.
     fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
         let Some(stream) = &self.stream else { return Ok(None) };
         match stream.blocking_read(READ_CHUNK) {
             Ok(chunk) => Ok(Some(chunk)),
@@ -451,16 +458,32 @@ impl OpenResponse {
             }
             Err(StreamError::LastOperationFailed(io_error)) => {
                 self.finish();
-                Err(match wasi::http_error_code(&io_error) {
+                let error = match wasi::http_error_code(&io_error) {
                     Some(code) => classify_transport(&code, self.method, &self.url, &self.target),
                     None => ProviderError::Transient(format!(
                         "{}: reading the response failed: {}",
                         self.label,
                         io_error.to_debug_string()
                     )),
-                })
+                };
+                self.failed = Some(error.clone());
+                Err(error)
             }
         }
+    }
+
+    /// The first `limit` bytes of the body, or less when it ends or fails
+    /// first: for the message of an error answer.
+    fn read_prefix(&mut self, limit: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        while bytes.len() < limit {
+            match self.next_chunk() {
+                Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        bytes.truncate(limit);
+        bytes
     }
 
     /// The whole body, at most `limit` bytes.
@@ -537,7 +560,8 @@ impl BodyStream {
     }
 
     /// The next chunk of the body (at most 64 KiB); `None` at its end. A
-    /// connection lost part way is [`ProviderError::Transient`].
+    /// connection lost part way is [`ProviderError::Transient`], and so is
+    /// every read after it.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
         self.open.next_chunk()
     }

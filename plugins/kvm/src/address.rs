@@ -34,13 +34,14 @@ fn usable(found: &[InterfaceAddress]) -> Vec<String> {
             _ => {}
         }
     }
-    for address in v6 {
-        if !v4.contains(&address) {
-            v4.push(address);
+    // The same address on two interfaces is one address.
+    let mut addresses: Vec<String> = Vec::with_capacity(v4.len() + v6.len());
+    for address in v4.into_iter().chain(v6) {
+        if !addresses.contains(&address) {
+            addresses.push(address);
         }
     }
-    v4.dedup();
-    v4
+    addresses
 }
 
 /// The addresses of a domain, asking `query` for each source in `sources`
@@ -108,7 +109,7 @@ mod tests {
         let addresses = resolve(&[Agent, Lease, Arp], |source| {
             asked.push(source);
             Ok(match source {
-                Agent => found(&["127.0.0.1", "fe80::1", "2001:db8::5", "192.0.2.7"]),
+                Agent => found(&["127.0.0.1", "fe80::1", "2001:db8::5", "192.0.2.7", "192.0.2.7"]),
                 _ => found(&["198.51.100.1"]),
             })
         })

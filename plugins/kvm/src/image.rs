@@ -18,11 +18,12 @@
 use proxyfleet_sdk::http::Request;
 use proxyfleet_sdk::kv::{self, CasOutcome};
 use proxyfleet_sdk::libvirt::{self, LibvirtError, Volume};
-use proxyfleet_sdk::{CallContext, ProviderError, Result, log, now_unix};
+use proxyfleet_sdk::{CallContext, ProviderError, Result, log};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::config::Image;
+use crate::lease::Lease;
 use crate::xml;
 
 /// Where one base lives.
@@ -81,9 +82,17 @@ pub fn mismatch(
 pub fn ensure(ctx: &CallContext, place: Place<'_>, key: &str, image: &Image) -> Result<Volume> {
     let name = base_name(&ctx.entry, key, image);
     if let Some(volume) = published(place, &name, key, image, false)? {
+        // A temporary volume whose removal failed after its publish; no
+        // upload uses it once the base is published.
+        match libvirt::delete_volume(place.host, place.pool, &temp_name(&name)) {
+            Ok(()) | Err(LibvirtError::NotFound(_)) => {}
+            Err(error) => {
+                log::debug!("left a temporary volume", volume = name, error = error.message());
+            }
+        }
         return Ok(volume);
     }
-    let lease = Lease::take(ctx, place, &name)?;
+    let lease = Lease::take(ctx, lease_key(place, &name), || busy(place, &name))?;
     // Another call may have published it while this one waited.
     let result = published(place, &name, key, image, true).and_then(|found| match found {
         Some(volume) => Ok(volume),
@@ -129,14 +138,26 @@ fn published(
 
 /// Downloads, verifies and publishes the base. Whatever fails, no volume
 /// is left under the temporary name.
+fn temp_name(base: &str) -> String {
+    format!("{base}.part")
+}
+
 fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Volume> {
-    let temp = format!("{name}.part");
+    let temp = temp_name(name);
     // A crashed upload's leftovers: its lease has expired, or ours would
     // not have been granted.
     delete_volume(place, &temp)?;
     log::info!("downloading base image", image = key, host = place.host, pool = place.pool);
     let mut body =
         Request::get(&image.url).send_streaming().map_err(|error| size_hint(error, key))?;
+    if body.status() != 200 {
+        let location = body.header("location").map(|to| format!(" (to {to})")).unwrap_or_default();
+        return Err(ProviderError::Permanent(format!(
+            "config key `images.{key}.url`: the server answered HTTP {}{location}, not the image; \
+             redirects are not followed, so give the image's final URL",
+            body.status()
+        )));
+    }
     let Some(length) = body.content_length() else {
         return Err(ProviderError::Permanent(format!(
             "config key `images.{key}.url`: the server did not say how long the image is \
@@ -159,7 +180,10 @@ fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Vo
     });
     let cleaned = delete_volume(place, &temp);
     let volume = published?;
-    cleaned?;
+    if let Err(error) = cleaned {
+        // The base is published; the next create with it removes this.
+        log::warn!("could not remove a temporary volume", volume = temp, error = error);
+    }
     log::info!("base image published", image = key, host = place.host, volume = name);
     Ok(volume)
 }
@@ -248,6 +272,16 @@ pub fn delete_volume(place: Place<'_>, name: &str) -> Result<()> {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
+            // Still busy: something on the host works on it (a copy that
+            // outlived the call that started it). Later, not never.
+            Err(LibvirtError::InvalidState(message)) => {
+                return Err(ProviderError::Transient(format!(
+                    "volume `{name}` in pool `{}` on {} is still in use ({message}); a copy into \
+                     it may still be running on the host: if this repeats, raise the grant's \
+                     callTimeout above the time a base image takes to copy",
+                    place.pool, place.host
+                )));
+            }
             Err(error) => return Err(error.into()),
         }
     }
@@ -255,48 +289,6 @@ pub fn delete_volume(place: Place<'_>, name: &str) -> Result<()> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The right to upload one base, held in the key-value store until the
-/// call's deadline.
-struct Lease {
-    key: String,
-    version: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct LeaseValue {
-    until: u64,
-}
-
-impl Lease {
-    fn take(ctx: &CallContext, place: Place<'_>, name: &str) -> Result<Self> {
-        let key = lease_key(place, name);
-        let now = now_unix();
-        let until = now + ctx.deadline().as_secs() + 1;
-        let value = serde_json::to_vec(&LeaseValue { until })
-            .map_err(|err| ProviderError::Permanent(format!("encoding a lease: {err}")))?;
-        let current = kv::get(&key)?;
-        if let Some(entry) = &current {
-            let held_until = serde_json::from_slice::<LeaseValue>(&entry.value)
-                .map(|lease| lease.until)
-                .unwrap_or(0);
-            if held_until > now {
-                return Err(busy(place, name));
-            }
-        }
-        match kv::compare_and_swap(&key, current.map(|entry| entry.version), Some(&value))? {
-            CasOutcome::Applied(version) => Ok(Self { key, version }),
-            CasOutcome::Conflict(_) => Err(busy(place, name)),
-        }
-    }
-
-    fn release(self) {
-        // An expired lease is harmless: the next upload takes it over.
-        if let Err(error) = kv::compare_and_swap(&self.key, Some(self.version), None) {
-            log::warn!("could not release a base upload lease", key = self.key, error = error);
-        }
-    }
 }
 
 fn busy(place: Place<'_>, name: &str) -> ProviderError {

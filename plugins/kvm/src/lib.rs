@@ -20,6 +20,7 @@
 mod address;
 mod config;
 mod image;
+mod lease;
 mod xml;
 
 use proxyfleet_sdk::libvirt::{self, AddressSource, DomainInfo, DomainState, LibvirtError};
@@ -30,6 +31,7 @@ use proxyfleet_sdk::{
 
 use crate::config::{AddressSourceName, CONFIG_SCHEMA, Config, HostConfig, NAME_MAX};
 use crate::image::Place;
+use crate::lease::Lease;
 
 /// The provider exported by this plugin.
 struct Kvm;
@@ -125,18 +127,38 @@ fn wit_source(source: AddressSourceName) -> AddressSource {
     }
 }
 
+/// How a failed address lookup counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    Strict,
+    Lenient,
+}
+
 /// The instance for a domain of ours: addresses only while it runs.
+///
+/// `get` reports a failed address lookup (every source failing) as the
+/// error it is; a create that has just started the domain reports no
+/// address yet instead, since the domain exists and runs either way.
 fn instance_of(
     config: &Config,
     domain: &DomainRef,
     info: &DomainInfo,
     mark: Option<OwnershipMark>,
+    lookup: Lookup,
 ) -> Result<Instance> {
     let state = state_of(info.state);
     let addresses = if state == InstanceState::Running {
-        address::resolve(&config.address_sources, |source| {
+        let found = address::resolve(&config.address_sources, |source| {
             libvirt::interface_addresses(&domain.host, &domain.name, wit_source(source))
-        })?
+        });
+        match (found, lookup) {
+            (Ok(addresses), _) => addresses,
+            (Err(error), Lookup::Strict) => return Err(error),
+            (Err(error), Lookup::Lenient) => {
+                log::debug!("no address yet", domain = domain.name, reason = error);
+                Vec::new()
+            }
+        }
     } else {
         Vec::new()
     };
@@ -165,7 +187,7 @@ fn adopt(
             log::info!("adopting our domain", host = domain.host, domain = domain.name);
             start(domain)?;
             let info = libvirt::get_domain(&domain.host, &domain.name)?;
-            instance_of(config, domain, &info, Some(mark))
+            instance_of(config, domain, &info, Some(mark), Lookup::Lenient)
         }
         Some(mark) => Err(ProviderError::Conflict(format!(
             "domain `{}` on {} belongs to Proxy {}/{} (uid {}), not to uid {}",
@@ -195,15 +217,16 @@ fn start(domain: &DomainRef) -> Result<()> {
 
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
     let config = Config::parse(&ctx.config)?;
-    let Some(image) = config.images.get(&spec.image) else {
+    // The spec is checked before anything is asked of a host.
+    if !config.images.contains_key(&spec.image) {
         let known: Vec<&str> = config.images.keys().map(String::as_str).collect();
         return Err(ProviderError::InvalidSpec(format!(
             "image: `{}` is not a key of the entry's config key `images` (known: {})",
             spec.image,
             known.join(", ")
         )));
-    };
-    let attachment = config.interface.attachment(spec.network.vlan_tag)?;
+    }
+    config.interface.attachment(spec.network.vlan_tag)?;
     let host = pick_host(&config, spec)?;
     let domain = DomainRef { host: host.name.clone(), name: domain_name(&config, &spec.uid) };
     match libvirt::get_domain(&domain.host, &domain.name) {
@@ -212,46 +235,81 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
         Err(error) => return Err(error.into()),
     }
     let place = Place { host: &domain.host, pool: config.pool_of(host) };
+    // One create per domain at a time: the disk steps replace leftovers of
+    // earlier attempts, which must never be a concurrent attempt's disks.
+    let key = format!("create/{}/{}", domain.host.to_ascii_lowercase(), domain.name);
+    let lease = Lease::take(ctx, key, || {
+        ProviderError::Transient(format!(
+            "another create of domain `{}` on {} is running",
+            domain.name, domain.host
+        ))
+    })?;
+    let image = config.images.get(&spec.image).ok_or_else(|| {
+        ProviderError::InvalidSpec(format!("image: `{}` is not configured", spec.image))
+    })?;
+    let created = create_leased(ctx, &config, spec, image, place, &domain);
+    lease.release();
+    created
+}
+
+/// The create of `domain`, holding its lease.
+fn create_leased(
+    ctx: &CallContext,
+    config: &Config,
+    spec: &ProxySpec,
+    image: &config::Image,
+    place: Place<'_>,
+    domain: &DomainRef,
+) -> Result<Instance> {
+    // The attempt that held the lease before may have got this far.
+    match libvirt::get_domain(&domain.host, &domain.name) {
+        Ok(_) => return adopt(ctx, config, domain, spec),
+        Err(LibvirtError::NotFound(_)) => {}
+        Err(error) => return Err(error.into()),
+    }
+    let attachment = config.interface.attachment(spec.network.vlan_tag)?;
     let base = image::ensure(ctx, place, &spec.image, image)?;
     let mark = OwnershipMark::for_spec(spec, proxyfleet_sdk::now_unix());
-    let disks = make_disks(place, &domain, &base, image.format, spec);
-    let defined = disks.and_then(|(overlay_path, seed_path)| {
-        let xml = xml::domain(
-            &config,
-            spec,
-            &xml::DomainParts {
-                name: &domain.name,
-                entry: &ctx.entry,
-                mark: &mark,
-                overlay_path: &overlay_path,
-                seed_path: &seed_path,
-                attachment: &attachment,
-            },
-        );
-        match libvirt::define_domain(&domain.host, &xml) {
-            Ok(_) => Ok(true),
-            // A concurrent attempt defined it first: adopt below.
-            Err(LibvirtError::Exists(_)) => Ok(false),
-            Err(error) => Err(ProviderError::from(error)),
-        }
-    });
-    match defined {
-        Ok(true) => {}
-        Ok(false) => return adopt(ctx, &config, &domain, spec),
-        Err(error) => {
-            // No domain refers to them, and nothing else would find them.
-            for volume in [domain.overlay(), domain.seed()] {
-                if let Err(cleanup) = image::delete_volume(place, &volume) {
-                    log::warn!("could not remove a volume", volume = volume, error = cleanup);
-                }
+    let defined = make_disks(place, domain, &base, image.format, spec).and_then(
+        |(overlay_path, seed_path)| {
+            let xml = xml::domain(
+                config,
+                spec,
+                &xml::DomainParts {
+                    name: &domain.name,
+                    entry: &ctx.entry,
+                    mark: &mark,
+                    overlay_path: &overlay_path,
+                    seed_path: &seed_path,
+                    attachment: &attachment,
+                },
+            );
+            Ok(libvirt::define_domain(&domain.host, &xml)?)
+        },
+    );
+    if let Err(error) = defined {
+        // Whatever the error says, a domain of this name that exists now
+        // may be using the disks: adopt it (or refuse it) and keep them.
+        match libvirt::get_domain(&domain.host, &domain.name) {
+            Ok(_) => return adopt(ctx, config, domain, spec),
+            Err(LibvirtError::NotFound(_)) => {}
+            Err(lookup) => {
+                log::warn!("cannot tell whether the domain exists", error = lookup);
+                return Err(error);
             }
-            return Err(error);
         }
+        // No domain refers to them, and nothing else would find them.
+        for volume in [domain.overlay(), domain.seed()] {
+            if let Err(cleanup) = image::delete_volume(place, &volume) {
+                log::warn!("could not remove a volume", volume = volume, error = cleanup);
+            }
+        }
+        return Err(error);
     }
     log::info!("domain defined", host = domain.host, domain = domain.name);
-    start(&domain)?;
+    start(domain)?;
     let info = libvirt::get_domain(&domain.host, &domain.name)?;
-    instance_of(&config, &domain, &info, Some(mark))
+    instance_of(config, domain, &info, Some(mark), Lookup::Lenient)
 }
 
 /// The overlay and the seed of `domain`, made anew (no domain uses them
@@ -296,7 +354,7 @@ fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
     let domain = DomainRef::parse(provider_id)?;
     let info = libvirt::get_domain(&domain.host, &domain.name)?;
     let mark = read_mark(&domain.host, &domain.name, &ctx.entry)?;
-    instance_of(&config, &domain, &info, mark)
+    instance_of(&config, &domain, &info, mark, Lookup::Strict)
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
@@ -351,6 +409,34 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
     Ok(instances)
 }
 
+/// Overlays and seeds in `pool` named like this entry's domains whose
+/// domain does not exist: what a create cut off at its deadline leaves.
+fn stray_volumes(
+    config: &Config,
+    host: &str,
+    pool: &str,
+) -> std::result::Result<Vec<String>, LibvirtError> {
+    let domains: std::collections::BTreeSet<String> =
+        libvirt::list_domains(host)?.into_iter().map(|info| info.name).collect();
+    let prefix = format!("{}-", config.name_prefix);
+    let mut stray = Vec::new();
+    for volume in libvirt::list_volumes(host, pool)? {
+        let owner = volume
+            .name
+            .strip_suffix("-seed.iso")
+            .or_else(|| volume.name.strip_suffix(".qcow2"))
+            .filter(|owner| {
+                owner.strip_prefix(&prefix).is_some_and(|hash| {
+                    !hash.is_empty() && hash.chars().all(|c| c.is_ascii_hexdigit())
+                })
+            });
+        if owner.is_some_and(|owner| !domains.contains(owner)) {
+            stray.push(volume.name);
+        }
+    }
+    Ok(stray)
+}
+
 fn reason_of(error: &LibvirtError) -> HealthReason {
     match error {
         LibvirtError::NotGranted(_) | LibvirtError::Unauthorized(_) => HealthReason::Unauthorized,
@@ -375,10 +461,15 @@ fn check(ctx: &CallContext) -> Health {
         }
         let pool = config.pool_of(host);
         match libvirt::get_pool(name, pool) {
-            Ok(info) if !info.active => problems.push((
-                HealthReason::StorageNotFound,
-                format!("host {name}: storage pool `{pool}` is not active"),
-            )),
+            Ok(info) if !info.active => {
+                problems.push((
+                    HealthReason::StorageNotFound,
+                    format!(
+                        "host {name}: storage pool `{pool}` is not active (`virsh pool-start {pool}`)"
+                    ),
+                ));
+                continue;
+            }
             Ok(_) => {}
             Err(LibvirtError::NotFound(message)) => {
                 problems.push((
@@ -390,6 +481,21 @@ fn check(ctx: &CallContext) -> Health {
             Err(error) => {
                 problems.push((reason_of(&error), format!("host {name}: {}", error.message())));
                 continue;
+            }
+        }
+        match stray_volumes(&config, name, pool) {
+            Ok(stray) if !stray.is_empty() => warnings.push((
+                HealthReason::Other,
+                format!(
+                    "host {name}: volumes named like this entry's with no domain of their name in \
+                     pool `{pool}`: {}; a create that was cut off left them, and a retry for its \
+                     Proxy reuses them; if the Proxy is gone, delete them by hand",
+                    stray.join(", ")
+                ),
+            )),
+            Ok(_) => {}
+            Err(error) => {
+                warnings.push((reason_of(&error), format!("host {name}: {}", error.message())))
             }
         }
         let place = Place { host: name, pool };

@@ -313,6 +313,13 @@ async fn a_download_that_breaks_off_leaves_no_base_and_no_stuck_upload() {
     assert_eq!(err.class, ErrorClass::Permanent, "{err}");
     assert!(err.message.contains("limits.httpResponseMiB"), "{err}");
     assert!(site.volumes().is_empty(), "{:?}", site.volumes());
+
+    // A redirect is not the image, and says where it points.
+    server.set_canned(Canned { status: 302, body: Bytes::from_static(b"moved") });
+    let err = provider.create(&spec).await.expect_err("a redirect");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.message.contains("HTTP 302"), "{err}");
+    assert!(site.volumes().is_empty(), "{:?}", site.volumes());
     server.set_canned(Canned { status: 200, body: image });
 
     // Nothing is left holding the pool: the same create now succeeds.
@@ -351,6 +358,12 @@ async fn a_create_interrupted_at_any_step_is_adopted_or_redone() {
     domain.undefine().expect("undefine");
     let leftovers = site.volumes();
     assert!(leftovers.contains(&format!("{name}.qcow2")), "{leftovers:?}");
+    let health = provider.check().await;
+    assert!(health.healthy, "{health:?}");
+    assert!(
+        health.issues.iter().any(|issue| issue.message.contains(&format!("{name}-seed.iso"))),
+        "check names the volumes without a domain: {health:?}"
+    );
     let redone = provider.create(&spec).await.expect("create over the leftovers");
     assert_eq!(redone.provider_id, created.provider_id);
     assert_eq!(redone.state, InstanceState::Running);
@@ -390,6 +403,28 @@ async fn a_create_interrupted_at_any_step_is_adopted_or_redone() {
     let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("json");
     assert_eq!(info["format"], "qcow2", "a whole base again: {info}");
     provider.delete(&created.provider_id).await.expect("delete");
+
+    // Two creates of one Proxy at once (a retry overlapping the first
+    // attempt): one domain, one set of disks, and neither attempt removes
+    // what the other made.
+    let twice = SpecBuilder::new("kvm-adopt-3").uid("uid-kvm-adopt-3").build();
+    let (first, second) = tokio::join!(provider.create(&twice), provider.create(&twice));
+    let mut made = Vec::new();
+    for outcome in [first, second] {
+        match outcome {
+            Ok(instance) => made.push(instance.provider_id),
+            Err(err) => assert_eq!(err.class, ErrorClass::Transient, "{err}"),
+        }
+    }
+    assert!(!made.is_empty() && made.iter().all(|id| *id == made[0]), "{made:?}");
+    let (_, name) = made[0].split_once('/').expect("host/name");
+    assert_eq!(domain_names().iter().filter(|n| *n == name).count(), 1);
+    let volumes = site.volumes();
+    assert!(volumes.contains(&format!("{name}.qcow2")), "{volumes:?}");
+    assert!(volumes.contains(&format!("{name}-seed.iso")), "{volumes:?}");
+    let instance = provider.create(&twice).await.expect("a later retry adopts");
+    assert_eq!(instance.state, InstanceState::Running);
+    provider.delete(&made[0]).await.expect("delete");
 }
 
 #[tokio::test(flavor = "multi_thread")]

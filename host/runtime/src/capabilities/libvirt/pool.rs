@@ -362,7 +362,13 @@ impl HostPool {
         let storage = if grant.storage_uri == grant.uri {
             conn.clone()
         } else {
-            open_client(&link, &grant.host, client_uri(&grant.storage_uri, &socket)).await?
+            match open_client(&link, &grant.host, client_uri(&grant.storage_uri, &socket)).await {
+                Ok(storage) => storage,
+                Err(err) => {
+                    close_off_thread(conn);
+                    return Err(err);
+                }
+            }
         };
         *link.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
         *link.storage.lock().unwrap_or_else(|p| p.into_inner()) = Some(storage);
