@@ -272,18 +272,43 @@ impl Libvirtd {
             log = dir.path().join("libvirtd.log").display(),
             parent = std::process::id(),
         );
-        let watchdog = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("libvirtd starts (apt-get install libvirt-daemon)");
         let socket = sock_dir.join("libvirt-sock");
         let log = dir.path().join("libvirtd.log");
-        wait_for("libvirtd", Duration::from_secs(20), || {
-            std::os::unix::net::UnixStream::connect(&socket).is_ok()
-        });
+        // The storage driver takes a host-wide lock: a daemon started while
+        // another test process's daemon runs exits at once. It is started
+        // again until the other is gone.
+        let started = Instant::now();
+        let patience = Duration::from_secs(180);
+        let watchdog = 'spawn: loop {
+            let mut watchdog = Command::new("sh")
+                .args(["-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("libvirtd starts (apt-get install libvirt-daemon)");
+            loop {
+                if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                    break 'spawn watchdog;
+                }
+                let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+                if let Ok(Some(_)) = watchdog.try_wait() {
+                    let text = log_text();
+                    assert!(
+                        text.contains("pid file") && started.elapsed() < patience,
+                        "libvirtd exited; its log: {text}"
+                    );
+                    std::thread::sleep(Duration::from_millis(500));
+                    continue 'spawn;
+                }
+                assert!(
+                    started.elapsed() < patience,
+                    "libvirtd did not come up within {patience:?}; its log: {}",
+                    log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
         let keeper = keep_test_driver_state(&socket, &log);
         Self { socket, pool_dir, _watchdog: watchdog, _keeper: keeper, _dir: dir }
     }
