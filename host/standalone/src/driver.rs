@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -113,7 +114,13 @@ pub struct Standalone {
     checks: Mutex<BTreeMap<String, ProviderCheck>>,
     metrics: Arc<Metrics>,
     fleet: Arc<Fleet>,
+    /// The store's record-write count at the last publish to the fleet:
+    /// while it stands, the records (and so the members) are unchanged.
+    published_at: AtomicU64,
 }
+
+/// `published_at` before the first publish.
+const NEVER_PUBLISHED: u64 = u64::MAX;
 
 impl Standalone {
     /// Opens the state database and loads the providers.
@@ -142,6 +149,7 @@ impl Standalone {
             checks: Mutex::new(BTreeMap::new()),
             metrics,
             fleet,
+            published_at: AtomicU64::new(NEVER_PUBLISHED),
         })
     }
 
@@ -172,7 +180,16 @@ impl Standalone {
     /// Publishes every record to the catalog: a Proxy gets an endpoint once
     /// it runs with an address and loses it when it stops or is deleted,
     /// which drops its probe counters in the same step.
+    ///
+    /// The driver calls this every turn; a turn after which no record was
+    /// written reads nothing from the store.
     pub fn publish_fleet(&self) -> Result<()> {
+        // Read before the records: a write in between makes the next turn
+        // publish again, never skip a change.
+        let writes = self.store.record_writes();
+        if self.published_at.load(Ordering::Acquire) == writes {
+            return Ok(());
+        }
         let members = self
             .store
             .records()?
@@ -201,6 +218,7 @@ impl Standalone {
             })
             .collect();
         self.fleet.publish(members);
+        self.published_at.store(writes, Ordering::Release);
         Ok(())
     }
 

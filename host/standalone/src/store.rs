@@ -3,6 +3,7 @@
 //! key-value stores, in one redb file so a restart resumes where it stopped.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use proxyfleet_core::kv::{self, CasOutcome, KvEntry, KvError, KvStore};
@@ -59,6 +60,10 @@ pub fn record_key(namespace: &str, name: &str) -> String {
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// Moves on with every committed write of a Proxy record. The store
+    /// is this process's alone (redb locks the file), so an unchanged
+    /// number means unchanged records.
+    record_writes: AtomicU64,
 }
 
 impl Store {
@@ -78,7 +83,7 @@ impl Store {
         txn.open_table(KV).map_err(store_err)?;
         txn.open_table(META).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
-        Ok(Self { db })
+        Ok(Self { db, record_writes: AtomicU64::new(0) })
     }
 
     /// Every Proxy record, by key.
@@ -108,14 +113,24 @@ impl Store {
             .map_err(store_err)?
             .insert(record.key().as_str(), bytes.as_slice())
             .map_err(store_err)?;
-        txn.commit().map_err(store_err)
+        txn.commit().map_err(store_err)?;
+        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Removes a record.
     pub fn remove_record(&self, key: &str) -> Result<()> {
         let txn = self.db.begin_write().map_err(store_err)?;
         txn.open_table(PROXIES).map_err(store_err)?.remove(key).map_err(store_err)?;
-        txn.commit().map_err(store_err)
+        txn.commit().map_err(store_err)?;
+        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// How many record writes this store has committed: read it before
+    /// [`Store::records`], and the same number later means nothing changed.
+    pub fn record_writes(&self) -> u64 {
+        self.record_writes.load(Ordering::Acquire)
     }
 
     fn kv_get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
@@ -231,6 +246,17 @@ impl KvStore for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_committed_record_write_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        assert_eq!(store.record_writes(), 0);
+        store.remove_record("default/gone").unwrap();
+        assert_eq!(store.record_writes(), 1, "a removal commits, found or not");
+        let _ = store.records().unwrap();
+        assert_eq!(store.record_writes(), 1, "reads are not writes");
+    }
 
     #[tokio::test]
     async fn cas_semantics_survive_a_reopen() {
