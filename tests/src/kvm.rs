@@ -279,7 +279,7 @@ impl Libvirtd {
         // again until the other is gone.
         let started = Instant::now();
         let patience = Duration::from_secs(180);
-        let watchdog = 'spawn: loop {
+        let (watchdog, keeper) = 'spawn: loop {
             let mut watchdog = Command::new("sh")
                 .args(["-c", &script])
                 .stdin(Stdio::null())
@@ -288,10 +288,29 @@ impl Libvirtd {
                 .spawn()
                 .expect("libvirtd starts (apt-get install libvirt-daemon)");
             loop {
-                if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-                    break 'spawn watchdog;
-                }
                 let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+                // The socket listens before the drivers start; a client's
+                // open waits for them, so only an open proves the daemon
+                // is up (and not about to exit for want of the lock).
+                if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                    match keep_test_driver_state(&socket) {
+                        Ok(keeper) => break 'spawn (watchdog, keeper),
+                        Err(err) => {
+                            // The watchdog notices a dead daemon within 0.5 s.
+                            let noticed = Instant::now();
+                            while matches!(watchdog.try_wait(), Ok(None))
+                                && noticed.elapsed() < Duration::from_secs(2)
+                            {
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                            assert!(
+                                matches!(watchdog.try_wait(), Ok(Some(_))),
+                                "cannot reach the test driver through libvirtd: {err}; its log: {}",
+                                log_text()
+                            );
+                        }
+                    }
+                }
                 if let Ok(Some(_)) = watchdog.try_wait() {
                     let text = log_text();
                     assert!(
@@ -309,7 +328,6 @@ impl Libvirtd {
                 std::thread::sleep(Duration::from_millis(50));
             }
         };
-        let keeper = keep_test_driver_state(&socket, &log);
         Self { socket, pool_dir, _watchdog: watchdog, _keeper: keeper, _dir: dir }
     }
 
@@ -354,12 +372,7 @@ impl Libvirtd {
 /// The test driver drops its state when its last connection closes; one
 /// connection held for the life of the process keeps what the tests create
 /// across the connections they kill and redial.
-fn keep_test_driver_state(socket: &Path, log: &Path) -> virt::connect::Connect {
+fn keep_test_driver_state(socket: &Path) -> Result<virt::connect::Connect, virt::error::Error> {
     let uri = format!("test+unix:///default?socket={}", socket.display());
-    virt::connect::Connect::open(Some(&uri)).unwrap_or_else(|err| {
-        panic!(
-            "cannot reach the test driver through libvirtd: {err}; log: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        )
-    })
+    virt::connect::Connect::open(Some(&uri))
 }

@@ -82,14 +82,7 @@ pub fn mismatch(
 pub fn ensure(ctx: &CallContext, place: Place<'_>, key: &str, image: &Image) -> Result<Volume> {
     let name = base_name(&ctx.entry, key, image);
     if let Some(volume) = published(place, &name, key, image, false)? {
-        // A temporary volume whose removal failed after its publish; no
-        // upload uses it once the base is published.
-        match libvirt::delete_volume(place.host, place.pool, &temp_name(&name)) {
-            Ok(()) | Err(LibvirtError::NotFound(_)) => {}
-            Err(error) => {
-                log::debug!("left a temporary volume", volume = name, error = error.message());
-            }
-        }
+        remove_stale_temp(ctx, place, &name);
         return Ok(volume);
     }
     let lease = Lease::take(ctx, lease_key(place, &name), || busy(place, &name))?;
@@ -100,6 +93,21 @@ pub fn ensure(ctx: &CallContext, place: Place<'_>, key: &str, image: &Image) -> 
     });
     lease.release();
     result
+}
+
+/// Removes a temporary volume whose removal failed after its base was
+/// published, under the upload lease (an upload after someone deleted the
+/// base by hand would be using it); best effort.
+fn remove_stale_temp(ctx: &CallContext, place: Place<'_>, name: &str) {
+    let temp = temp_name(name);
+    if libvirt::get_volume(place.host, place.pool, &temp).is_err() {
+        return;
+    }
+    let Ok(lease) = Lease::take(ctx, lease_key(place, name), || busy(place, name)) else { return };
+    if let Err(error) = delete_volume(place, &temp) {
+        log::debug!("left a temporary volume", volume = temp, error = error);
+    }
+    lease.release();
 }
 
 /// The base under its final name, checked against the config; `None` when

@@ -48,6 +48,14 @@ impl Lease {
         }
     }
 
+    /// Whether a live call holds the lease at `key`.
+    pub fn is_held(key: &str) -> Result<bool> {
+        let now = now_unix();
+        Ok(kv::get(key)?.is_some_and(|entry| {
+            serde_json::from_slice::<LeaseValue>(&entry.value).is_ok_and(|lease| lease.until > now)
+        }))
+    }
+
     /// Gives the lease back. Failing to is harmless: it expires.
     pub fn release(self) {
         if let Err(error) = kv::compare_and_swap(&self.key, Some(self.version), None) {

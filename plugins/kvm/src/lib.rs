@@ -237,19 +237,23 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
     let place = Place { host: &domain.host, pool: config.pool_of(host) };
     // One create per domain at a time: the disk steps replace leftovers of
     // earlier attempts, which must never be a concurrent attempt's disks.
-    let key = format!("create/{}/{}", domain.host.to_ascii_lowercase(), domain.name);
-    let lease = Lease::take(ctx, key, || {
+    let image = config.images.get(&spec.image).ok_or_else(|| {
+        ProviderError::InvalidSpec(format!("image: `{}` is not configured", spec.image))
+    })?;
+    let lease = Lease::take(ctx, create_lease_key(&domain.host, &domain.name), || {
         ProviderError::Transient(format!(
             "another create of domain `{}` on {} is running",
             domain.name, domain.host
         ))
     })?;
-    let image = config.images.get(&spec.image).ok_or_else(|| {
-        ProviderError::InvalidSpec(format!("image: `{}` is not configured", spec.image))
-    })?;
     let created = create_leased(ctx, &config, spec, image, place, &domain);
     lease.release();
     created
+}
+
+/// The lease a create of domain `name` on `host` holds.
+fn create_lease_key(host: &str, name: &str) -> String {
+    format!("create/{}/{name}", host.to_ascii_lowercase())
 }
 
 /// The create of `domain`, holding its lease.
@@ -430,7 +434,11 @@ fn stray_volumes(
                     !hash.is_empty() && hash.chars().all(|c| c.is_ascii_hexdigit())
                 })
             });
-        if owner.is_some_and(|owner| !domains.contains(owner)) {
+        let Some(owner) = owner.filter(|owner| !domains.contains(*owner)) else { continue };
+        // A create under way has made its disks and not yet its domain.
+        let creating = Lease::is_held(&create_lease_key(host, owner))
+            .map_err(|err| LibvirtError::Failed(err.message().to_owned()))?;
+        if !creating {
             stray.push(volume.name);
         }
     }
@@ -489,7 +497,7 @@ fn check(ctx: &CallContext) -> Health {
                 format!(
                     "host {name}: volumes named like this entry's with no domain of their name in \
                      pool `{pool}`: {}; a create that was cut off left them, and a retry for its \
-                     Proxy reuses them; if the Proxy is gone, delete them by hand",
+                     Proxy replaces them; if the Proxy is gone, delete them by hand",
                     stray.join(", ")
                 ),
             )),
