@@ -642,6 +642,26 @@ impl Response {
     }
 }
 
+/// Percent-encodes everything but RFC 3986's unreserved characters, for a
+/// path segment or a query value built into a URL.
+///
+/// ```
+/// use proxyfleet_sdk::http::encode_component;
+/// assert_eq!(encode_component("labels.proxyfleet:*"), "labels.proxyfleet%3A%2A");
+/// assert_eq!(encode_component("a b/c~d"), "a%20b%2Fc~d");
+/// ```
+pub fn encode_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// The error for an HTTP `status`, or `None` below 400.
 ///
 /// 401/403 → Unauthorized, 404 → NotFound, 409/423 → Conflict, 429 and 5xx →

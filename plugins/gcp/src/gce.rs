@@ -11,7 +11,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Method, Request};
+use proxyfleet_sdk::http::{Method, Request, encode_component};
 use proxyfleet_sdk::{ProviderError, Result};
 use serde_json::Value;
 
@@ -38,19 +38,6 @@ pub struct Client {
     project: String,
     poll: Duration,
     deadline: Instant,
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 /// `errors[0].reason`, `errors[0].domain` and `message` of a Google error
@@ -169,8 +156,10 @@ impl Client {
     ) -> Result<(u16, Value)> {
         let mut url = self.url(path);
         if !query.is_empty() {
-            let query: Vec<String> =
-                query.iter().map(|(key, value)| format!("{key}={}", encode(value))).collect();
+            let query: Vec<String> = query
+                .iter()
+                .map(|(key, value)| format!("{key}={}", encode_component(value)))
+                .collect();
             url = format!("{url}?{}", query.join("&"));
         }
         let mut request = Request::new(method, url).header("accept", "application/json");
@@ -231,7 +220,7 @@ impl Client {
                     "the API answered an operation without a name".to_owned(),
                 ));
             }
-            current = self.get(&format!("zones/{zone}/operations/{}", encode(&name)))?;
+            current = self.get(&format!("zones/{zone}/operations/{}", encode_component(&name)))?;
         }
     }
 }
@@ -305,6 +294,6 @@ mod tests {
 
     #[test]
     fn query_values_are_encoded() {
-        assert_eq!(encode("labels.proxyfleet:*"), "labels.proxyfleet%3A%2A");
+        assert_eq!(encode_component("labels.proxyfleet:*"), "labels.proxyfleet%3A%2A");
     }
 }

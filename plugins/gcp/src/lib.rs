@@ -24,7 +24,7 @@ mod config;
 mod gce;
 mod instance;
 
-use proxyfleet_sdk::http::Method;
+use proxyfleet_sdk::http::{Method, encode_component};
 use proxyfleet_sdk::kv::{self, CasOutcome};
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
@@ -33,7 +33,7 @@ use proxyfleet_sdk::{
 use serde_json::Value;
 
 use crate::config::{CONFIG_SCHEMA, Config, Source};
-use crate::gce::{Client, OperationFailure, encode};
+use crate::gce::{Client, OperationFailure};
 use crate::instance::{FLEET_LABEL, instance_name, mark_of, parse_provider_id, request_id};
 
 /// How often one zone's insert moves to a fresh attempt within one call
@@ -375,7 +375,7 @@ fn check(ctx: &CallContext) -> Health {
     }
     let mut issues = Vec::new();
     for (index, zone) in config.zones.iter().enumerate() {
-        if let Err(error) = client.get(&format!("zones/{}", encode(zone))) {
+        if let Err(error) = client.get(&format!("zones/{}", encode_component(zone))) {
             let reason = match error {
                 ProviderError::NotFound(_) => HealthReason::Misconfigured,
                 _ => reason_of(&error),

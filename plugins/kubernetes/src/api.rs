@@ -183,19 +183,6 @@ pub fn classify(
     ApiError { status, reason: parsed.reason, kind: parsed.details.kind, retry_after, error }
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 /// The API of one cluster, within one call's deadline.
 #[derive(Debug)]
 pub struct Client {
@@ -277,6 +264,8 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use proxyfleet_sdk::http::encode_component;
+
     use super::*;
 
     fn status(code: u16, reason: &str, message: &str, details: &str) -> Vec<u8> {
@@ -428,7 +417,7 @@ mod tests {
     #[test]
     fn encoding_keeps_only_unreserved_characters() {
         assert_eq!(
-            encode("app.kubernetes.io/managed-by=proxyfleet,proxyfleet.io/uid"),
+            encode_component("app.kubernetes.io/managed-by=proxyfleet,proxyfleet.io/uid"),
             "app.kubernetes.io%2Fmanaged-by%3Dproxyfleet%2Cproxyfleet.io%2Fuid"
         );
     }

@@ -23,13 +23,14 @@ mod config;
 mod names;
 mod pod;
 
+use proxyfleet_sdk::http::encode_component;
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, PluginInfo, Provider,
     ProviderError, ProxySpec, Result, export_provider, log, now_unix,
 };
 use serde_json::{Value, json};
 
-use crate::api::{ApiError, Client, encode};
+use crate::api::{ApiError, Client};
 use crate::config::{CONFIG_SCHEMA, Config};
 
 /// Pods per page of `list`.
@@ -207,14 +208,14 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
     let config = Config::parse(&ctx.config)?;
     let client = client(ctx, &config);
-    let selector = encode(&pod::selector(&ctx.entry));
+    let selector = encode_component(&pod::selector(&ctx.entry));
     let mut instances = Vec::new();
     let mut continue_token: Option<String> = None;
     loop {
         let mut path =
             format!("{}?labelSelector={selector}&limit={LIST_PAGE}", pods_path(&config.namespace));
         if let Some(token) = &continue_token {
-            path.push_str(&format!("&continue={}", encode(token)));
+            path.push_str(&format!("&continue={}", encode_component(token)));
         }
         let page = client.get(&path)?;
         for pod in page.get("items").and_then(Value::as_array).into_iter().flatten() {

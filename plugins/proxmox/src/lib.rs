@@ -26,7 +26,7 @@ mod vm;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proxyfleet_sdk::http::Method;
+use proxyfleet_sdk::http::{Method, encode_component};
 use proxyfleet_sdk::kv::{self, CasOutcome};
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
@@ -35,7 +35,7 @@ use proxyfleet_sdk::{
 use serde_json::Value;
 
 use crate::config::{CONFIG_SCHEMA, Config};
-use crate::pve::{Client, Fault, encode};
+use crate::pve::{Client, Fault};
 use crate::vm::{TAG, VmEntry};
 
 /// How many candidate VMIDs a create looks at before giving up.
@@ -65,7 +65,7 @@ fn vms_from(resources: &Value) -> BTreeMap<u32, VmEntry> {
 }
 
 fn vm_path(node: &str, vmid: u32) -> String {
-    format!("/nodes/{}/qemu/{vmid}", encode(node))
+    format!("/nodes/{}/qemu/{vmid}", encode_component(node))
 }
 
 fn vm_config(client: &Client, node: &str, vmid: u32) -> Result<Value> {
@@ -238,8 +238,8 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
                 // leave a VM that cannot be finished; ask first.
                 let storage_path = format!(
                     "/nodes/{}/storage/{}/status",
-                    encode(&node),
-                    encode(&config.iso_storage)
+                    encode_component(&node),
+                    encode_component(&config.iso_storage)
                 );
                 client.get(&storage_path, &[])?;
                 let mark = OwnershipMark::for_spec(spec, proxyfleet_sdk::now_unix());
@@ -411,7 +411,8 @@ fn get_instance(client: &Client, vmid: u32) -> Result<Instance> {
 /// Deletes the seed ISO of `vmid` on `node` when it is there.
 fn delete_seed(client: &Client, config: &Config, node: &str, vmid: u32) -> Result<()> {
     let storage = &config.iso_storage;
-    let content_path = format!("/nodes/{}/storage/{}/content", encode(node), encode(storage));
+    let content_path =
+        format!("/nodes/{}/storage/{}/content", encode_component(node), encode_component(storage));
     let volid = format!("{storage}:iso/{}", vm::seed_name(vmid));
     let listing = client.get(&content_path, &[("content", "iso".to_owned())])?;
     let present = listing.as_array().is_some_and(|files| {
@@ -420,8 +421,12 @@ fn delete_seed(client: &Client, config: &Config, node: &str, vmid: u32) -> Resul
     if !present {
         return Ok(());
     }
-    match client.run_task(Method::Delete, node, &format!("{content_path}/{}", encode(&volid)), &[])
-    {
+    match client.run_task(
+        Method::Delete,
+        node,
+        &format!("{content_path}/{}", encode_component(&volid)),
+        &[],
+    ) {
         Err(ProviderError::NotFound(_)) => Ok(()),
         other => other,
     }
@@ -550,11 +555,11 @@ fn check(ctx: &CallContext) -> Health {
     // Every node's questions and the template lookup go out at once.
     let mut paths = Vec::new();
     for node in &config.nodes {
-        paths.push(format!("/nodes/{}/status", encode(node)));
+        paths.push(format!("/nodes/{}/status", encode_component(node)));
         paths.push(format!(
             "/nodes/{}/storage/{}/status",
-            encode(node),
-            encode(&config.iso_storage)
+            encode_component(node),
+            encode_component(&config.iso_storage)
         ));
     }
     paths.push("/cluster/resources?type=vm".to_owned());

@@ -10,7 +10,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Method, Request};
+use proxyfleet_sdk::http::{Method, Request, encode_component};
 use proxyfleet_sdk::{ProviderError, Result, log};
 use serde_json::Value;
 
@@ -104,23 +104,10 @@ pub fn agent_not_ready(error: &ProviderError) -> bool {
     )
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 fn form(params: &[(&str, String)]) -> String {
     params
         .iter()
-        .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
+        .map(|(key, value)| format!("{}={}", encode_component(key), encode_component(value)))
         .collect::<Vec<_>>()
         .join("&")
 }
@@ -219,8 +206,12 @@ impl Client {
         );
         body.extend_from_slice(content);
         body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-        let url =
-            format!("{}/nodes/{}/storage/{}/upload", self.base, encode(node), encode(storage));
+        let url = format!(
+            "{}/nodes/{}/storage/{}/upload",
+            self.base,
+            encode_component(node),
+            encode_component(storage)
+        );
         let response = Request::post(url)
             .body(&format!("multipart/form-data; boundary={boundary}"), body)
             .send()
@@ -237,7 +228,8 @@ impl Client {
     /// still running at the deadline is a transient error: the next call
     /// finds its effect (or its lock) and carries on.
     pub fn wait_task(&self, node: &str, upid: &str) -> Result<()> {
-        let path = format!("/nodes/{}/tasks/{}/status", encode(node), encode(upid));
+        let path =
+            format!("/nodes/{}/tasks/{}/status", encode_component(node), encode_component(upid));
         loop {
             let status = self.get(&path, &[])?;
             if status.get("status").and_then(Value::as_str) == Some("stopped") {
@@ -361,7 +353,10 @@ mod tests {
 
     #[test]
     fn encoding_keeps_only_unreserved_characters() {
-        assert_eq!(encode("UPID:pve1:0A:root@pam!pf:"), "UPID%3Apve1%3A0A%3Aroot%40pam%21pf%3A");
+        assert_eq!(
+            encode_component("UPID:pve1:0A:root@pam!pf:"),
+            "UPID%3Apve1%3A0A%3Aroot%40pam%21pf%3A"
+        );
         assert_eq!(form(&[("net0", "virtio,bridge=vmbr0".into())]), "net0=virtio%2Cbridge%3Dvmbr0");
     }
 }
