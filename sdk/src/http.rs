@@ -772,9 +772,11 @@ fn classify_transport(
                 .map(|message| format!(": {message}"))
                 .unwrap_or_default()
         )),
-        ErrorCode::HttpResponseBodySize(limit) => permanent(&format!(
-            "response body too large{}",
-            limit.map(|limit| format!(" (limit {limit} bytes)")).unwrap_or_default()
+        // The host reports the size it saw; its cap is the entry's to set.
+        ErrorCode::HttpResponseBodySize(size) => permanent(&format!(
+            "response body too large{}: over the host's cap, the entry's \
+             `limits.httpResponseMiB`",
+            size.map(|size| format!(" ({size} bytes)")).unwrap_or_default()
         )),
         ErrorCode::HttpRequestBodySize(_) => permanent("request body too large"),
         ErrorCode::HttpResponseHeaderSectionSize(_) | ErrorCode::HttpResponseHeaderSize(_) => {

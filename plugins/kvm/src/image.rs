@@ -156,8 +156,7 @@ fn download(place: Place<'_>, name: &str, key: &str, image: &Image) -> Result<Vo
     // not have been granted.
     delete_volume(place, &temp)?;
     log::info!("downloading base image", image = key, host = place.host, pool = place.pool);
-    let mut body =
-        Request::get(&image.url).send_streaming().map_err(|error| size_hint(error, key))?;
+    let mut body = Request::get(&image.url).send_streaming()?;
     if body.status() != 200 {
         let location = body.header("location").map(|to| format!(" (to {to})")).unwrap_or_default();
         return Err(ProviderError::Permanent(format!(
@@ -210,7 +209,7 @@ fn stream_into(
     let upload = libvirt::begin_upload(place.host, place.pool, temp, length)?;
     let mut hasher = Sha256::new();
     let mut received: u64 = 0;
-    while let Some(chunk) = body.next_chunk().map_err(|error| size_hint(error, key))? {
+    while let Some(chunk) = body.next_chunk()? {
         received += chunk.len() as u64;
         if received > length {
             return Err(ProviderError::Transient(format!(
@@ -236,20 +235,6 @@ fn stream_into(
     }
     libvirt::Upload::finish(upload)?;
     Ok(())
-}
-
-/// The host caps response bodies per entry; an image over the cap gets
-/// the fix named.
-fn size_hint(error: ProviderError, key: &str) -> ProviderError {
-    match error {
-        ProviderError::Permanent(message) if message.contains("response body too large") => {
-            ProviderError::Permanent(format!(
-                "{message}: raise the entry's `limits.httpResponseMiB` above the size of the \
-                 image of config key `images.{key}`"
-            ))
-        }
-        other => other,
-    }
 }
 
 fn write_record(place: Place<'_>, name: &str, sha256: &str, published: bool) -> Result<()> {
