@@ -21,6 +21,11 @@ struct LeaseValue {
     until: u64,
 }
 
+/// Until when a stored lease runs; an unreadable one has run out.
+fn held_until(value: &[u8]) -> u64 {
+    serde_json::from_slice::<LeaseValue>(value).map_or(0, |lease| lease.until)
+}
+
 impl Lease {
     /// Takes the lease at `key` until this call's deadline; `busy()` when
     /// another live call holds it.
@@ -34,13 +39,8 @@ impl Lease {
         let value = serde_json::to_vec(&LeaseValue { until })
             .map_err(|err| ProviderError::Permanent(format!("encoding a lease: {err}")))?;
         let current = kv::get(&key)?;
-        if let Some(entry) = &current {
-            let held_until = serde_json::from_slice::<LeaseValue>(&entry.value)
-                .map(|lease| lease.until)
-                .unwrap_or(0);
-            if held_until > now {
-                return Err(busy());
-            }
+        if current.as_ref().is_some_and(|entry| held_until(&entry.value) > now) {
+            return Err(busy());
         }
         match kv::compare_and_swap(&key, current.map(|entry| entry.version), Some(&value))? {
             CasOutcome::Applied(version) => Ok(Self { key, version }),
@@ -51,9 +51,7 @@ impl Lease {
     /// Whether a live call holds the lease at `key`.
     pub fn is_held(key: &str) -> Result<bool> {
         let now = now_unix();
-        Ok(kv::get(key)?.is_some_and(|entry| {
-            serde_json::from_slice::<LeaseValue>(&entry.value).is_ok_and(|lease| lease.until > now)
-        }))
+        Ok(kv::get(key)?.is_some_and(|entry| held_until(&entry.value) > now))
     }
 
     /// Gives the lease back. Failing to is harmless: it expires.

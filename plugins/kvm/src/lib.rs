@@ -218,14 +218,14 @@ fn start(domain: &DomainRef) -> Result<()> {
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
     let config = Config::parse(&ctx.config)?;
     // The spec is checked before anything is asked of a host.
-    if !config.images.contains_key(&spec.image) {
+    let Some(image) = config.images.get(&spec.image) else {
         let known: Vec<&str> = config.images.keys().map(String::as_str).collect();
         return Err(ProviderError::InvalidSpec(format!(
             "image: `{}` is not a key of the entry's config key `images` (known: {})",
             spec.image,
             known.join(", ")
         )));
-    }
+    };
     config.interface.attachment(spec.network.vlan_tag)?;
     let host = pick_host(&config, spec)?;
     let domain = DomainRef { host: host.name.clone(), name: domain_name(&config, &spec.uid) };
@@ -237,9 +237,6 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
     let place = Place { host: &domain.host, pool: config.pool_of(host) };
     // One create per domain at a time: the disk steps replace leftovers of
     // earlier attempts, which must never be a concurrent attempt's disks.
-    let image = config.images.get(&spec.image).ok_or_else(|| {
-        ProviderError::InvalidSpec(format!("image: `{}` is not configured", spec.image))
-    })?;
     let lease = Lease::take(ctx, create_lease_key(&domain.host, &domain.name), || {
         ProviderError::Transient(format!(
             "another create of domain `{}` on {} is running",
