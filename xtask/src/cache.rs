@@ -1,0 +1,44 @@
+//! Where set-up keeps what it builds once per machine: outside the repo,
+//! shared by every checkout, under `~/.cache/proxyfleet` unless moved.
+
+use std::env;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+/// `~/.cache/proxyfleet`.
+pub fn root() -> Result<PathBuf> {
+    let home = env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .context("HOME is not set: the caches live under $HOME/.cache/proxyfleet")?;
+    Ok(PathBuf::from(home).join(".cache/proxyfleet"))
+}
+
+/// The plugins' cargo target directory, so that std is compiled for
+/// `wasm32-wasip2` once per machine (`PROXYFLEET_WASM_TARGET_DIR` moves it).
+pub fn wasm_target() -> Result<PathBuf> {
+    match env::var_os("PROXYFLEET_WASM_TARGET_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Ok(root()?.join("wasm-target")),
+    }
+}
+
+/// Tools installed with `cargo install` (the component linker).
+pub fn tools() -> Result<PathBuf> {
+    Ok(root()?.join("tools"))
+}
+
+/// The Kubernetes binaries built from Debian's source
+/// (`PROXYFLEET_KUBE_CACHE` moves it; `deploy/dev/kube-apiserver/build.sh`
+/// reads the same variable).
+pub fn kube() -> Result<PathBuf> {
+    match env::var_os("PROXYFLEET_KUBE_CACHE").filter(|dir| !dir.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Ok(root()?.join("kube")),
+    }
+}
+
+/// The fresh-root job's root tarball and its download caches.
+pub fn fresh_root() -> Result<PathBuf> {
+    Ok(root()?.join("fresh-root"))
+}

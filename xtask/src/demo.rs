@@ -1,0 +1,195 @@
+//! `cargo xtask demo`, the README's first command: the standalone mode on
+//! the static plugin against two real tinyproxy instances on loopback,
+//! probed by the health engine and handed out by the discovery API.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+
+use crate::process::{self, elapsed, step};
+use crate::{Repo, apt, cargo, packages, plugins};
+
+/// The README's first command: the standalone mode on the static plugin
+/// against two real tinyproxy instances on loopback, then a request through
+/// each proxy it reports.
+pub fn run(repo: &Repo, keep: bool) -> Result<()> {
+    step("debian packages", || apt::ensure(&packages::demo()))?;
+    step("plugins", || plugins::build(repo))?;
+    step("proxyfleet binary", || {
+        process::run(cargo().args(["build", "-p", "proxyfleet-operator"]).current_dir(&repo.root))
+    })?;
+    let work = repo.root.join("target/demo");
+    if work.exists() {
+        fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    fs::create_dir_all(work.join("www"))?;
+    fs::write(work.join("www/hello.txt"), "hello from the origin, through a proxyfleet proxy\n")?;
+    let mut services = Services::default();
+    step("origin and proxies on loopback", || {
+        services.start(
+            "origin",
+            Command::new("python3")
+                .args(["-m", "http.server", DEMO_ORIGIN_PORT, "--bind", "127.0.0.1"])
+                .current_dir(work.join("www")),
+            &work,
+        )?;
+        for port in DEMO_PROXY_PORTS {
+            let config = work.join(format!("tinyproxy-{port}.conf"));
+            fs::write(
+                &config,
+                format!(
+                    "User nobody\nGroup nogroup\nPort {port}\nListen 127.0.0.1\nTimeout 60\n\
+                     MaxClients 50\nAllow 127.0.0.1\nLogLevel Warning\n"
+                ),
+            )?;
+            services.start(
+                &format!("tinyproxy-{port}"),
+                Command::new("tinyproxy").arg("-d").arg("-c").arg(&config),
+                &work,
+            )?;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
+    })?;
+    let binary = repo.root.join("target/debug/proxyfleet");
+    step("proxyfleet standalone (reconciler, health engine, discovery API)", || {
+        services.start(
+            "proxyfleet",
+            Command::new(&binary)
+                .args(["--log-format", "text", "standalone", "--providers"])
+                .arg(repo.root.join("deploy/standalone/providers.yaml"))
+                .arg("--proxies")
+                .arg(repo.root.join("deploy/standalone/proxies"))
+                .arg("--state")
+                .arg(work.join("state.redb"))
+                .arg("--plugin-dir")
+                .arg(repo.plugin_outputs())
+                .arg("--cache-dir")
+                .arg(repo.root.join("target/plugin-cache"))
+                .args(["--api-addr", DEMO_API, "--metrics-addr", "127.0.0.1:0"])
+                .args(["--health-interval", "2s", "--health-timeout", "2s"]),
+            &work,
+        )?;
+        eprintln!("xtask: its log is {}", work.join("proxyfleet.log").display());
+        Ok(())
+    })?;
+    let api = format!("http://{DEMO_API}");
+    step("the health engine probes both proxies through their ports", || {
+        let started = Instant::now();
+        let mut last = String::new();
+        loop {
+            let healthy = process::output(Command::new("curl").args([
+                "-sS",
+                "--max-time",
+                "5",
+                &format!("{api}/v1/proxies?healthy=true"),
+            ]))
+            .unwrap_or_default();
+            let count = healthy.matches("\"healthy\":true").count();
+            let progress = format!("{count} of {} healthy", DEMO_PROXY_PORTS.len());
+            if progress != last {
+                eprintln!("xtask: {progress} after {}", elapsed(started));
+                last = progress;
+            }
+            if count == DEMO_PROXY_PORTS.len() {
+                return Ok(());
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "the proxies did not turn healthy within 2 min; see {}",
+                work.join("proxyfleet.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })?;
+    step("a crawler asks the discovery API for proxies and fetches through them", || {
+        let mut handed = Vec::new();
+        for _ in DEMO_PROXY_PORTS {
+            let next = format!("{api}/v1/proxies/next?format=url");
+            eprintln!("xtask: $ curl -s '{next}'");
+            let proxy = process::output(Command::new("curl").args(["-sS", &next]))?;
+            let proxy = proxy.trim().to_owned();
+            eprintln!("{proxy}");
+            let url = format!("http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt");
+            process::run(Command::new("curl").args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-x",
+                &proxy,
+                &url,
+            ]))?;
+            handed.push(proxy);
+        }
+        handed.sort();
+        handed.dedup();
+        ensure!(
+            handed.len() == DEMO_PROXY_PORTS.len(),
+            "round robin should hand out each proxy once, got {handed:?}"
+        );
+        Ok(())
+    })?;
+    step("a sticky session: an exclusive lease for 60 s", || {
+        process::run(Command::new("curl").args([
+            "-sS",
+            "-X",
+            "POST",
+            "-d",
+            "{\"ttlSeconds\":60}",
+            &format!("{api}/v1/leases"),
+        ]))?;
+        eprintln!();
+        Ok(())
+    })?;
+    if keep {
+        eprintln!(
+            "xtask: the demo keeps running; try `curl -s {api}/v1/proxies` or \
+             `curl -x \"$(curl -s '{api}/v1/proxies/next?format=url')\" http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt`. \
+             Ctrl-C stops it."
+        );
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    Ok(())
+}
+
+/// Where the demo serves the discovery API.
+const DEMO_API: &str = "127.0.0.1:8480";
+
+/// Must match the endpoints in deploy/standalone/providers.yaml.
+const DEMO_PROXY_PORTS: [u16; 2] = [8888, 8889];
+const DEMO_ORIGIN_PORT: &str = "18080";
+
+/// Background processes the demo started; stopped when dropped.
+#[derive(Default)]
+struct Services {
+    children: Vec<(String, std::process::Child)>,
+}
+
+impl Services {
+    fn start(&mut self, name: &str, command: &mut Command, logs: &Path) -> Result<()> {
+        let log = fs::File::create(logs.join(format!("{name}.log")))?;
+        let child = command
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {name}: `{}`", process::show(command)))?;
+        eprintln!("xtask: started {name} (pid {})", child.id());
+        self.children.push((name.to_owned(), child));
+        Ok(())
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for (name, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("xtask: stopped {name}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The Debian packages each command needs, besides the plugin toolchain
+//! (`toolchain::debian_needs`).
+
+use crate::apt::Need;
+
+/// Every build of the host crates: libvirt's C client library, and
+/// pkg-config, which its -sys crate finds it with.
+pub fn host_build() -> Vec<Need> {
+    vec![Need::any("libvirt-dev"), Need::any("pkgconf")]
+}
+
+/// What the test suite runs.
+pub fn tests() -> Vec<Need> {
+    let mut needs = host_build();
+    needs.extend([
+        // The proxy the end-to-end tests run.
+        Need::any("tinyproxy"),
+        // isoinfo, the independent reader the SDK's ISO builder is checked with.
+        Need::any("genisoimage"),
+        // The libvirt capability's tests: a private libvirtd (test and
+        // storage drivers) and a private sshd.
+        Need::any("libvirt-daemon"),
+        Need::any("openssh-server"),
+        // qemu-img: the storage driver makes qcow2 overlays and copies bases
+        // with it, and the kvm plugin's tests make their images with it.
+        Need::any("qemu-utils"),
+        Need::any("curl"),
+    ]);
+    needs
+}
+
+/// What the demo runs: the proxies, the origin web server (Python's
+/// `http.server`) and the crawler's side (curl).
+pub fn demo() -> Vec<Need> {
+    let mut needs = host_build();
+    needs.extend([Need::any("tinyproxy"), Need::any("curl"), Need::any("python3")]);
+    needs
+}
+
+/// What `deploy/dev/kube-apiserver/build.sh` installs to build Kubernetes
+/// and what its `start.sh` runs (listed for the doctor; the script installs
+/// them itself).
+pub fn kube() -> Vec<Need> {
+    [
+        "golang-1.19-go",
+        "golang-1.19-src",
+        "golang-github-modern-go-reflect2-dev",
+        "dpkg-dev",
+        "etcd-server",
+        "openssl",
+    ]
+    .into_iter()
+    .map(Need::any)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The doctor's list of the Kubernetes build's packages stays the one
+    /// the script installs.
+    #[test]
+    fn kube_packages_are_the_build_scripts() {
+        let repo = crate::Repo::locate().expect("inside the repository");
+        let script = std::fs::read_to_string(repo.root.join("deploy/dev/kube-apiserver/build.sh"))
+            .expect("build.sh")
+            .replace("$GO_PKG_VERSION", "1.19");
+        for need in kube() {
+            assert!(script.contains(need.package), "build.sh does not install {}", need.package);
+        }
+    }
+}

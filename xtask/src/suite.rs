@@ -1,0 +1,70 @@
+//! `cargo xtask test` (the README's test command) and `cargo xtask lint`.
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::process::{self, elapsed, step};
+use crate::{Repo, apt, cargo, packages, plugins, wit};
+
+pub fn test(repo: &Repo) -> Result<()> {
+    let started = Instant::now();
+    step("debian packages", || apt::ensure(&packages::tests()))?;
+    step("sync-wit --check", || wit::sync(repo, true))?;
+    step("plugins", || plugins::build(repo))?;
+    // Builds Kubernetes 1.20 from Debian's source once (cached outside the
+    // repo), then starts etcd, kube-apiserver and kube-controller-manager
+    // on loopback for the tests that need a real API server.
+    step("test API server", || {
+        process::run(Command::new("bash").arg(repo.root.join("deploy/dev/kube-apiserver/start.sh")))
+    })?;
+    step("host tests", || {
+        process::run(cargo().args(["test", "--workspace"]).current_dir(&repo.root))
+    })?;
+    step("plugins native tests", || {
+        process::run(
+            cargo()
+                .arg("test")
+                .arg("--manifest-path")
+                .arg(repo.plugins_manifest())
+                .current_dir(repo.plugins()),
+        )
+    })?;
+    eprintln!("xtask test: all steps passed in {}", elapsed(started));
+    Ok(())
+}
+
+pub fn lint(repo: &Repo) -> Result<()> {
+    let manifest = repo.plugins_manifest();
+    step("debian packages", || apt::ensure(&packages::host_build()))?;
+    step("fmt (host)", || {
+        process::run(cargo().args(["fmt", "--all", "--check"]).current_dir(&repo.root))
+    })?;
+    step("clippy (host)", || {
+        process::run(
+            cargo()
+                .args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+                .current_dir(&repo.root),
+        )
+    })?;
+    step("fmt (plugins)", || {
+        process::run(
+            cargo()
+                .args(["fmt", "--all", "--check", "--manifest-path"])
+                .arg(&manifest)
+                .current_dir(repo.plugins()),
+        )
+    })?;
+    step("clippy (plugins, host target)", || {
+        process::run(
+            cargo()
+                .args(["clippy", "--workspace", "--all-targets", "--manifest-path"])
+                .arg(&manifest)
+                .args(["--", "-D", "warnings"])
+                .current_dir(repo.plugins()),
+        )
+    })?;
+    eprintln!("xtask lint: clean");
+    Ok(())
+}
