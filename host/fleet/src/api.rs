@@ -87,12 +87,14 @@ impl Api {
     }
 }
 
-/// Serves `api` on `listener` until `shutdown` resolves.
+/// Serves `api` on `listener` until `shutdown` resolves, then drains the
+/// connections (at most [`DRAIN`]) and returns.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -106,20 +108,30 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<O
         };
         let _ = stream.set_nodelay(true);
         let api = Arc::clone(&api);
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let api = Arc::clone(&api);
+            async move { Ok::<_, Infallible>(handle(&api, peer, request).await) }
+        });
+        let connection = connections.watch(
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service),
+        );
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let api = Arc::clone(&api);
-                async move { Ok::<_, Infallible>(handle(&api, peer, request).await) }
-            });
-            if let Err(err) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            if let Err(err) = connection.await {
                 tracing::debug!("discovery API: connection ended: {err}");
             }
         });
     }
+    // Drain: no new connections; requests under way are answered, idle
+    // keep-alive connections are closed.
+    drop(listener);
+    if tokio::time::timeout(DRAIN, connections.shutdown()).await.is_err() {
+        tracing::warn!("discovery API: connections still open after {DRAIN:?}; closing them");
+    }
 }
+
+/// How long a shutdown waits for requests under way.
+pub const DRAIN: Duration = Duration::from_secs(5);
 
 /// A response, or an error response.
 type Answer = Result<Response<Full<Bytes>>, ApiError>;

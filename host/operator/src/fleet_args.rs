@@ -135,18 +135,20 @@ impl FleetArgs {
     }
 }
 
-/// Serves the discovery API in the background.
+/// Serves the discovery API in the background until `stop`; the handle
+/// ends once the connections are drained.
 pub fn serve_api(
     listener: tokio::net::TcpListener,
     fleet: Arc<Fleet>,
     auth: Arc<ApiAuth>,
     mode: Arc<dyn ModeStatus>,
-) {
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!("discovery API at http://{addr}/v1/proxies");
     }
     let api = Arc::new(Api::new(fleet, auth).with_mode(mode));
-    tokio::spawn(proxyfleet_fleet::api::serve(listener, api, std::future::pending()));
+    tokio::spawn(proxyfleet_fleet::api::serve(listener, api, stop.cancelled_owned()))
 }
 
 /// What the API shows of a Kubernetes-mode installation's providers: the

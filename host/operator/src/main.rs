@@ -1,6 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
 mod fleet_args;
+mod shutdown;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -25,8 +26,9 @@ use crate::fleet_args::FleetArgs;
 #[derive(Debug, Parser)]
 #[command(name = "proxyfleet", version, about = "Keeps fleets of egress proxies alive")]
 struct Cli {
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Json, global = true)]
+    /// Log format on stderr: `auto` is JSON unless stderr is a terminal
+    /// (JSON in a Pod, readable text when run by hand).
+    #[arg(long, value_enum, default_value_t = LogFormat::Auto, global = true)]
     log_format: LogFormat,
     /// More log output (-v debug, -vv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -41,6 +43,7 @@ struct Cli {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
+    Auto,
     Json,
     Text,
 }
@@ -196,7 +199,11 @@ struct Setup {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let json = matches!(cli.log_format, LogFormat::Json);
+    let json = match cli.log_format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
     // Bound to a name: dropping the guard flushes and stops the exporter.
     let _telemetry = match telemetry::init(json, cli.verbose, cli.otlp_endpoint.as_deref()) {
         Ok(guard) => guard,
@@ -347,6 +354,7 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let stop = shutdown::on_signal()?;
     let providers = ProvidersConfig::load(&args.setup.providers)?;
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
@@ -356,11 +364,14 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     })?;
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
-    let registry = Arc::new(
-        Registry::load(&runtime, &providers, &args.setup.plugin_dir, kv)
-            .await
-            .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?,
-    );
+    let loaded = tokio::select! {
+        loaded = Registry::load(&runtime, &providers, &args.setup.plugin_dir, kv) => loaded,
+        () = stop.cancelled() => return Ok(ExitCode::SUCCESS),
+    };
+    let registry =
+        Arc::new(loaded.with_context(|| {
+            format!("loading plugins from {}", args.setup.plugin_dir.display())
+        })?);
     let identity = args.identity.unwrap_or_else(|| format!("proxyfleet-{}", std::process::id()));
     let elector = LeaderElector::new(
         client.clone(),
@@ -387,21 +398,18 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
     // Every replica serves the API; only the leader's catalog turns ready,
     // so a Service over `/readyz` sends crawlers to the leader.
-    fleet_args::serve_api(
+    let api = fleet_args::serve_api(
         fleet_setup.listener,
         fleet,
         fleet_setup.auth,
         Arc::new(fleet_args::RegistryStatus(Arc::clone(&registry))),
+        stop.clone(),
     );
     // Every replica swaps plugins, so a new leader serves the same revision.
     let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
-    let shutdown = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::error!("cannot wait for a shutdown signal: {err}");
-            std::future::pending::<()>().await;
-        }
-        tracing::info!("shutting down");
-    };
+    // On a signal the elector stops leading and releases the Lease, so a
+    // successor takes over at once instead of waiting the Lease out, while
+    // the API drains beside it.
     elector
         .run(
             |lost| {
@@ -428,9 +436,11 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                     }
                 }
             },
-            shutdown,
+            stop.cancelled(),
         )
         .await;
+    let _ = api.await;
+    tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -460,25 +470,22 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
         let standalone = Standalone::open(settings).await?;
         return settle_and_print(&standalone, args.settle_timeout).await;
     }
+    let stop = shutdown::on_signal()?;
     let fleet = args.fleet.setup().await?;
     settings.fleet = fleet.fleet;
     settings.health = Some(fleet.health);
     let standalone = Arc::new(Standalone::open(settings).await?);
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
-    fleet_args::serve_api(
+    let api = fleet_args::serve_api(
         fleet.listener,
         Arc::clone(standalone.fleet()),
         fleet.auth,
         Arc::clone(&standalone) as _,
+        stop.clone(),
     );
-    let shutdown = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::error!("cannot wait for Ctrl-C: {err}");
-            std::future::pending::<()>().await;
-        }
-        tracing::info!("shutting down");
-    };
-    standalone.run(shutdown).await?;
+    standalone.run(stop.cancelled()).await?;
+    let _ = api.await;
+    tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 

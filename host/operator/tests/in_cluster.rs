@@ -1,7 +1,7 @@
 //! `proxyfleet run` as real processes against the real API server: leader
 //! handover when the leader dies, a restart after an unrecorded create
-//! leaving exactly one instance, and the leader label the discovery
-//! Service selects on.
+//! leaving exactly one instance, the leader label the discovery Service
+//! selects on, and a SIGTERM that hands the Lease over at once.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -60,6 +60,18 @@ fn start_as_pod(
     pod: Option<&str>,
     api: &str,
 ) -> Operator {
+    start_with_lease(dir, namespace, identity, pod, api, "3s")
+}
+
+/// As [`start_as_pod`], holding the Lease for `lease` (e.g. `60s`).
+fn start_with_lease(
+    dir: &Path,
+    namespace: &str,
+    identity: &str,
+    pod: Option<&str>,
+    api: &str,
+    lease: &str,
+) -> Operator {
     let log = std::fs::File::create(dir.join(format!("{identity}.log"))).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_proxyfleet"));
     if let Some(pod) = pod {
@@ -71,7 +83,7 @@ fn start_as_pod(
         .arg("--plugin-dir")
         .arg(dir.join("plugins"))
         .args(["--namespace", namespace, "--watch-namespace", namespace, "--identity", identity])
-        .args(["--lease-duration", "3s", "--gc-interval", "1h", "--provider-check-interval", "1h"])
+        .args(["--lease-duration", lease, "--gc-interval", "1h", "--provider-check-interval", "1h"])
         .args(["--metrics-addr", "127.0.0.1:0", "--api-addr", api])
         .env("KUBECONFIG", kubeconfig())
         .stdout(Stdio::null())
@@ -227,4 +239,64 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
     let ready =
         wait_for(wait, || async { (readyz(&api_b).await == Some(200)).then_some(()) }).await;
     assert!(ready.is_some(), "and its catalog turns ready");
+}
+
+/// What the kubelet does to a Pod it stops: SIGTERM, then SIGKILL when the
+/// grace period ends. The operator must stop leading, release the Lease
+/// (so that the standby takes over at once, not after the Lease expires),
+/// remove its leader label, drain the API and exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_exits_zero() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-term").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    for name in ["op-a", "op-b"] {
+        let pod: Pod = serde_json::from_str(&POD.replace("NAME", name)).unwrap();
+        let created = wait_for(Duration::from_secs(30), || async {
+            pods.create(&PostParams::default(), &pod).await.ok()
+        })
+        .await;
+        assert!(created.is_some(), "pod {name} could not be created");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
+    std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    let wait = Duration::from_secs(60);
+    // A standby retries every third of the Lease (20 s): a released Lease
+    // is taken at its next try, an unreleased one only after 60 s.
+    let lease = "60s";
+    let (api_a, api_b) = (free_addr(), free_addr());
+    let mut a = start_with_lease(dir.path(), &namespace, "op-a", Some("op-a"), &api_a, lease);
+    let labelled = wait_for(wait, || async {
+        let label = pods.get("op-a").await.ok()?.labels().get(LEADER_LABEL).cloned();
+        label.filter(|v| v == "true")
+    })
+    .await;
+    assert!(labelled.is_some(), "op-a leads and labels its pod");
+    let _b = start_with_lease(dir.path(), &namespace, "op-b", Some("op-b"), &api_b, lease);
+    let standby = wait_for(wait, || async { readyz(&api_b).await }).await;
+    assert_eq!(standby, Some(503), "op-b is up as a standby");
+
+    let signalled = Command::new("kill").args(["-TERM", &a.0.id().to_string()]).status().unwrap();
+    assert!(signalled.success());
+    let exited = wait_for(Duration::from_secs(30), || {
+        let exited = a.0.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    let status = exited.expect("op-a exits after SIGTERM, inside a Pod's default grace period");
+    assert!(status.success(), "op-a exits 0 after SIGTERM, got {status}");
+    let label = pods.get("op-a").await.unwrap().labels().get(LEADER_LABEL).cloned();
+    assert_eq!(label, None, "op-a removed its leader label");
+    assert!(readyz(&api_a).await.is_none(), "op-a's API is closed");
+    assert_eq!(holder(&leases).await, None, "op-a released the Lease before it exited");
+
+    let took_over = wait_for(Duration::from_secs(45), || async {
+        (holder(&leases).await.as_deref() == Some("op-b")).then_some(())
+    })
+    .await;
+    assert!(took_over.is_some(), "op-b takes the released Lease long before it would expire");
 }

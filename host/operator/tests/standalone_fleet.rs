@@ -98,3 +98,44 @@ async fn a_crawler_gets_a_healthy_proxy_from_the_api_and_loses_it_when_it_dies()
     .await;
     assert!(back.is_some(), "a restarted proxy is handed out again");
 }
+
+/// A service manager (or the kubelet) stops the standalone operator with
+/// SIGTERM: it stops reconciling, drains the API and exits 0; before,
+/// only Ctrl-C stopped it and SIGTERM killed it mid-turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_standalone_operator_with_exit_zero() {
+    let site = Site::new(
+        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:9'] } }\n",
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
+    let api = format!("127.0.0.1:{}", free_port());
+    let mut operator = site.standalone(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &["--metrics-addr", "127.0.0.1:0", "--api-addr", &api],
+    );
+    let wait = Duration::from_secs(60);
+    let up = wait_for(wait, || async { (get(&api, "/healthz")?.0 == 200).then_some(()) }).await;
+    assert!(up.is_some(), "the API comes up");
+    // An idle keep-alive connection must not hold the drain open.
+    let mut idle = std::net::TcpStream::connect(&api).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+
+    let pid = operator.0.id().to_string();
+    let signalled = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(signalled.success());
+    let exited = wait_for(Duration::from_secs(30), || {
+        let exited = operator.0.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    let status = exited.expect("the operator exits after SIGTERM");
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}");
+    assert!(get(&api, "/healthz").is_none(), "the API is closed");
+    let mut answer = String::new();
+    let _ = idle.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the request on the idle connection was answered: {answer:?}"
+    );
+}
