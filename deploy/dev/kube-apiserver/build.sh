@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and kube-controller-manager from Debian's `kubernetes`
-# source package (bookworm: 1.20.5+really1.20.2, i.e. Kubernetes v1.20.2) with
-# Debian's Go 1.19, and install them into a cache directory outside the repo:
+# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+# kube-proxy from Debian's `kubernetes` source package (bookworm:
+# 1.20.5+really1.20.2, i.e. Kubernetes v1.20.2) with Debian's Go 1.19, plus the
+# pod sandbox ("pause") binary from the same tree with gcc, and install them
+# into a cache directory outside the repo:
 #
 #   ${PROXYFLEET_KUBE_CACHE:-$HOME/.cache/proxyfleet/kube}/bin/
 #
-# Idempotent: when both binaries and a matching stamp file are already there it
-# does nothing (well under a second). A cold build takes ~10-15 minutes on 2
+# The control plane (../kube-apiserver/start.sh) needs only the first two; the
+# rest are for ../node/start.sh.
+#
+# Idempotent: when all binaries and a matching stamp file are already there it
+# does nothing (well under a second). A cold build takes ~10-20 minutes on 2
 # cores. Needs root (apt-get) only when something must be installed or built.
 #
 # Environment:
@@ -20,19 +25,25 @@
 set -euo pipefail
 
 # Bump when the way the binaries are built changes: forces a rebuild.
-RECIPE_REV=1
+RECIPE_REV=2
 DEB_VERSION="${PROXYFLEET_KUBE_DEB_VERSION:-1.20.5+really1.20.2-1.1+deb12u1}"
 CACHE="${PROXYFLEET_KUBE_CACHE:-$HOME/.cache/proxyfleet/kube}"
 BIN="$CACHE/bin"
 STAMP="$BIN/.build-stamp"
 GO_PKG_VERSION=1.19
 GOROOT_DEB="/usr/lib/go-$GO_PKG_VERSION"
+# What start.sh runs, and what only the node (../node) runs.
+CONTROL_PLANE_BINARIES=(kube-apiserver kube-controller-manager)
+NODE_BINARIES=(kube-scheduler kubelet kube-proxy)
+# Everything installed into $BIN (pause: the pod sandbox's init, built with gcc).
+ALL_BINARIES=("${CONTROL_PLANE_BINARIES[@]}" "${NODE_BINARIES[@]}" pause)
 # Packages needed to build (and, for start.sh, to run) the control plane.
 APT_PACKAGES=(
   "golang-$GO_PKG_VERSION-go" "golang-$GO_PKG_VERSION-src"
   golang-github-modern-go-reflect2-dev
   dpkg-dev xz-utils ca-certificates
   etcd-server openssl curl util-linux
+  gcc libc6-dev
 )
 
 T0=$SECONDS
@@ -45,7 +56,9 @@ want_stamp() {
 
 is_up_to_date() {
   [[ "${PROXYFLEET_KUBE_FORCE:-0}" != 1 ]] || return 1
-  [[ -x "$BIN/kube-apiserver" && -x "$BIN/kube-controller-manager" && -f "$STAMP" ]] || return 1
+  [[ -f "$STAMP" ]] || return 1
+  local b
+  for b in "${ALL_BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
   # The stamp's first two lines must be exactly what this recipe would write.
   [[ "$(head -n 2 "$STAMP")" == "$(want_stamp)" ]] || return 1
   # start.sh also needs these at run time.
@@ -121,6 +134,7 @@ fi
 [[ -x "$GOROOT_DEB/bin/go" ]] || die "$GOROOT_DEB/bin/go missing after installing golang-$GO_PKG_VERSION-go"
 REFLECT2_DEB=/usr/share/gocode/src/github.com/modern-go/reflect2
 [[ -f "$REFLECT2_DEB/reflect2.go" ]] || die "$REFLECT2_DEB missing (golang-github-modern-go-reflect2-dev)"
+command -v gcc >/dev/null || die "gcc missing after installing gcc"
 
 # ---- source -------------------------------------------------------------------
 BUILD="$CACHE/build"
@@ -161,6 +175,15 @@ log "patch: vendor/github.com/modern-go/reflect2 -> Debian's $(dpkg-query -W -f=
 rm -rf "$SRC/vendor/github.com/modern-go/reflect2"
 cp -r "$REFLECT2_DEB" "$SRC/vendor/github.com/modern-go/reflect2"
 rm -f "$SRC/vendor/github.com/modern-go/reflect2/go.mod"
+
+# ---- patch: no ECR credential provider in the kubelet ------------------------------
+# Its Enabled() asks the EC2 metadata service (169.254.169.254) for credentials
+# at every kubelet start, on any machine. Images for ../node are imported and
+# never pulled, so the provider has no use there, and the kubelet must not
+# send traffic off this machine.
+sed -i '\#"k8s.io/kubernetes/pkg/credentialprovider/aws"#d' "$SRC/cmd/kubelet/app/plugins.go"
+! grep -q 'credentialprovider/aws' "$SRC/cmd/kubelet/app/plugins.go" \
+  || die "could not remove the ECR credential provider from cmd/kubelet/app/plugins.go"
 
 # ---- Go environment (GOPATH mode, as upstream's 1.20 build does) ----------------
 export GOROOT="$GOROOT_DEB"
@@ -208,34 +231,57 @@ if ! diff -q "$BUILD/out/openapi_violations.report" api/api-rules/violation_exce
   log "  note: API rule violations differ from api/api-rules/violation_exceptions.list (harmless for running)"
 fi
 
-# ---- build the two binaries ---------------------------------------------------------
+# ---- build the Go binaries ---------------------------------------------------------
 LDFLAGS="-s -w"
 for pkg in k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version k8s.io/kubernetes/vendor/k8s.io/component-base/version; do
   LDFLAGS+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$KUBE_MAJOR -X $pkg.gitMinor=$KUBE_MINOR"
   LDFLAGS+=" -X $pkg.gitTreeState=archive -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   [[ -n "$GIT_COMMIT" ]] && LDFLAGS+=" -X $pkg.gitCommit=$GIT_COMMIT"
 done
-log "go build kube-apiserver kube-controller-manager ($KUBE_VERSION; nice 19; slow part, ~10 min cold)"
-"${NICE[@]}" go build -trimpath -tags selinux,notest -ldflags "$LDFLAGS" -o "$BUILD/out/" \
-  ./cmd/kube-apiserver ./cmd/kube-controller-manager \
-  || die "go build failed"
+# Two steps so that the log shows what the node's binaries add; the second
+# reuses the packages the first compiled (same GOCACHE), so nothing is built twice.
+go_build() {
+  local t=$SECONDS
+  log "go build $* ($KUBE_VERSION; nice 19; slow part)"
+  "${NICE[@]}" go build -trimpath -tags selinux,notest -ldflags "$LDFLAGS" -o "$BUILD/out/" \
+    "${@/#/./cmd/}" || die "go build $* failed"
+  log "  go build $* took $((SECONDS - t))s"
+}
+go_build "${CONTROL_PLANE_BINARIES[@]}"
+go_build "${NODE_BINARIES[@]}"
 
-for b in kube-apiserver kube-controller-manager; do
+for b in "${CONTROL_PLANE_BINARIES[@]}" "${NODE_BINARIES[@]}"; do
   v="$("$BUILD/out/$b" --version 2>&1)" || die "$b --version failed: $v"
   log "  $b: $v"
 done
 
+# ---- pause: the sandbox container's process ---------------------------------------------
+# Nothing can be pulled, so ../node builds its sandbox image from this binary.
+# Static, so the image needs no libc; the version string is the tree's TAG.
+PAUSE_SRC="$SRC/build/pause/linux/pause.c"
+[[ -f "$PAUSE_SRC" ]] || die "$PAUSE_SRC missing from the source tree"
+PAUSE_TAG="$(sed -n 's/^TAG[[:space:]]*?*=[[:space:]]*//p' "$SRC/build/pause/Makefile" | head -n 1)"
+[[ "$PAUSE_TAG" =~ ^[0-9][0-9.]*$ ]] || die "no TAG in build/pause/Makefile (got '$PAUSE_TAG')"
+log "gcc -static pause.c (pause $PAUSE_TAG)"
+"${NICE[@]}" gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_TAG-proxyfleet" \
+  -o "$BUILD/out/pause" "$PAUSE_SRC" || die "compiling pause.c failed"
+strip "$BUILD/out/pause"
+cp "$PAUSE_SRC" "$BUILD/out/pause.c"
+
 # ---- install -----------------------------------------------------------------------------
-mkdir -p "$BIN"
+mkdir -p "$BIN" "$CACHE/src"
 rm -f "$STAMP"
-for b in kube-apiserver kube-controller-manager; do
+for b in "${ALL_BINARIES[@]}"; do
   install -m 0755 "$BUILD/out/$b" "$BIN/$b.tmp"
   mv -f "$BIN/$b.tmp" "$BIN/$b"
 done
+# The source next to the binary it was built from (the build tree is deleted below).
+install -m 0644 "$BUILD/out/pause.c" "$CACHE/src/pause.c"
 {
   want_stamp
-  printf 'source=kubernetes %s\nkube_version=%s\ngit_commit=%s\ngo=%s\nbuilt=%s\n' \
-    "$SOURCE_VERSION" "$KUBE_VERSION" "$GIT_COMMIT" "$(go version | awk '{print $3}')" "$(date -u +%FT%TZ)"
+  printf 'source=kubernetes %s\nkube_version=%s\ngit_commit=%s\ngo=%s\npause_tag=%s\nbuilt=%s\n' \
+    "$SOURCE_VERSION" "$KUBE_VERSION" "$GIT_COMMIT" "$(go version | awk '{print $3}')" \
+    "$PAUSE_TAG" "$(date -u +%FT%TZ)"
 } >"$STAMP.tmp"
 mv -f "$STAMP.tmp" "$STAMP"
 
@@ -249,4 +295,4 @@ if [[ "${PROXYFLEET_KUBE_KEEP_BUILD:-0}" != 1 ]]; then
   (exec 9>&-; chmod -R u+w "$trash" 2>/dev/null; nice -n 19 rm -rf "$trash") </dev/null >/dev/null 2>&1 &
   disown || true
 fi
-log "done: $BIN/kube-apiserver, $BIN/kube-controller-manager ($KUBE_VERSION from Debian kubernetes $SOURCE_VERSION)"
+log "done: ${ALL_BINARIES[*]} in $BIN ($KUBE_VERSION from Debian kubernetes $SOURCE_VERSION)"

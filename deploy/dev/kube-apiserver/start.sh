@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a loopback-only Kubernetes control plane for integration tests:
 # etcd + kube-apiserver + kube-controller-manager (no kubelet, no scheduler:
-# pods are accepted and stay Pending). Everything binds to 127.0.0.1.
+# pods are accepted and stay Pending). Everything binds to 127.0.0.1 (only the
+# API server can be given another local address: PROXYFLEET_APISERVER_ADDRESS).
 #
 # Idempotent: if all three are running and the API server is ready it only
 # prints the env file's path. Runs build.sh first (a no-op when the binaries
@@ -18,6 +19,17 @@
 #   PROXYFLEET_ETCD_PEER_PORT etcd peer port     (default 23800)
 #   PROXYFLEET_APISERVER_PORT kube-apiserver     (default 16443)
 #   PROXYFLEET_KCM_PORT      controller-manager's secure port (default 16457)
+#   PROXYFLEET_SERVICE_CIDR  ClusterIP range (default 10.0.0.0/24)
+#   PROXYFLEET_APISERVER_KUBELET_CLIENT=1  give the apiserver a client certificate
+#                            for kubelets (logs, exec, port-forward) and make it
+#                            call them on their InternalIP; ../node/start.sh sets it
+#   PROXYFLEET_APISERVER_ADDRESS  one local IPv4 address for kube-apiserver to bind
+#                            and advertise instead of 127.0.0.1 (never 0.0.0.0); the
+#                            `kubernetes` Service then gets it as its endpoint, so
+#                            pods reach the API server. ../node/start.sh sets the node IP
+#   PROXYFLEET_APISERVER_EXTRA_SANS  comma-separated IP addresses added to the
+#                            serving certificate (besides 127.0.0.1, the kubernetes
+#                            DNS names and PROXYFLEET_APISERVER_ADDRESS)
 #   PROXYFLEET_KUBE_NO_BUILD=1  fail instead of building missing binaries
 #   PROXYFLEET_KUBE_READY_TIMEOUT  seconds to wait for readiness (default 120)
 set -euo pipefail
@@ -31,12 +43,51 @@ ETCD_PEER_PORT="${PROXYFLEET_ETCD_PEER_PORT:-23800}"
 API_PORT="${PROXYFLEET_APISERVER_PORT:-16443}"
 KCM_PORT="${PROXYFLEET_KCM_PORT:-16457}"
 READY_TIMEOUT="${PROXYFLEET_KUBE_READY_TIMEOUT:-120}"
+SERVICE_CIDR="${PROXYFLEET_SERVICE_CIDR:-10.0.0.0/24}"
+KUBELET_CLIENT="${PROXYFLEET_APISERVER_KUBELET_CLIENT:-0}"
 HOST=127.0.0.1
-API_URL="https://$HOST:$API_PORT"
+# etcd and the controller-manager always stay on $HOST; only the API server
+# may move to another local address.
+API_HOST="${PROXYFLEET_APISERVER_ADDRESS:-$HOST}"
+API_URL="https://$API_HOST:$API_PORT"
 
 T0=$SECONDS
 log() { printf '[kube-start %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
 die() { printf '[kube-start %3ds] ERROR: %s\n' "$((SECONDS - T0))" "$*" >&2; exit 1; }
+
+is_ipv4() {
+  local IFS=. o
+  [[ "$1" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || return 1
+  for o in $1; do ((10#$o <= 255)) || return 1; done
+}
+# Extra IP SANs of the serving certificate: the API server's own address when
+# it is not loopback, then PROXYFLEET_APISERVER_EXTRA_SANS (e.g. the first IP of
+# the service range, the `kubernetes` Service's ClusterIP that pods dial).
+EXTRA_SANS=()
+add_san() {
+  local ip="$1" s
+  is_ipv4 "$ip" || die "$ip: PROXYFLEET_APISERVER_EXTRA_SANS takes IPv4 addresses"
+  [[ "$ip" == "$HOST" ]] && return 0
+  for s in ${EXTRA_SANS[@]+"${EXTRA_SANS[@]}"}; do [[ "$s" == "$ip" ]] && return 0; done
+  EXTRA_SANS+=("$ip")
+}
+if [[ "$API_HOST" != "$HOST" ]]; then
+  is_ipv4 "$API_HOST" || die "PROXYFLEET_APISERVER_ADDRESS=$API_HOST: not an IPv4 address"
+  case "$API_HOST" in
+    0.*|127.*|255.255.255.255|22[4-9].*|23[0-9].*)
+      die "PROXYFLEET_APISERVER_ADDRESS=$API_HOST: give one unicast address of this machine (127.0.0.1 is the default)" ;;
+  esac
+  # Bound to this one address: it must already be on an interface (for the
+  # node, its bridge).
+  ip -o -4 addr show 2>/dev/null | awk '{ sub(/\/.*/, "", $4); print $4 }' | grep -qxF "$API_HOST" \
+    || die "PROXYFLEET_APISERVER_ADDRESS=$API_HOST is not an address of any interface here"
+  add_san "$API_HOST"
+  # Go never proxies loopback, but would send this address to an HTTP(S)_PROXY
+  # from the environment: keep the controller-manager's and curl's calls direct.
+  export NO_PROXY="${NO_PROXY:+$NO_PROXY,}$API_HOST" no_proxy="${no_proxy:+$no_proxy,}$API_HOST"
+fi
+IFS=', ' read -r -a extra_sans_arg <<<"${PROXYFLEET_APISERVER_EXTRA_SANS:-}"
+for ip in ${extra_sans_arg[@]+"${extra_sans_arg[@]}"}; do add_san "$ip"; done
 
 # ---- binaries -----------------------------------------------------------------
 if [[ "${PROXYFLEET_KUBE_NO_BUILD:-0}" == 1 ]]; then
@@ -66,7 +117,7 @@ running_pid() {
   echo "$pid"
 }
 
-port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+port_in_use() { (exec 3<>"/dev/tcp/${2:-$HOST}/$1") 2>/dev/null; }
 
 # start NAME EXE ARGS...: detached (own session), log to $STATE/NAME.log
 start_proc() {
@@ -97,22 +148,39 @@ wait_for() { # DESCRIPTION TIMEOUT NAME EXE CMD...
 
 # ---- credentials (made once, kept in the state dir) ----------------------------------
 PKI="$STATE/pki"
-if [[ ! -s "$PKI/ca.crt" || ! -s "$PKI/apiserver.crt" ]]; then
-  log "generating CA and serving certificate (openssl)"
-  rm -f "$PKI"/ca.* "$PKI"/apiserver.*
-  openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
-    -subj "/CN=proxyfleet-dev-ca" -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null
+serving_cert() {
+  local sans="IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" ip
+  for ip in ${EXTRA_SANS[@]+"${EXTRA_SANS[@]}"}; do sans+=",IP:$ip"; done
   cat >"$PKI/apiserver.ext" <<EOF
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=$sans
 EOF
   openssl req -new -newkey rsa:2048 -nodes -sha256 -subj "/CN=kube-apiserver" \
     -keyout "$PKI/apiserver.key" -out "$PKI/apiserver.csr" 2>/dev/null
   openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
     -CAcreateserial -days 3650 -sha256 -extfile "$PKI/apiserver.ext" -out "$PKI/apiserver.crt" 2>/dev/null
   rm -f "$PKI/apiserver.csr"
+}
+# Whether the serving certificate names every extra SAN (a state dir made
+# without them gets a new one from the same CA).
+serving_cert_has_sans() {
+  local ip
+  for ip in ${EXTRA_SANS[@]+"${EXTRA_SANS[@]}"}; do
+    openssl x509 -in "$PKI/apiserver.crt" -noout -checkip "$ip" 2>/dev/null | grep -q 'does match' || return 1
+  done
+}
+if [[ ! -s "$PKI/ca.crt" || ! -s "$PKI/apiserver.crt" ]]; then
+  log "generating CA and serving certificate (openssl)"
+  rm -f "$PKI"/ca.* "$PKI"/apiserver.*
+  openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+    -subj "/CN=proxyfleet-dev-ca" -keyout "$PKI/ca.key" -out "$PKI/ca.crt" 2>/dev/null
+  serving_cert
+elif ! serving_cert_has_sans; then
+  log "serving certificate lacks one of ${EXTRA_SANS[*]}: making a new one from the same CA"
+  rm -f "$PKI"/apiserver.*
+  serving_cert
 fi
 if [[ ! -s "$PKI/sa.key" || ! -s "$PKI/sa.pub" ]]; then
   log "generating service-account signing key"
@@ -127,6 +195,30 @@ if [[ ! -s "$PKI/tokens.csv" ]]; then
     printf '%s,proxyfleet-user,proxyfleet-user\n' "$(openssl rand -hex 24)"
     printf '%s,system:kube-controller-manager,system:kube-controller-manager,"system:masters"\n' "$(openssl rand -hex 24)"
   } >"$PKI/tokens.csv"
+fi
+# Only when a kubelet will run: the apiserver authenticates to it with this
+# (user kube-apiserver-kubelet-client in system:masters, which the kubelet's
+# webhook authorizer allows). Remade whenever it no longer matches the CA.
+APISERVER_KUBELET_ARGS=()
+if [[ "$KUBELET_CLIENT" == 1 ]]; then
+  if ! openssl verify -CAfile "$PKI/ca.crt" "$PKI/kubelet-client.crt" >/dev/null 2>&1 \
+     || [[ ! -s "$PKI/kubelet-client.key" ]]; then
+    log "generating the apiserver's kubelet client certificate"
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' \
+      >"$PKI/kubelet-client.ext"
+    openssl req -new -newkey rsa:2048 -nodes -sha256 \
+      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout "$PKI/kubelet-client.key" -out "$PKI/kubelet-client.csr" 2>/dev/null
+    openssl x509 -req -in "$PKI/kubelet-client.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+      -CAcreateserial -days 3650 -sha256 -extfile "$PKI/kubelet-client.ext" \
+      -out "$PKI/kubelet-client.crt" 2>/dev/null
+    rm -f "$PKI/kubelet-client.csr"
+  fi
+  APISERVER_KUBELET_ARGS=(
+    --kubelet-client-certificate "$PKI/kubelet-client.crt"
+    --kubelet-client-key "$PKI/kubelet-client.key"
+    --kubelet-preferred-address-types InternalIP
+  )
 fi
 chmod 600 "$PKI"/*.key "$PKI/tokens.csv"
 token_of() { awk -F, -v u="$1" '$2 == u { print $1 }' "$PKI/tokens.csv"; }
@@ -222,17 +314,23 @@ wait_for "etcd /health" 30 etcd "$ETCD" etcd_healthy
 log "etcd healthy"
 
 # ---- kube-apiserver -------------------------------------------------------------------------
+# The `kubernetes` Service's endpoint is the advertised address. 127.0.0.1
+# cannot be an endpoint (and means nothing to a pod), so on loopback no
+# reconciler runs and the Service has no endpoints; on another address the
+# lease reconciler keeps the endpoint (address, secure port) current.
+ENDPOINT_RECONCILER=none
+[[ "$API_HOST" != "$HOST" ]] && ENDPOINT_RECONCILER=lease
 if running_pid kube-apiserver "$BIN/kube-apiserver" >/dev/null; then
   log "kube-apiserver already running (pid $(running_pid kube-apiserver "$BIN/kube-apiserver"))"
 else
-  port_in_use "$API_PORT" && die "port $HOST:$API_PORT is in use by another process (set PROXYFLEET_APISERVER_PORT)"
+  port_in_use "$API_PORT" "$API_HOST" && die "port $API_HOST:$API_PORT is in use by another process (set PROXYFLEET_APISERVER_PORT)"
   log "starting kube-apiserver on $API_URL"
   start_proc kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://$HOST:$ETCD_PORT" \
-    --bind-address "$HOST" \
-    --advertise-address "$HOST" \
+    --bind-address "$API_HOST" \
+    --advertise-address "$API_HOST" \
     --secure-port "$API_PORT" \
-    --endpoint-reconciler-type none \
+    --endpoint-reconciler-type "$ENDPOINT_RECONCILER" \
     --cert-dir "$STATE/apiserver-certs" \
     --tls-cert-file "$PKI/apiserver.crt" \
     --tls-private-key-file "$PKI/apiserver.key" \
@@ -242,9 +340,10 @@ else
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" \
     --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
     --allow-privileged=true \
     --profiling=false \
+    ${APISERVER_KUBELET_ARGS[@]+"${APISERVER_KUBELET_ARGS[@]}"} \
     --v 1
 fi
 wait_for "kube-apiserver /readyz" "$READY_TIMEOUT" kube-apiserver "$BIN/kube-apiserver" api_ready
@@ -271,7 +370,7 @@ else
     --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" \
     --cluster-signing-key-file "$PKI/ca.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
     --profiling=false \
     --v 1
 fi
