@@ -85,15 +85,16 @@ fn no_schema_default_is_an_empty_string() {
     walk("ProxyPool", &schema_of(&ProxyPool::crd()));
 }
 
-/// The committed manifests are what the types generate.
+/// The chart's CRDs (which `cargo xtask render` copies to
+/// deploy/kubernetes/crds.yaml) are what the types generate.
 #[test]
-fn deploy_crds_match_the_types() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/crds.yaml");
+fn chart_crds_match_the_types() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/proxyfleet/crds/proxyfleet.io.yaml");
     let committed = std::fs::read_to_string(&path).unwrap();
     assert!(
         committed == crds_yaml().unwrap(),
-        "{} is stale: run `proxyfleet crd > deploy/kubernetes/crds.yaml`",
+        "{} is stale: run `proxyfleet crd > deploy/helm/proxyfleet/crds/proxyfleet.io.yaml && cargo xtask render`",
         path.display()
     );
 }
