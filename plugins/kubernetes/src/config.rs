@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::names::{is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name};
 
-/// The image proxies run unless the entry or the Proxy says otherwise: a
-/// small community build of tinyproxy meant to run as a non-root user. The
-/// built-in launcher needs only `/bin/sh` and `tinyproxy` from it.
-pub const DEFAULT_IMAGE: &str = "docker.io/kalaksi/tinyproxy:latest";
+/// The image proxies run unless the entry or the Proxy says otherwise: the
+/// project's own tinyproxy image (`cargo xtask image`: Debian's tinyproxy
+/// and `/bin/sh`, non-root). The built-in launcher needs only `/bin/sh` and
+/// `tinyproxy` from it.
+pub const DEFAULT_IMAGE: &str = "ghcr.io/proxyfleet/tinyproxy:0.1.0";
 
 /// nobody/nogroup on most distributions: any non-root ID works for the
 /// default launcher, which only reads its binary and writes to `/tmp`.
@@ -28,12 +29,13 @@ pub const CONFIG_SCHEMA: &str = r#"{
   "properties": {
     "apiServer": {"description": "API server base URL without path, e.g. https://kubernetes.default.svc; must match a grant.", "type": "string"},
     "namespace": {"description": "Namespace the proxy pods are created in.", "type": "string"},
-    "image": {"description": "Container image of a proxy whose Proxy names no image.", "type": "string", "default": "docker.io/kalaksi/tinyproxy:latest"},
+    "image": {"description": "Container image of a proxy whose Proxy names no image.", "type": "string", "default": "ghcr.io/proxyfleet/tinyproxy:0.1.0"},
     "images": {"description": "A Proxy's image key to the container image it runs.", "type": "object", "additionalProperties": {"type": "string"}},
     "command": {"description": "The container's command; absent with args absent: the built-in tinyproxy launcher. $(PROXY_PORT) expands to the listening port.", "type": "array", "items": {"type": "string"}},
     "args": {"description": "The container's args; see command.", "type": "array", "items": {"type": "string"}},
     "port": {"description": "Port the image listens on whatever the Proxy's port; absent: the Proxy's port.", "type": "integer", "minimum": 1, "maximum": 65535},
     "runAsUser": {"description": "Non-root user ID the container runs as.", "type": "integer", "minimum": 1, "default": 65534},
+    "millicpuPerCore": {"description": "CPU request, in millicpu, for each of a Proxy's cores (a proxy pod needs far less than a VM's vCPU).", "type": "integer", "minimum": 1, "maximum": 1000000, "default": 1000},
     "imagePullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
     "imagePullSecrets": {"description": "Names of Secrets in the namespace to pull the images with.", "type": "array", "items": {"type": "string"}},
     "nodeSelector": {"description": "Node labels every proxy pod requires; a Proxy's placement adds to them.", "type": "object", "additionalProperties": {"type": "string"}},
@@ -61,6 +63,8 @@ pub struct Config {
     pub port: Option<u16>,
     #[serde(default = "default_run_as_user")]
     pub run_as_user: i64,
+    #[serde(default = "default_millicpu_per_core")]
+    pub millicpu_per_core: u32,
     #[serde(default)]
     pub image_pull_policy: Option<PullPolicy>,
     #[serde(default)]
@@ -113,6 +117,11 @@ fn default_image() -> String {
 
 fn default_run_as_user() -> i64 {
     DEFAULT_RUN_AS_USER
+}
+
+/// One CPU per core unless the entry says otherwise.
+fn default_millicpu_per_core() -> u32 {
+    1000
 }
 
 fn invalid(key: &str, what: &str) -> ProviderError {
@@ -191,6 +200,9 @@ impl Config {
         }
         if config.run_as_user < 1 {
             return Err(invalid("runAsUser", "must be a non-root user ID (1 or more)"));
+        }
+        if !(1..=1_000_000).contains(&config.millicpu_per_core) {
+            return Err(invalid("millicpuPerCore", "must be 1 to 1000000 (1000 is one CPU)"));
         }
         for (index, secret) in config.image_pull_secrets.iter().enumerate() {
             if !is_dns_subdomain(secret) {

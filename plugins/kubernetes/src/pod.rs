@@ -36,6 +36,13 @@ const LAUNCHER: &str = "printf 'Port %s\\nTimeout 600\\nMaxClients 1024\\nLogLev
 /// of that name is adopted only when its label carries the same UID.
 const POD_NAME_LEN: usize = 15;
 
+/// The CPU request of `cores` at `millicpu_per_core` each: whole CPUs as a
+/// plain number (`2`), anything else in millicpu (`250m`).
+fn cpu_request(cores: u32, millicpu_per_core: u32) -> String {
+    let millicpu = u64::from(cores) * u64::from(millicpu_per_core);
+    if millicpu % 1000 == 0 { (millicpu / 1000).to_string() } else { format!("{millicpu}m") }
+}
+
 /// The pod name for a Proxy UID: `pf-<12 hex digits of sha256(uid)>`.
 pub fn pod_name(uid: &str) -> String {
     proxyfleet_sdk::derive_name("pf", uid, POD_NAME_LEN)
@@ -216,7 +223,7 @@ pub fn manifest(config: &Config, entry: &str, spec: &ProxySpec, created_at: u64)
     let mut requests = Map::new();
     let mut limits = Map::new();
     if spec.cores > 0 {
-        requests.insert("cpu".to_owned(), json!(spec.cores.to_string()));
+        requests.insert("cpu".to_owned(), json!(cpu_request(spec.cores, config.millicpu_per_core)));
     }
     if spec.memory_mib > 0 {
         // A memory limit equal to the request: a proxy that outgrows it is
@@ -511,6 +518,16 @@ mod tests {
             Err(ProviderError::InvalidSpec(message)) => message,
             other => panic!("expected InvalidSpec, got {other:?}"),
         }
+    }
+
+    /// A Proxy's cores are a VM's vCPUs; on a node a proxy pod requests
+    /// `millicpuPerCore` of them, so a pool of tinyproxies fits a small node.
+    #[test]
+    fn cores_request_millicpu_per_core() {
+        assert_eq!(cpu_request(2, 1000), "2");
+        assert_eq!(cpu_request(1, 100), "100m");
+        assert_eq!(cpu_request(3, 500), "1500m");
+        assert_eq!(cpu_request(4, 250), "1");
     }
 
     #[test]
