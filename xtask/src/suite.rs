@@ -6,12 +6,13 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::process::{self, elapsed, step};
-use crate::{Repo, apt, cargo, packages, plugins, wit};
+use crate::{Repo, apt, cargo, chart, node, packages, plugins, wit};
 
 pub fn test(repo: &Repo) -> Result<()> {
     let started = Instant::now();
     step("debian packages", || apt::ensure(&packages::tests()))?;
     step("sync-wit --check", || wit::sync(repo, true))?;
+    step("chart: helm lint, rendered manifests", || chart::render(repo, true))?;
     step("plugins", || plugins::build(repo))?;
     // Builds Kubernetes 1.20 from Debian's source once (cached outside the
     // repo), then starts etcd, kube-apiserver and kube-controller-manager
@@ -31,6 +32,9 @@ pub fn test(repo: &Repo) -> Result<()> {
                 .current_dir(repo.plugins()),
         )
     })?;
+    // The chart, the operator's image and the kubernetes plugin's proxies
+    // on a real node (deploy/dev/node).
+    step("in-cluster tests on a node", || node::e2e(repo, false))?;
     eprintln!("xtask test: all steps passed in {}", elapsed(started));
     Ok(())
 }

@@ -1,0 +1,419 @@
+//! The operator as a platform engineer installs it: the Helm chart on a
+//! real one-node cluster (`deploy/dev/node`), two replicas from the
+//! project's own image, proxies as tinyproxy pods of the kubernetes plugin,
+//! probed by the health engine and handed to a crawler on the host through
+//! the chart's Service; the leader's pod deleted, the pool scaled, the pool
+//! deleted.
+//!
+//! Ignored by plain `cargo test`: it needs the node running, the images
+//! imported into its containerd and Helm. `cargo xtask e2e` (part of the
+//! README's test command) provides all three and runs it with
+//! `PROXYFLEET_NODE_ENV` (the node's env file) and `PROXYFLEET_HELM` set.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use proxyfleet_kube::crd::{Proxy, ProxyPool};
+use proxyfleet_tests::wait_for;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Where the chart is installed, and the release's name (its objects are
+/// then called `proxyfleet`).
+const NAMESPACE: &str = "pf-e2e";
+const RELEASE: &str = "proxyfleet";
+/// Where the kubernetes entry runs the proxy pods.
+const PROXIES: &str = "pf-e2e-proxies";
+/// Short, so that a crashed leader's successor would not take long either;
+/// a deleted leader releases the Lease at once.
+const LEASE: Duration = Duration::from_secs(10);
+/// Label the plugin puts on every proxy pod, with the Proxy's UID.
+const UID_LABEL: &str = "proxyfleet.io/uid";
+
+/// The node's env file (`deploy/dev/node/start.sh` prints its path).
+struct Node {
+    vars: HashMap<String, String>,
+}
+
+impl Node {
+    fn load() -> Self {
+        let path = std::env::var_os("PROXYFLEET_NODE_ENV")
+            .expect("PROXYFLEET_NODE_ENV names the node's env file: run `cargo xtask e2e`");
+        let text = std::fs::read_to_string(&path).expect("the node's env file");
+        let vars = text
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, value)| (key.trim().to_owned(), value.trim().trim_matches('"').to_owned()))
+            .collect();
+        Self { vars }
+    }
+
+    fn var(&self, key: &str) -> &str {
+        self.vars.get(key).unwrap_or_else(|| panic!("{key} missing from the node's env file"))
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        PathBuf::from(self.var("KUBECONFIG"))
+    }
+
+    async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn helm(&self, args: &[&str]) -> String {
+        let helm = std::env::var_os("PROXYFLEET_HELM").expect("PROXYFLEET_HELM names Helm");
+        let output = Command::new(helm)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .output()
+            .expect("helm runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "helm {args:?} failed:\n{text}");
+        text
+    }
+}
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/proxyfleet")
+}
+
+/// The chart's values for this cluster: the project's images as imported
+/// (never pulled), one kubernetes entry talking to the API server through
+/// the `kubernetes` Service with the pod's token, quick probes.
+fn values(api_ip: &str) -> String {
+    format!(
+        r#"image:
+  pullPolicy: Never
+replicaCount: 2
+leaderElection:
+  leaseDuration: {lease}s
+kubernetesPlugin:
+  namespaces: [{PROXIES}]
+extraArgs:
+  - --health-interval=2s
+  - --health-timeout=2s
+  - --gc-interval=5s
+providers:
+  providers:
+    - name: pods
+      plugin: kubernetes
+      config:
+        apiServer: https://{api_ip}
+        namespace: {PROXIES}
+        imagePullPolicy: Never
+        # Five tinyproxies and two operators on a 2-CPU node.
+        millicpuPerCore: 100
+      grants:
+        caFile: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+        http:
+          - url: https://{api_ip}
+            allowAddresses: [{api_ip}/32]
+            credential:
+              header: authorization
+              valueTemplate: "Bearer {{secret}}"
+              secretFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+"#,
+        lease = LEASE.as_secs()
+    )
+}
+
+/// A tiny origin web server on the node's bridge address, where the proxy
+/// pods can reach it.
+async fn origin(node_ip: &str) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind((node_ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = "hello from the origin on the node's bridge\n";
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+fn pool(replicas: u32) -> ProxyPool {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": { "name": "crawlers", "namespace": NAMESPACE },
+        "spec": { "replicas": replicas, "template": { "spec": { "provider": "pods", "port": 3128 } } },
+    }))
+    .unwrap()
+}
+
+fn has_condition(proxy: &Proxy, kind: &str) -> bool {
+    proxy.status.as_ref().is_some_and(|status| {
+        status.conditions.iter().any(|c| c.type_ == kind && c.status == "True")
+    })
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until the pool's Proxies number `count`, each Ready (running and
+/// healthy), with as many proxy pods Running and Ready.
+async fn settled(proxies: &Api<Proxy>, pods: &Api<Pod>, count: usize, wait: Duration) -> bool {
+    wait_for(wait, || async {
+        let listed = proxies.list(&ListParams::default()).await.ok()?;
+        let ready = listed
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| has_condition(p, "Ready") && has_condition(p, "Healthy"))
+            .count();
+        let running = pods.list(&ListParams::default()).await.ok()?;
+        let running_ready = running.items.iter().filter(|p| pod_ready(p)).count();
+        (listed.items.len() == count
+            && ready == count
+            && running.items.len() == count
+            && running_ready == count)
+            .then_some(())
+    })
+    .await
+    .is_some()
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases.get_opt(&format!("{RELEASE}-leader")).await.ok()??.spec?.holder_identity
+}
+
+/// `GET base+path` with the fleet API client: the status and body.
+async fn get(base: &str, path: &str) -> Option<(u16, String)> {
+    proxyfleet_fleet::client::call(base, http::Method::GET, path, None, None).await.ok()
+}
+
+/// Fetches `url` through the proxy `proxy` with curl, as a crawler would.
+fn curl_through(proxy: &str, url: &str) -> Result<String, String> {
+    let output = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-x", proxy, url])
+        .output()
+        .map_err(|err| err.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// The most proxy pods any one Proxy UID had at once, sampled until the
+/// returned handle is stopped.
+fn watch_pods_per_proxy(
+    pods: Api<Pod>,
+) -> (Arc<Mutex<BTreeMap<String, usize>>>, tokio::task::JoinHandle<()>) {
+    let most: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let record = Arc::clone(&most);
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(listed) = pods.list(&ListParams::default()).await {
+                let mut now: BTreeMap<String, usize> = BTreeMap::new();
+                for pod in listed.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+                    if let Some(uid) = pod.labels().get(UID_LABEL) {
+                        *now.entry(uid.clone()).or_default() += 1;
+                    }
+                }
+                let mut most = record.lock().unwrap();
+                for (uid, count) in now {
+                    let seen = most.entry(uid).or_default();
+                    *seen = (*seen).max(count);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (most, task)
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(name).await.unwrap().is_none() {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+        namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+    }
+}
+
+/// A metric's value (summed over its label sets) in a Prometheus text page.
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .filter(|line| line.starts_with(name) && !line.starts_with('#'))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the one-node cluster, the images and Helm: run `cargo xtask e2e`"]
+async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
+    let node = Node::load();
+    let client = node.client().await;
+    let wait = Duration::from_secs(180);
+    ensure_namespace(&client, NAMESPACE).await;
+    ensure_namespace(&client, PROXIES).await;
+    let api_ip = Api::<Service>::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .expect("the kubernetes Service has a ClusterIP");
+    let dir = tempfile::tempdir().unwrap();
+    let values_file = dir.path().join("values.yaml");
+    std::fs::write(&values_file, values(&api_ip)).unwrap();
+
+    // Install and wait for both replicas to be ready.
+    let started = Instant::now();
+    node.helm(&[
+        "install",
+        RELEASE,
+        chart().to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        values_file.to_str().unwrap(),
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    eprintln!("helm install --wait: {:?}", started.elapsed());
+    let operator_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = ListParams::default().labels("app.kubernetes.io/name=proxyfleet");
+    let running = operator_pods.list(&selector).await.unwrap();
+    assert_eq!(running.items.len(), 2, "two replicas");
+    assert!(running.items.iter().all(pod_ready), "both replicas Running and Ready");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let leader = wait_for(wait, || async { lease_holder(&leases).await }).await;
+    let leader = leader.expect("one replica holds the Lease");
+    assert!(running.items.iter().any(|pod| pod.name_any() == leader), "the leader is one of them");
+
+    // A pool of three proxies: three tinyproxy pods, probed healthy.
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), NAMESPACE);
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), NAMESPACE);
+    let proxy_pods: Api<Pod> = Api::namespaced(client.clone(), PROXIES);
+    let (most_pods, watcher) = watch_pods_per_proxy(proxy_pods.clone());
+    let started = Instant::now();
+    pools.create(&PostParams::default(), &pool(3)).await.unwrap();
+    assert!(settled(&proxies, &proxy_pods, 3, wait).await, "3 proxies Running, Ready and healthy");
+    eprintln!("pool of 3 Ready and healthy: {:?}", started.elapsed());
+
+    // A crawler on the host: the chart's Service hands out a proxy, and a
+    // page on the node's bridge comes back through it.
+    let service = Api::<Service>::namespaced(client.clone(), NAMESPACE).get(RELEASE).await.unwrap();
+    let service_ip = service.spec.and_then(|spec| spec.cluster_ip).unwrap();
+    let api = format!("http://{service_ip}:8480");
+    let origin = origin(node.var("KUBE_NODE_IP")).await;
+    let page = format!("http://{origin}/hello.txt");
+    let mut handed = Vec::new();
+    for _ in 0..3 {
+        let (status, proxy) =
+            get(&api, "/v1/proxies/next?format=url").await.expect("the Service answers");
+        assert_eq!(status, 200, "{proxy}");
+        let proxy = proxy.trim().to_owned();
+        let body =
+            curl_through(&proxy, &page).unwrap_or_else(|err| panic!("through {proxy}: {err}"));
+        assert!(body.contains("hello from the origin"), "{body}");
+        handed.push(proxy);
+    }
+    handed.sort();
+    handed.dedup();
+    assert_eq!(handed.len(), 3, "round robin hands out each proxy once: {handed:?}");
+
+    // The leader's pod is deleted: it releases the Lease on SIGTERM and the
+    // other replica takes over well within the lease duration.
+    let deleted_at = Instant::now();
+    operator_pods.delete(&leader, &DeleteParams::default()).await.unwrap();
+    let successor = wait_for(LEASE * 2, || async {
+        lease_holder(&leases).await.filter(|holder| *holder != leader)
+    })
+    .await;
+    let successor = successor.expect("another replica takes the Lease");
+    eprintln!(
+        "takeover by {successor} after the leader's pod was deleted: {:?}",
+        deleted_at.elapsed()
+    );
+    let answering = wait_for(wait, || async {
+        let (status, _) = get(&api, "/v1/proxies/next?format=url").await?;
+        (status == 200).then_some(())
+    })
+    .await;
+    assert!(answering.is_some(), "next answers again from the new leader");
+    eprintln!("next answers again: {:?} after the deletion", deleted_at.elapsed());
+
+    // Scale up and down.
+    let scale = |replicas: u32| {
+        let pools = pools.clone();
+        async move {
+            let patch = serde_json::json!({ "spec": { "replicas": replicas } });
+            pools.patch("crawlers", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    };
+    scale(5).await;
+    assert!(settled(&proxies, &proxy_pods, 5, wait).await, "scaled to 5");
+    scale(2).await;
+    assert!(settled(&proxies, &proxy_pods, 2, wait).await, "scaled to 2");
+
+    // The pool goes: its Proxies and their pods with it, and collection
+    // never had to delete anything.
+    pools.delete("crawlers", &DeleteParams::default()).await.unwrap();
+    let gone = wait_for(wait, || async {
+        let proxies_left = proxies.list(&ListParams::default()).await.ok()?.items.len();
+        let pods_left = proxy_pods.list(&ListParams::default()).await.ok()?.items.len();
+        (proxies_left == 0 && pods_left == 0).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the pool's Proxies and pods are gone");
+    watcher.abort();
+    let most = most_pods.lock().unwrap().clone();
+    assert!(most.len() >= 5, "the watcher saw every Proxy: {most:?}");
+    assert!(most.values().all(|count| *count == 1), "no Proxy ever had a second pod: {most:?}");
+
+    let leader_pod = operator_pods.get(&successor).await.unwrap();
+    let leader_ip = leader_pod.status.and_then(|s| s.pod_ip).expect("the leader has a pod IP");
+    let metrics = format!("http://{leader_ip}:9464");
+    // Let at least one collection round pass after the deletion.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, page) = get(&metrics, "/metrics").await.expect("the leader's metrics");
+    assert!(
+        page.contains("proxyfleet_gc_found_total{entry=\"pods\"}"),
+        "the new leader collected orphans of the entry: {page}"
+    );
+    assert_eq!(metric(&page, "proxyfleet_gc_deleted"), 0.0, "no orphans to delete");
+    assert_eq!(metric(&page, "proxyfleet_gc_failed"), 0.0);
+
+    node.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+}
