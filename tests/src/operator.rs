@@ -72,6 +72,26 @@ impl Drop for Running {
     }
 }
 
+/// Sends `child` SIGTERM, as a service manager or the kubelet stops a
+/// process, and waits up to `timeout` for it to exit: its exit status, or
+/// `None` when it is still running then.
+///
+/// # Panics
+/// When `kill` cannot be run or the process cannot be polled.
+pub async fn terminate(
+    child: &mut Child,
+    timeout: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let pid = child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+    assert!(signalled.success(), "kill -TERM {pid} failed");
+    crate::wait_for(timeout, || {
+        let exited = child.try_wait().expect("the process can be polled");
+        async move { exited }
+    })
+    .await
+}
+
 /// A loopback port nothing listens on now (bound, noted, released).
 ///
 /// # Panics

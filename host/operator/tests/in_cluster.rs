@@ -19,6 +19,7 @@ use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::operate::LEADER_LABEL;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_tests::operator::terminate;
 use proxyfleet_tests::{
     kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
@@ -122,10 +123,7 @@ async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_creat
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-run").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("plugins")).unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
-    std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    let dir = static_site();
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
 
@@ -192,14 +190,10 @@ async fn readyz(api: &str) -> Option<u16> {
         .map(|(status, _)| status)
 }
 
-/// The discovery Service selects the leader by a label on its pod: the
-/// leader sets it and serves a ready catalog; a standby is not ready.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
-    let client = kube_admin_client().await;
-    kube_install_crds(&client).await;
-    let namespace = kube_test_namespace(&client, "pf-label").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+/// Pods `op-a` and `op-b` in `namespace`, for operators that believe they
+/// run as them (the leader labels its own pod).
+async fn operator_pods(client: &kube::Client, namespace: &str) -> Api<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for name in ["op-a", "op-b"] {
         let pod: Pod = serde_json::from_str(&POD.replace("NAME", name)).unwrap();
         // A new namespace's default ServiceAccount appears a moment after
@@ -210,10 +204,27 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
         .await;
         assert!(created.is_some(), "pod {name} could not be created");
     }
+    pods
+}
+
+/// A folder with the static plugin and [`PROVIDERS`].
+fn static_site() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("plugins")).unwrap();
     std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
     std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    dir
+}
+
+/// The discovery Service selects the leader by a label on its pod: the
+/// leader sets it and serves a ready catalog; a standby is not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-label").await;
+    let pods = operator_pods(&client, &namespace).await;
+    let dir = static_site();
     let leader_of = |name: &'static str| {
         let pods = pods.clone();
         async move { pods.get(name).await.ok()?.labels().get(LEADER_LABEL).cloned() }
@@ -250,20 +261,9 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-term").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pods = operator_pods(&client, &namespace).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    for name in ["op-a", "op-b"] {
-        let pod: Pod = serde_json::from_str(&POD.replace("NAME", name)).unwrap();
-        let created = wait_for(Duration::from_secs(30), || async {
-            pods.create(&PostParams::default(), &pod).await.ok()
-        })
-        .await;
-        assert!(created.is_some(), "pod {name} could not be created");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("plugins")).unwrap();
-    std::fs::copy(plugin("static"), dir.path().join("plugins/static.wasm")).unwrap();
-    std::fs::write(dir.path().join("providers.yaml"), PROVIDERS).unwrap();
+    let dir = static_site();
     let wait = Duration::from_secs(60);
     // A standby retries every third of the Lease (20 s): a released Lease
     // is taken at its next try, an unreleased one only after 60 s.
@@ -280,13 +280,7 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     let standby = wait_for(wait, || async { readyz(&api_b).await }).await;
     assert_eq!(standby, Some(503), "op-b is up as a standby");
 
-    let signalled = Command::new("kill").args(["-TERM", &a.0.id().to_string()]).status().unwrap();
-    assert!(signalled.success());
-    let exited = wait_for(Duration::from_secs(30), || {
-        let exited = a.0.try_wait().unwrap();
-        async move { exited }
-    })
-    .await;
+    let exited = terminate(&mut a.0, Duration::from_secs(30)).await;
     let status = exited.expect("op-a exits after SIGTERM, inside a Pod's default grace period");
     assert!(status.success(), "op-a exits 0 after SIGTERM, got {status}");
     let label = pods.get("op-a").await.unwrap().labels().get(LEADER_LABEL).cloned();

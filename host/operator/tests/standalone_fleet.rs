@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use proxyfleet_tests::operator::{Site, free_port, proxy_manifest};
+use proxyfleet_tests::operator::{Site, free_port, proxy_manifest, terminate};
 use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{Canned, TestServer, wait_for};
 
@@ -121,14 +121,7 @@ async fn sigterm_stops_the_standalone_operator_with_exit_zero() {
     let mut idle = std::net::TcpStream::connect(&api).unwrap();
     idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
 
-    let pid = operator.0.id().to_string();
-    let signalled = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(signalled.success());
-    let exited = wait_for(Duration::from_secs(30), || {
-        let exited = operator.0.try_wait().unwrap();
-        async move { exited }
-    })
-    .await;
+    let exited = terminate(&mut operator.0, Duration::from_secs(30)).await;
     let status = exited.expect("the operator exits after SIGTERM");
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
     assert!(get(&api, "/healthz").is_none(), "the API is closed");
