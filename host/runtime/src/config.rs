@@ -382,6 +382,17 @@ fn validate_http_grant(at: &str, i: usize, raw: RawHttpGrant) -> Result<HttpGran
             format!("{:?} must name one host; wildcards are not accepted", raw.url),
         ));
     }
+    if let Some(ip) = crate::capabilities::address::non_canonical(&host) {
+        return Err(ConfigError::invalid(
+            at,
+            key("url"),
+            format!(
+                "{:?}: the host {host:?} is the IP address {ip} written another way; write {ip} \
+                 (URL parsers read such spellings differently)",
+                raw.url
+            ),
+        ));
+    }
     if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
         return Err(ConfigError::invalid(
             at,
@@ -756,6 +767,19 @@ providers:
             "providers:\n  - { name: a, plugin: static }\n  - { name: a, plugin: static }\n",
         );
         assert!(err.contains("providers[1]") && err.contains("unique"), "{err}");
+    }
+
+    /// The attack: a grant naming `127.1` (or `2130706433`, `0x7f.0.0.1`,
+    /// `0177.0.0.1`) reached loopback without `allowAddresses`.
+    #[test]
+    fn non_canonical_ip_literal_grants_are_refused() {
+        for host in ["127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1"] {
+            let err = parse_err(&format!(
+                "providers:\n  - name: a\n    plugin: x\n    grants: {{ http: [ {{ url: 'http://{host}:8080' }} ] }}\n"
+            ));
+            assert!(err.contains("grants.http[0].url"), "{err}");
+            assert!(err.contains("write 127.0.0.1"), "{err}");
+        }
     }
 
     #[test]

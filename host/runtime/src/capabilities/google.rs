@@ -37,7 +37,8 @@ use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 
 use super::Redactor;
-use super::http::{HttpTransport, SendPolicy, WasiBody, full_body, refused_kind};
+use super::address::{literal_ip, refused_kind};
+use super::http::{HttpTransport, SendPolicy, WasiBody, full_body};
 use crate::config::{HttpGrant, Limits};
 
 /// `grant_type` of the exchange.
@@ -278,7 +279,7 @@ async fn exchange(
         .parse()
         .map_err(|_| TokenError::Refused(format!("token_uri {endpoint:?} is not a URL")))?;
     let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
-    if let Ok(ip) = host.parse::<std::net::IpAddr>()
+    if let Some(ip) = literal_ip(host)
         && let Some(kind) = refused_kind(ip, &grant.allow_addresses)
     {
         return Err(TokenError::Refused(format!(

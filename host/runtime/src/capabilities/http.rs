@@ -16,7 +16,7 @@
 //! host, port) only: paths, queries and headers may carry credentials.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
 pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use super::Redactor;
+use super::address::{literal_ip, refused_kind};
 use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
 
 /// How a transport must send one request.
@@ -144,7 +145,9 @@ impl EntryHttp {
             tracing::warn!("refused: {destination} is not among the entry's HTTP grants");
             return Err(HttpError::HttpRequestDenied);
         };
-        if let Ok(ip) = destination.host.parse::<IpAddr>()
+        // Read as the transport reads it: it dials a literal without the
+        // resolver, where the policy would otherwise apply.
+        if let Some(ip) = literal_ip(&destination.host)
             && let Some(kind) = refused_kind(ip, &grant.allow_addresses)
         {
             tracing::warn!(
@@ -228,60 +231,6 @@ fn destination_of(uri: &http::Uri) -> Option<HttpDestination> {
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
     let host = uri.host()?.trim_matches(['[', ']']).trim_end_matches('.').to_ascii_lowercase();
     Some(HttpDestination { scheme, host, port: uri.port_u16() })
-}
-
-/// Why `ip` is refused unless `allowed` names it; `None` when it is public
-/// or allowed.
-pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
-    if allowed.iter().any(|net| net.contains(&ip)) {
-        return None;
-    }
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    };
-    if allowed.iter().any(|net| net.contains(&ip)) {
-        return None;
-    }
-    match ip {
-        IpAddr::V4(v4) => refused_v4(v4),
-        IpAddr::V6(v6) => refused_v6(v6),
-    }
-}
-
-fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    if ip == Ipv4Addr::new(169, 254, 169, 254) {
-        Some("cloud metadata")
-    } else if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_private() {
-        Some("private")
-    } else if ip.is_link_local() {
-        Some("link-local")
-    } else if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-        Some("non-unicast")
-    } else if ip.octets()[0] == 100 && (ip.octets()[1] & 0xc0) == 64 {
-        Some("shared (CGNAT)")
-    } else {
-        None
-    }
-}
-
-fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    const EC2_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
-    if ip == EC2_METADATA {
-        Some("cloud metadata")
-    } else if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_unique_local() {
-        Some("private")
-    } else if ip.is_unicast_link_local() {
-        Some("link-local")
-    } else if ip.is_unspecified() || ip.is_multicast() {
-        Some("non-unicast")
-    } else {
-        None
-    }
 }
 
 async fn collect_limited(body: WasiBody, limit: u64) -> Result<Bytes, HttpError> {
@@ -533,42 +482,6 @@ impl reqwest::dns::Resolve for GrantResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
-
-    #[test]
-    fn special_addresses_are_refused_by_default() {
-        for (addr, kind) in [
-            ("127.0.0.1", "loopback"),
-            ("::1", "loopback"),
-            ("10.1.2.3", "private"),
-            ("192.168.0.1", "private"),
-            ("172.16.0.1", "private"),
-            ("169.254.169.254", "cloud metadata"),
-            ("fd00:ec2::254", "cloud metadata"),
-            ("169.254.1.1", "link-local"),
-            ("fe80::1", "link-local"),
-            ("fd12::1", "private"),
-            ("::ffff:127.0.0.1", "loopback"),
-            ("0.0.0.0", "non-unicast"),
-            ("100.64.0.1", "shared (CGNAT)"),
-        ] {
-            assert_eq!(refused_kind(ip(addr), &[]), Some(kind), "{addr}");
-        }
-        assert_eq!(refused_kind(ip("203.0.113.7"), &[]), None);
-        assert_eq!(refused_kind(ip("2001:db8::1"), &[]), None);
-    }
-
-    #[test]
-    fn a_granted_range_allows_exactly_that_range() {
-        let allowed = ["127.0.0.0/8".parse().unwrap()];
-        assert_eq!(refused_kind(ip("127.0.0.1"), &allowed), None);
-        assert_eq!(refused_kind(ip("::ffff:127.0.0.1"), &allowed), None);
-        assert_eq!(refused_kind(ip("10.0.0.1"), &allowed), Some("private"));
-        assert_eq!(refused_kind(ip("::1"), &allowed), Some("loopback"));
-    }
 
     #[test]
     fn destinations_are_normalised() {

@@ -2,6 +2,7 @@
 //! to the provider entry the call runs for: a plugin reaches only what its
 //! entry's grants name.
 
+pub mod address;
 pub mod google;
 pub mod http;
 pub(crate) mod kv;

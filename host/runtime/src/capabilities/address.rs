@@ -1,0 +1,231 @@
+//! Which addresses a plugin's HTTP may reach: the ranges refused unless a
+//! grant's `allowAddresses` names them, and IP literals read the way the
+//! transport's URL parser reads them.
+//!
+//! The transport dials an IP-literal host without asking the resolver
+//! (where the policy is also applied), and it parses URLs by the WHATWG
+//! rules, under which `127.1`, `2130706433`, `0x7f.0.0.1` and
+//! `0177.0.0.1` are all 127.0.0.1. So every check reads a host with the
+//! same rules ([`literal_ip`]), and the providers file refuses such
+//! spellings outright ([`non_canonical`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+/// The address `host` (without brackets) denotes as an IP literal under
+/// the WHATWG URL rules, or `None` for a domain name.
+pub fn literal_ip(host: &str) -> Option<IpAddr> {
+    if host.contains(':') {
+        return host.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    match url::Host::parse(host) {
+        Ok(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+        Ok(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+        _ => None,
+    }
+}
+
+/// The canonical spelling of `host` when it is an IP literal written any
+/// other way (`127.1` → `127.0.0.1`).
+pub fn non_canonical(host: &str) -> Option<IpAddr> {
+    literal_ip(host).filter(|ip| ip.to_string() != host.to_ascii_lowercase())
+}
+
+/// Why `ip` is refused (the kind of address), or `None` when it may be
+/// reached. `allowed` ranges are always reachable.
+pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
+    if allowed.iter().any(|net| net.contains(&ip)) {
+        return None;
+    }
+    // An IPv4 address written as IPv6 (mapped ::ffff:a.b.c.d, compatible
+    // ::a.b.c.d, NAT64 64:ff9b::/96, 6to4 2002::/16) reaches that IPv4
+    // address, so it is judged as one.
+    if let IpAddr::V6(v6) = ip
+        && let Some(v4) = embedded_v4(v6)
+    {
+        if allowed.iter().any(|net| net.contains(&IpAddr::V4(v4))) {
+            return None;
+        }
+        return refused_v4(v4).or_else(|| translated_v6(v6));
+    }
+    match ip {
+        IpAddr::V4(v4) => refused_v4(v4),
+        IpAddr::V6(v6) => refused_v6(v6),
+    }
+}
+
+/// The IPv4 address an IPv6 address carries in one of the forms that
+/// reach it.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if let Some(mapped) = v6.to_ipv4_mapped() {
+        Some(mapped)
+    } else if s[..6] == [0, 0, 0, 0, 0, 0] && !(s[6] == 0 && s[7] <= 1) {
+        // IPv4-compatible (::a.b.c.d); `::` and `::1` are IPv6's own.
+        Some(low)
+    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some(low)
+    } else if s[0] == 0x2002 {
+        Some(Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8))
+    } else {
+        None
+    }
+}
+
+/// Translation prefixes are refused even around a public IPv4 address: a
+/// plugin has no business going through them.
+fn translated_v6(v6: Ipv6Addr) -> Option<&'static str> {
+    let s = v6.segments();
+    if v6.to_ipv4_mapped().is_some() {
+        None
+    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some("NAT64")
+    } else if s[0] == 0x2002 {
+        Some("6to4")
+    } else {
+        Some("IPv4-compatible")
+    }
+}
+
+fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    if ip == Ipv4Addr::new(169, 254, 169, 254) {
+        Some("cloud metadata")
+    } else if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_private() {
+        Some("private")
+    } else if ip.is_link_local() {
+        Some("link-local")
+    } else if a == 0 || ip.is_broadcast() || ip.is_multicast() {
+        Some("non-unicast")
+    } else if a == 100 && (b & 0xc0) == 64 {
+        Some("shared (CGNAT)")
+    } else if a == 192 && b == 0 && c == 0 {
+        Some("IETF protocol assignments")
+    } else if a == 198 && (b & 0xfe) == 18 {
+        Some("benchmarking")
+    } else if a >= 240 {
+        Some("reserved")
+    } else {
+        None
+    }
+}
+
+fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    const EC2_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    let first = ip.segments()[0];
+    if ip == EC2_METADATA {
+        Some("cloud metadata")
+    } else if ip.is_loopback() {
+        Some("loopback")
+    } else if ip.is_unique_local() {
+        Some("private")
+    } else if ip.is_unicast_link_local() {
+        Some("link-local")
+    } else if (first & 0xffc0) == 0xfec0 {
+        Some("site-local")
+    } else if ip.is_unspecified() || ip.is_multicast() {
+        Some("non-unicast")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("an IP address")
+    }
+
+    #[test]
+    fn special_addresses_are_refused_by_default() {
+        for (addr, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("::1", "loopback"),
+            ("10.1.2.3", "private"),
+            ("192.168.0.1", "private"),
+            ("172.16.0.1", "private"),
+            ("169.254.169.254", "cloud metadata"),
+            ("fd00:ec2::254", "cloud metadata"),
+            ("169.254.1.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("fd12::1", "private"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("0.0.0.0", "non-unicast"),
+            ("100.64.0.1", "shared (CGNAT)"),
+        ] {
+            assert_eq!(refused_kind(ip(addr), &[]), Some(kind), "{addr}");
+        }
+        assert_eq!(refused_kind(ip("203.0.113.7"), &[]), None);
+        assert_eq!(refused_kind(ip("2001:db8::1"), &[]), None);
+    }
+
+    #[test]
+    fn a_granted_range_allows_exactly_that_range() {
+        let allowed = ["127.0.0.0/8".parse().unwrap()];
+        assert_eq!(refused_kind(ip("127.0.0.1"), &allowed), None);
+        assert_eq!(refused_kind(ip("::ffff:127.0.0.1"), &allowed), None);
+        assert_eq!(refused_kind(ip("10.0.0.1"), &allowed), Some("private"));
+        assert_eq!(refused_kind(ip("::1"), &allowed), Some("loopback"));
+    }
+
+    fn refused(host: &str) -> Option<&'static str> {
+        refused_kind(literal_ip(host).expect("an IP literal"), &[])
+    }
+
+    /// The attack: a grant naming one of these reached loopback, because
+    /// the transport reads them as 127.0.0.1 and dials without the resolver.
+    #[test]
+    fn non_canonical_ipv4_literals_read_as_the_transport_reads_them() {
+        for host in ["127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "0x7f000001"] {
+            assert_eq!(literal_ip(host), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), "{host}");
+            assert_eq!(non_canonical(host), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), "{host}");
+            assert_eq!(refused(host), Some("loopback"), "{host}");
+        }
+        assert_eq!(non_canonical("127.0.0.1"), None);
+        assert_eq!(non_canonical("2001:db8::1"), None);
+        assert_eq!(literal_ip("pve.lan"), None);
+        assert_eq!(literal_ip("compute.googleapis.com"), None);
+    }
+
+    /// The ranges that were treated as public.
+    #[test]
+    fn special_purpose_ranges_are_refused() {
+        for (host, kind) in [
+            ("0.1.2.3", "non-unicast"),
+            ("198.18.0.1", "benchmarking"),
+            ("198.19.255.1", "benchmarking"),
+            ("240.0.0.1", "reserved"),
+            ("192.0.0.8", "IETF protocol assignments"),
+            ("fec0::1", "site-local"),
+            // The metadata address behind NAT64, 6to4 and the IPv4-compatible form.
+            ("64:ff9b::a9fe:a9fe", "cloud metadata"),
+            ("2002:a9fe:a9fe::1", "cloud metadata"),
+            ("::169.254.169.254", "cloud metadata"),
+            ("::ffff:127.0.0.1", "loopback"),
+            // A public IPv4 address through a translation prefix.
+            ("64:ff9b::808:808", "NAT64"),
+            ("2002:808:808::1", "6to4"),
+        ] {
+            assert_eq!(refused(host), Some(kind), "{host}");
+        }
+        for host in ["8.8.8.8", "198.20.0.1", "192.0.2.1", "2001:4860::8888", "::ffff:8.8.8.8"] {
+            assert_eq!(refused(host), None, "{host}");
+        }
+        assert_eq!(refused("::1"), Some("loopback"));
+        assert_eq!(refused("::"), Some("non-unicast"));
+    }
+
+    #[test]
+    fn allowed_ranges_win_also_for_embedded_ipv4() {
+        let allowed: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("net")];
+        assert_eq!(refused_kind("10.1.2.3".parse().expect("ip"), &allowed), None);
+        assert_eq!(refused_kind("::ffff:10.1.2.3".parse().expect("ip"), &allowed), None);
+        assert_eq!(refused_kind("64:ff9b::a01:203".parse().expect("ip"), &allowed), None);
+    }
+}
