@@ -17,10 +17,7 @@ pub fn root() -> Result<PathBuf> {
 /// The plugins' cargo target directory, so that std is compiled for
 /// `wasm32-wasip2` once per machine (`PROXYFLEET_WASM_TARGET_DIR` moves it).
 pub fn wasm_target() -> Result<PathBuf> {
-    match env::var_os("PROXYFLEET_WASM_TARGET_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => Ok(PathBuf::from(dir)),
-        None => Ok(root()?.join("wasm-target")),
-    }
+    overridable("PROXYFLEET_WASM_TARGET_DIR", "wasm-target")
 }
 
 /// Tools installed with `cargo install` (the component linker).
@@ -32,9 +29,15 @@ pub fn tools() -> Result<PathBuf> {
 /// (`PROXYFLEET_KUBE_CACHE` moves it; `deploy/dev/kube-apiserver/build.sh`
 /// reads the same variable).
 pub fn kube() -> Result<PathBuf> {
-    match env::var_os("PROXYFLEET_KUBE_CACHE").filter(|dir| !dir.is_empty()) {
+    overridable("PROXYFLEET_KUBE_CACHE", "kube")
+}
+
+/// The directory the environment variable `var` names, else `name` under
+/// [`root`].
+fn overridable(var: &str, name: &str) -> Result<PathBuf> {
+    match env::var_os(var).filter(|dir| !dir.is_empty()) {
         Some(dir) => Ok(PathBuf::from(dir)),
-        None => Ok(root()?.join("kube")),
+        None => Ok(root()?.join(name)),
     }
 }
 
