@@ -412,7 +412,7 @@ fn kube(installer: &Installer, rows: &mut Vec<Row>) -> Result<()> {
             },
         });
     }
-    for need in packages::kube() {
+    for need in packages::kube().into_iter().chain(packages::node()) {
         rows.push(package_row("kubernetes", &need, installer));
     }
     Ok(())

@@ -54,6 +54,15 @@ pub fn kube() -> Vec<Need> {
     .collect()
 }
 
+/// What `deploy/dev/node/start.sh` installs for the in-cluster tests'
+/// node (listed for the doctor; the script installs them itself).
+pub fn node() -> Vec<Need> {
+    ["containerd", "runc", "containernetworking-plugins", "iptables", "nftables", "conntrack"]
+        .into_iter()
+        .map(Need::any)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +78,25 @@ mod tests {
         for need in kube() {
             assert!(script.contains(need.package), "build.sh does not install {}", need.package);
         }
+    }
+
+    /// The doctor's list of the node's packages stays the one its script
+    /// installs.
+    #[test]
+    fn node_packages_are_the_node_scripts() {
+        let repo = crate::Repo::locate().expect("inside the repository");
+        let lib =
+            std::fs::read_to_string(repo.root.join("deploy/dev/node/lib.sh")).expect("lib.sh");
+        let line = lib
+            .lines()
+            .find(|line| line.starts_with("NODE_APT_PACKAGES=("))
+            .expect("NODE_APT_PACKAGES in lib.sh");
+        let listed: Vec<&str> = line
+            .trim_start_matches("NODE_APT_PACKAGES=(")
+            .trim_end_matches(')')
+            .split_whitespace()
+            .collect();
+        let ours: Vec<&str> = node().iter().map(|need| need.package).collect();
+        assert_eq!(ours, listed);
     }
 }
