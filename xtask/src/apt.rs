@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 
 use crate::process;
+use crate::shell_vars;
 use crate::version::Version;
 
 /// A Debian package a command needs, at least at `minimum` when given.
@@ -99,15 +100,7 @@ pub fn is_root() -> bool {
 
 /// The release's codename (`bookworm`), from /etc/os-release.
 pub fn codename() -> Option<String> {
-    let text = fs::read_to_string("/etc/os-release").ok()?;
-    os_release_value(&text, "VERSION_CODENAME")
-}
-
-fn os_release_value(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
-        .map(|value| value.trim().trim_matches('"').to_owned())
-        .filter(|value| !value.is_empty())
+    shell_vars::read(Path::new("/etc/os-release"), "VERSION_CODENAME")
 }
 
 static UPDATED: AtomicBool = AtomicBool::new(false);
@@ -131,14 +124,18 @@ pub fn update_once() -> Result<()> {
 /// refreshed first, every candidate is checked against its minimum, then
 /// one `apt-get install` runs and the result is checked again.
 pub fn ensure(needs: &[Need]) -> Result<()> {
+    let versions: Vec<Option<String>> = needs.iter().map(|need| installed(need.package)).collect();
     let todo: Vec<&Need> = needs
         .iter()
-        .filter(|need| need.judge(installed(need.package).as_deref()) != Judgement::Ok)
+        .zip(&versions)
+        .filter(|(need, version)| need.judge(version.as_deref()) != Judgement::Ok)
+        .map(|(need, _)| need)
         .collect();
     if todo.is_empty() {
         let present: Vec<String> = needs
             .iter()
-            .map(|need| format!("{} {}", need.package, installed(need.package).unwrap_or_default()))
+            .zip(&versions)
+            .map(|(need, version)| format!("{} {}", need.package, version.as_deref().unwrap_or("")))
             .collect();
         eprintln!("xtask: Debian packages present: {}", present.join(", "));
         return Ok(());
@@ -238,17 +235,12 @@ pub struct Source {
 
 /// Every enabled `deb` source in /etc/apt (one-line and deb822 files).
 pub fn sources() -> Vec<Source> {
-    sources_under(Path::new("/"))
-}
-
-/// The same, for a root directory other than `/`.
-pub fn sources_under(root: &Path) -> Vec<Source> {
     let mut found = Vec::new();
-    if let Ok(text) = fs::read_to_string(root.join("etc/apt/sources.list")) {
+    if let Ok(text) = fs::read_to_string("/etc/apt/sources.list") {
         found.extend(parse_one_line(&text));
     }
-    let dir = root.join("etc/apt/sources.list.d");
-    let mut files: Vec<_> = fs::read_dir(&dir)
+    let dir = Path::new("/etc/apt/sources.list.d");
+    let mut files: Vec<_> = fs::read_dir(dir)
         .map(|entries| entries.filter_map(|entry| entry.ok().map(|entry| entry.path())).collect())
         .unwrap_or_default();
     files.sort();
@@ -353,13 +345,5 @@ mod tests {
         assert_eq!(sources[0].components, ["main", "contrib"]);
         assert_eq!(sources[1].uri, "http://mirror.invalid/debian-security");
         assert_eq!(sources[1].suites, ["bookworm-security"]);
-    }
-
-    #[test]
-    fn reads_the_codename() {
-        let text = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
-        assert_eq!(os_release_value(text, "VERSION_CODENAME").as_deref(), Some("bookworm"));
-        assert_eq!(os_release_value(text, "ID").as_deref(), Some("debian"));
-        assert_eq!(os_release_value(text, "NOPE"), None);
     }
 }

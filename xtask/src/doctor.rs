@@ -17,6 +17,7 @@ use crate::helm;
 use crate::linker;
 use crate::packages;
 use crate::process;
+use crate::shell_vars;
 use crate::toolchain::{self, WASM_TARGET};
 use crate::version::Version;
 use crate::{Repo, cache};
@@ -125,11 +126,7 @@ fn table(rows: &[Row]) -> String {
 }
 
 fn system(installer: &Installer, rows: &mut Vec<Row>) {
-    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let pretty = os
-        .lines()
-        .find_map(|line| line.strip_prefix("PRETTY_NAME="))
-        .map(|name| name.trim_matches('"').to_owned())
+    let pretty = shell_vars::read(Path::new("/etc/os-release"), "PRETTY_NAME")
         .unwrap_or_else(|| "unknown".to_owned());
     let codename = apt::codename();
     rows.push(Row {

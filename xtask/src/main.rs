@@ -33,6 +33,7 @@ mod node;
 mod packages;
 mod plugins;
 mod process;
+mod shell_vars;
 mod suite;
 mod toolchain;
 mod version;

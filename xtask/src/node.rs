@@ -8,7 +8,6 @@
 //!   ignored test `on_node` (the Helm chart installed and exercised), and
 //!   the node stopped and purged again unless `--keep`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -16,7 +15,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::image::{self, Profile};
 use crate::process::{self, step};
-use crate::{Repo, cargo, helm};
+use crate::{Repo, cargo, helm, shell_vars};
 
 fn script(repo: &Repo, name: &str) -> PathBuf {
     repo.root.join("deploy/dev/node").join(name)
@@ -44,15 +43,6 @@ pub fn stop(repo: &Repo, purge: bool) -> Result<()> {
     process::run(&mut stop)
 }
 
-/// `KEY=value` lines of the node's env file.
-fn env_var(env_file: &Path, key: &str) -> Result<String> {
-    let text = fs::read_to_string(env_file)?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
-        .map(|value| value.trim().trim_matches('"').to_owned())
-        .with_context(|| format!("{key} missing from {}", env_file.display()))
-}
-
 pub fn e2e(repo: &Repo, keep: bool) -> Result<()> {
     let images = image::build(repo, Profile::Dev)?;
     let helm = helm::provide()?;
@@ -72,7 +62,8 @@ pub fn e2e(repo: &Repo, keep: bool) -> Result<()> {
         }
     };
     let result = step("images into the node's containerd", || {
-        let address = env_var(&env_file, "CONTAINERD_ADDRESS")?;
+        let address = shell_vars::read(&env_file, "CONTAINERD_ADDRESS")
+            .with_context(|| format!("CONTAINERD_ADDRESS missing from {}", env_file.display()))?;
         for image in &images {
             process::run(
                 Command::new("ctr")
