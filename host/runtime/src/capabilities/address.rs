@@ -42,12 +42,12 @@ pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
     // ::a.b.c.d, NAT64 64:ff9b::/96, 6to4 2002::/16) reaches that IPv4
     // address, so it is judged as one.
     if let IpAddr::V6(v6) = ip
-        && let Some(v4) = embedded_v4(v6)
+        && let Some((v4, prefix)) = embedded_v4(v6)
     {
         if allowed.iter().any(|net| net.contains(&IpAddr::V4(v4))) {
             return None;
         }
-        return refused_v4(v4).or_else(|| translated_v6(v6));
+        return refused_v4(v4).or(prefix);
     }
     match ip {
         IpAddr::V4(v4) => refused_v4(v4),
@@ -56,36 +56,24 @@ pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
 }
 
 /// The IPv4 address an IPv6 address carries in one of the forms that
-/// reach it.
-fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+/// reach it, with the name of the translation prefix it goes through:
+/// those are refused even around a public IPv4 address (a plugin has no
+/// business going through them); a mapped address has none.
+fn embedded_v4(v6: Ipv6Addr) -> Option<(Ipv4Addr, Option<&'static str>)> {
     let s = v6.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if let Some(mapped) = v6.to_ipv4_mapped() {
-        Some(mapped)
+        Some((mapped, None))
     } else if s[..6] == [0, 0, 0, 0, 0, 0] && !(s[6] == 0 && s[7] <= 1) {
         // IPv4-compatible (::a.b.c.d); `::` and `::1` are IPv6's own.
-        Some(low)
+        Some((low, Some("IPv4-compatible")))
     } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        Some(low)
+        Some((low, Some("NAT64")))
     } else if s[0] == 0x2002 {
-        Some(Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8))
+        let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
+        Some((v4, Some("6to4")))
     } else {
         None
-    }
-}
-
-/// Translation prefixes are refused even around a public IPv4 address: a
-/// plugin has no business going through them.
-fn translated_v6(v6: Ipv6Addr) -> Option<&'static str> {
-    let s = v6.segments();
-    if v6.to_ipv4_mapped().is_some() {
-        None
-    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        Some("NAT64")
-    } else if s[0] == 0x2002 {
-        Some("6to4")
-    } else {
-        Some("IPv4-compatible")
     }
 }
 
