@@ -6,7 +6,6 @@
 //! on a unix socket in a temporary directory. Real SSH carries real libvirt
 //! RPC between them. Both need root, as the tests run here.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -31,11 +30,6 @@ fn run(command: &mut Command) {
 /// Generates an ed25519 key pair at `path` and `path.pub`.
 pub fn keygen(path: &Path) {
     run(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", ""]).arg("-f").arg(path));
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    listener.local_addr().expect("its address").port()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
@@ -106,7 +100,7 @@ impl Sshd {
         keygen(&user_key);
         let authorized = dir.join("authorized_keys");
         std::fs::copy(dir.join("user_key.pub"), &authorized).expect("authorized_keys");
-        let port = free_port();
+        let port = crate::ports::free_port();
         let config = dir.join("sshd_config");
         std::fs::write(
             &config,

@@ -3,6 +3,7 @@
 
 pub mod kvm;
 pub mod operator;
+pub mod ports;
 pub mod proxies;
 
 use std::convert::Infallible;

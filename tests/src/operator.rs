@@ -92,14 +92,6 @@ pub async fn terminate(
     .await
 }
 
-/// A loopback port nothing listens on now (bound, noted, released).
-///
-/// # Panics
-/// When no port can be bound.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
 /// One Proxy manifest on provider entry `provider`.
 pub fn proxy_manifest(name: &str, provider: &str) -> String {
     format!(

@@ -1,7 +1,7 @@
 //! Real forward proxies for the tests: Debian's tinyproxy on a loopback
 //! port, started and killed at will.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ impl Tinyproxy {
     /// # Panics
     /// As [`Tinyproxy::start`].
     pub fn start_with(extra: &str) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::ports::free_port();
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("tinyproxy.conf");
         // No ConnectPort line: CONNECT is allowed to every port, which the

@@ -178,8 +178,7 @@ async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_creat
 }
 
 fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    format!("127.0.0.1:{port}")
+    format!("127.0.0.1:{}", proxyfleet_tests::ports::free_port())
 }
 
 async fn readyz(api: &str) -> Option<u16> {

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use proxyfleet_tests::operator::{Site, free_port};
+use proxyfleet_tests::operator::Site;
+use proxyfleet_tests::ports::free_port;
 use proxyfleet_tests::{plugin, replace_file, wait_for};
 
 async fn active_version(api: &str) -> Option<String> {

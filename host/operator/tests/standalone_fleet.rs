@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use proxyfleet_tests::operator::{Site, free_port, proxy_manifest, terminate};
+use proxyfleet_tests::operator::{Site, proxy_manifest, terminate};
+use proxyfleet_tests::ports::free_port;
 use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{Canned, TestServer, wait_for};
 

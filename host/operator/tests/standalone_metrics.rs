@@ -4,7 +4,8 @@ use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::time::Duration;
 
-use proxyfleet_tests::operator::{Site, free_port, proxy_manifest};
+use proxyfleet_tests::operator::{Site, proxy_manifest};
+use proxyfleet_tests::ports::free_port;
 use proxyfleet_tests::wait_for;
 
 fn scrape(port: u16) -> Option<String> {
