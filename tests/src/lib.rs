@@ -236,10 +236,25 @@ impl std::io::Write for CapturedLogs {
 /// with `grants` (YAML indented under `grants:`) and `limits` (YAML flow
 /// mapping body) spliced into its providers file.
 pub async fn fetch_provider(dir: &Path, grants: &str, limits: &str) -> Arc<dyn Provider> {
-    std::fs::copy(plugin("fixtures/http-fetch"), dir.join("http-fetch.wasm"))
+    fixture_provider(dir, "http-fetch", grants, limits).await
+}
+
+/// Entry `fetch` on the fixture component `fixture` (e.g. `hostile`), with
+/// `grants` (YAML lines under `grants:`) and `limits` (the inside of a flow
+/// mapping), loaded from `dir`.
+///
+/// # Panics
+/// When the fixture is not built or the entry does not come up.
+pub async fn fixture_provider(
+    dir: &Path,
+    fixture: &str,
+    grants: &str,
+    limits: &str,
+) -> Arc<dyn Provider> {
+    std::fs::copy(plugin(&format!("fixtures/{fixture}")), dir.join(format!("{fixture}.wasm")))
         .expect("copy fixture");
     let yaml = format!(
-        "providers:\n  - name: fetch\n    plugin: http-fetch\n    limits: {{ {limits} }}\n    grants:\n{grants}"
+        "providers:\n  - name: fetch\n    plugin: {fixture}\n    limits: {{ {limits} }}\n    grants:\n{grants}"
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");

@@ -21,6 +21,11 @@ use crate::error::ConfigError;
 pub const MAX_MEMORY_MIB: u64 = 1024;
 /// The largest `limits.httpResponseMiB` an entry may set (64 GiB).
 pub const MAX_HTTP_RESPONSE_MIB: u64 = 64 * 1024;
+/// The largest `limits.httpRequestMiB` an entry may set: a request body is
+/// held in host memory until it is sent.
+pub const MAX_HTTP_REQUEST_MIB: u64 = 1024;
+/// The most `limits.httpInFlight` an entry may set.
+pub const MAX_HTTP_IN_FLIGHT: usize = 1024;
 
 /// Every provider entry, validated.
 #[derive(Debug, Clone)]
@@ -172,6 +177,15 @@ pub struct Limits {
     pub mutations: usize,
     /// Largest HTTP response body the plugin may receive, in bytes.
     pub http_response_bytes: u64,
+    /// Largest HTTP request body the plugin may send, in bytes. The host
+    /// holds a body until it is sent, so this bounds host memory too.
+    pub http_request_bytes: u64,
+    /// Outgoing requests of the whole entry that may be open at once (sent
+    /// and not yet read to the end); more wait for one to end.
+    pub http_in_flight: usize,
+    /// Of those, requests one call may have open at once; more fail at
+    /// once with `connection-limit-reached`.
+    pub http_in_flight_per_call: usize,
     /// Budget to connect to an HTTP destination.
     pub http_connect_timeout: Duration,
     /// Budget from sending a request to its response headers.
@@ -186,6 +200,9 @@ impl Default for Limits {
             concurrency: 8,
             mutations: 2,
             http_response_bytes: 16 << 20,
+            http_request_bytes: 8 << 20,
+            http_in_flight: 32,
+            http_in_flight_per_call: 4,
             http_connect_timeout: Duration::from_secs(10),
             http_first_byte_timeout: Duration::from_secs(30),
         }
@@ -273,6 +290,10 @@ struct RawLimits {
     mutations: Option<usize>,
     #[serde(rename = "httpResponseMiB")]
     http_response_mib: Option<u64>,
+    #[serde(rename = "httpRequestMiB")]
+    http_request_mib: Option<u64>,
+    http_in_flight: Option<usize>,
+    http_in_flight_per_call: Option<usize>,
     http_connect_timeout: Option<String>,
     http_first_byte_timeout: Option<String>,
 }
@@ -658,12 +679,43 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
             format!("{http_response_mib} is out of range; use 1 to {MAX_HTTP_RESPONSE_MIB}"),
         ));
     }
+    let http_request_mib = raw.http_request_mib.unwrap_or(defaults.http_request_bytes >> 20);
+    if !(1..=MAX_HTTP_REQUEST_MIB).contains(&http_request_mib) {
+        return Err(ConfigError::invalid(
+            at,
+            "limits.httpRequestMiB",
+            format!("{http_request_mib} is out of range; use 1 to {MAX_HTTP_REQUEST_MIB}"),
+        ));
+    }
+    let http_in_flight = raw.http_in_flight.unwrap_or(defaults.http_in_flight);
+    if !(1..=MAX_HTTP_IN_FLIGHT).contains(&http_in_flight) {
+        return Err(ConfigError::invalid(
+            at,
+            "limits.httpInFlight",
+            format!("{http_in_flight} is out of range; use 1 to {MAX_HTTP_IN_FLIGHT}"),
+        ));
+    }
+    let http_in_flight_per_call =
+        raw.http_in_flight_per_call.unwrap_or(defaults.http_in_flight_per_call.min(http_in_flight));
+    if !(1..=http_in_flight).contains(&http_in_flight_per_call) {
+        return Err(ConfigError::invalid(
+            at,
+            "limits.httpInFlightPerCall",
+            format!(
+                "{http_in_flight_per_call} is out of range; use 1 to limits.httpInFlight \
+                 ({http_in_flight})"
+            ),
+        ));
+    }
     Ok(Limits {
         call_timeout: duration("timeout", raw.timeout, defaults.call_timeout)?,
         memory_bytes: usize::try_from(memory_mib << 20).unwrap_or(usize::MAX),
         concurrency,
         mutations,
         http_response_bytes: http_response_mib << 20,
+        http_request_bytes: http_request_mib << 20,
+        http_in_flight,
+        http_in_flight_per_call,
         http_connect_timeout: duration(
             "httpConnectTimeout",
             raw.http_connect_timeout,
@@ -955,5 +1007,25 @@ providers:
         let err =
             parse_err("providers:\n  - name: a\n    plugin: x\n    limits: { memoryMiB: 4096 }\n");
         assert!(err.contains("limits.memoryMiB") && err.contains("1 to 1024"), "{err}");
+        let err = parse_err(
+            "providers:\n  - name: a\n    plugin: x\n    limits: { httpRequestMiB: 0 }\n",
+        );
+        assert!(err.contains("limits.httpRequestMiB") && err.contains("1 to 1024"), "{err}");
+        let err = parse_err(
+            "providers:\n  - name: a\n    plugin: x\n    limits: { httpInFlight: 2, httpInFlightPerCall: 3 }\n",
+        );
+        assert!(
+            err.contains("limits.httpInFlightPerCall")
+                && err.contains("1 to limits.httpInFlight (2)"),
+            "{err}"
+        );
+        let config = ProvidersConfig::parse(
+            "providers:\n  - name: a\n    plugin: x\n    limits: { httpInFlight: 2 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.entries[0].limits.http_in_flight_per_call, 2,
+            "the default shrinks to fit"
+        );
     }
 }

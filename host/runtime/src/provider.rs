@@ -358,11 +358,38 @@ impl PluginProvider {
         ProviderError::new(class, self.redactor.redact(&message).into_owned())
     }
 
-    fn expect_instance(answer: Answer) -> Result<Instance, ProviderError> {
+    fn expect_instance(&self, answer: Answer) -> Result<Instance, ProviderError> {
         match answer {
-            Answer::Instance(instance) => Ok(instance_from_wit(instance)),
+            Answer::Instance(instance) => self.checked_instance(instance),
             _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
         }
+    }
+
+    /// An instance the plugin returned, refused whole when a field holds a
+    /// credential the host injected (a backend can echo one back): such a
+    /// field would go on into statuses, spans and Events. Refused rather
+    /// than redacted, because a changed id or address would point at
+    /// another instance.
+    fn checked_instance(&self, instance: wit::Instance) -> Result<Instance, ProviderError> {
+        let instance = instance_from_wit(instance);
+        let mark = instance.mark.as_ref();
+        let fields = [
+            ("providerId", Some(instance.provider_id.as_str())),
+            ("name", Some(instance.name.as_str())),
+            ("mark.uid", mark.map(|m| m.uid.as_str())),
+            ("mark.namespace", mark.map(|m| m.namespace.as_str())),
+            ("mark.name", mark.map(|m| m.name.as_str())),
+        ];
+        let addresses = instance.addresses.iter().map(|a| ("addresses", Some(a.as_str())));
+        for (field, value) in fields.into_iter().chain(addresses) {
+            if value.is_some_and(|value| self.redactor.holds_secret(value)) {
+                return Err(ProviderError::plugin_fault(format!(
+                    "the plugin returned an instance whose `{field}` holds a credential the host \
+                     injected; the answer was dropped"
+                )));
+            }
+        }
+        Ok(instance)
     }
 }
 
@@ -403,11 +430,11 @@ impl Provider for PluginProvider {
     }
 
     async fn create(&self, spec: &ProxySpec) -> Result<Instance, ProviderError> {
-        Self::expect_instance(self.call(Operation::Create(spec)).await?)
+        self.expect_instance(self.call(Operation::Create(spec)).await?)
     }
 
     async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
-        Self::expect_instance(self.call(Operation::Get(provider_id)).await?)
+        self.expect_instance(self.call(Operation::Get(provider_id)).await?)
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
@@ -416,7 +443,9 @@ impl Provider for PluginProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         match self.call(Operation::List).await? {
-            Answer::Instances(list) => Ok(list.into_iter().map(instance_from_wit).collect()),
+            Answer::Instances(list) => {
+                list.into_iter().map(|instance| self.checked_instance(instance)).collect()
+            }
             _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
         }
     }
@@ -596,7 +625,7 @@ impl PinnedInstance<'_> {
                 Err(failure)
             }
             Ok(Err(plugin_error)) => Err(self.provider.classify_plugin_error(plugin_error).into()),
-            Ok(Ok(instance)) => Ok(instance_from_wit(instance)),
+            Ok(Ok(instance)) => Ok(self.provider.checked_instance(instance)?),
         }
     }
 }

@@ -35,6 +35,18 @@ pub(crate) struct MemoryCap {
 /// Most table elements a plugin may hold; Rust plugins need a few hundred.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+/// Largest header map a plugin may build (`wasi:http` fields): the host
+/// holds it, outside the plugin's linear memory.
+pub(crate) const FIELD_SIZE_LIMIT: usize = 32 << 10;
+
+/// How many host resources (header maps, requests, bodies, streams,
+/// uploads) a call may hold at once. They live in host memory, so their
+/// number scales with the entry's `memoryMiB`: header maps at their limit
+/// then take about as much host memory as the plugin may have of its own.
+pub(crate) fn resource_cap(max_memory_bytes: usize) -> usize {
+    (max_memory_bytes / FIELD_SIZE_LIMIT).clamp(256, 4096)
+}
+
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
@@ -82,11 +94,15 @@ impl PluginState {
         // No preopens, no environment, no arguments, closed stdio, and
         // sockets off: a plugin's only way out is the HTTP capability.
         let wasi = WasiCtx::builder().allow_tcp(false).allow_udp(false).build();
+        let mut http_ctx = WasiHttpCtx::new();
+        http_ctx.set_field_size_limit(FIELD_SIZE_LIMIT);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(resource_cap(max_memory_bytes));
         Self {
             wasi,
-            http_ctx: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
-            hooks: HttpHooks { http },
+            http_ctx,
+            table,
+            hooks: HttpHooks { in_flight: http.call_in_flight(), http },
             memory: MemoryCap { max_bytes: max_memory_bytes, hit: false },
             scope,
             deadline: std::time::Instant::now(),

@@ -48,6 +48,12 @@ const ASSERTION_LIFETIME: Duration = Duration::from_secs(3600);
 /// A token is renewed this long before it expires, so that a request never
 /// leaves with one that runs out on the way.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
+/// A plugin decides which requests are sent, so it can draw any number of
+/// 401s. A 401 marks the token stale, but a stale token is exchanged again
+/// at most once per this interval (the first time at once), and a failed
+/// exchange is answered from memory for as long: no plugin can make the
+/// host hammer the token endpoint.
+const EXCHANGE_INTERVAL: Duration = Duration::from_secs(10);
 /// Largest token answer read.
 const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
 /// The error domain of the answers the host makes up itself.
@@ -59,7 +65,19 @@ pub struct GoogleServiceAccount {
     scopes: Vec<String>,
     /// Held across an exchange, so concurrent calls wait for one token
     /// instead of each fetching their own.
-    cached: tokio::sync::Mutex<Option<CachedToken>>,
+    state: tokio::sync::Mutex<TokenState>,
+}
+
+/// The token and what limits how often it is exchanged.
+#[derive(Default)]
+struct TokenState {
+    token: Option<CachedToken>,
+    /// The API refused the token (401) since it was obtained.
+    stale: bool,
+    /// When a stale token was last exchanged early.
+    last_forced: Option<Instant>,
+    /// The last exchange failed, then, and why.
+    failure: Option<(Instant, TokenError)>,
 }
 
 struct CachedToken {
@@ -102,7 +120,7 @@ struct Key {
 impl GoogleServiceAccount {
     /// A credential reading its key from `key_file` and asking for `scopes`.
     pub fn new(key_file: PathBuf, scopes: Vec<String>) -> Self {
-        Self { key_file, scopes, cached: tokio::sync::Mutex::new(None) }
+        Self { key_file, scopes, state: tokio::sync::Mutex::new(TokenState::default()) }
     }
 
     /// The JSON key file.
@@ -138,11 +156,12 @@ impl GoogleServiceAccount {
         }
     }
 
-    /// Drops the cached token, e.g. after the API answered 401 to it (a
-    /// key deleted or an account disabled ends its tokens early).
-    pub(crate) fn forget_token(&self) {
-        if let Ok(mut cached) = self.cached.try_lock() {
-            *cached = None;
+    /// Marks the token stale after the API answered 401 to it (a key
+    /// deleted or an account disabled ends its tokens early): the next
+    /// request exchanges it again, within [`EXCHANGE_INTERVAL`]'s limit.
+    pub(crate) fn token_refused(&self) {
+        if let Ok(mut state) = self.state.try_lock() {
+            state.stale = state.token.is_some();
         }
     }
 
@@ -154,15 +173,49 @@ impl GoogleServiceAccount {
         limits: &Limits,
         redactor: &Redactor,
     ) -> Result<HeaderValue, TokenError> {
-        let mut cached = self.cached.lock().await;
-        if let Some(token) = cached.as_ref()
-            && Instant::now() < token.refresh_at
+        let mut state = self.state.lock().await;
+        let now = Instant::now();
+        if let Some(token) = &state.token
+            && now < token.refresh_at
         {
-            return Ok(token.header.clone());
+            let may_force = state
+                .last_forced
+                .is_none_or(|forced| now.duration_since(forced) >= EXCHANGE_INTERVAL);
+            if !state.stale || !may_force {
+                return Ok(token.header.clone());
+            }
+            state.last_forced = Some(now);
         }
-        let key = self.read_key().await?;
-        let started = Instant::now();
-        let (token, lifetime) = exchange(&key, &self.scopes, transport, grant, limits).await?;
+        if let Some((failed_at, error)) = &state.failure
+            && now.duration_since(*failed_at) < EXCHANGE_INTERVAL
+        {
+            return Err(error.clone());
+        }
+        let exchanged = match self.read_key().await {
+            Ok(key) => exchange(&key, &self.scopes, transport, grant, limits)
+                .await
+                .map(|(token, lifetime)| (key, token, lifetime)),
+            Err(error) => Err(error),
+        };
+        let (key, token, lifetime) = match exchanged {
+            Ok(exchanged) => exchanged,
+            Err(error) => {
+                state.failure = Some((now, error.clone()));
+                // The API refused the stale token already: it is not used
+                // again, and the failure answers until the next try.
+                if state.stale {
+                    state.stale = false;
+                    if let Some(old) = state.token.take() {
+                        redactor.forget(&old.token);
+                        redactor.forget(&format!("Bearer {}", old.token));
+                    }
+                }
+                return Err(error);
+            }
+        };
+        state.failure = None;
+        state.stale = false;
+        let started = now;
         let bearer = format!("Bearer {token}");
         redactor.remember(&token);
         redactor.remember(&bearer);
@@ -173,12 +226,12 @@ impl GoogleServiceAccount {
             ))
         })?;
         header.set_sensitive(true);
-        if let Some(old) = cached.take() {
+        if let Some(old) = state.token.take() {
             redactor.forget(&old.token);
             redactor.forget(&format!("Bearer {}", old.token));
         }
         let margin = REFRESH_MARGIN.min(lifetime / 2);
-        *cached = Some(CachedToken {
+        state.token = Some(CachedToken {
             token,
             header: header.clone(),
             refresh_at: started + lifetime.saturating_sub(margin),

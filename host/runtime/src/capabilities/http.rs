@@ -1,6 +1,9 @@
 //! Outgoing HTTP for plugins (`wasi:http/outgoing-handler`), fail-closed.
 //!
 //! Every request a plugin sends passes, in order:
+//! 0. the method: TRACE and CONNECT are refused, since a backend answering
+//!    TRACE reflects the injected credential back to the plugin, and a
+//!    tunnel would carry traffic the host cannot see;
 //! 1. the allow-list: scheme, host and port must match a grant of the entry;
 //! 2. the address policy: an IP literal, or every address a host name
 //!    resolves to, must be public unless the grant names its range
@@ -8,8 +11,15 @@
 //!    refused otherwise, which also defeats DNS rebinding);
 //! 3. credential injection: the grant's header, built from a secret file
 //!    read now, so rotation needs no restart and the plugin never sees it;
-//! 4. a transport with connect and first-byte timeouts, no redirects (a
-//!    redirect could leave the allow-list) and a response size cap.
+//! 4. the in-flight caps: a call may have `httpInFlightPerCall` requests
+//!    open (more fail at once), the entry `httpInFlight` (more wait), so
+//!    one call cannot exhaust the host's sockets or starve other entries;
+//!    a request stays open until its response body is read or dropped;
+//! 5. the request body, counted while it streams in and refused past
+//!    `httpRequestMiB`, so a plugin cannot make the host buffer more;
+//! 6. a transport with connect and first-byte timeouts, no redirects (a
+//!    redirect could leave the allow-list), a bounded connection pool and a
+//!    response size cap.
 //!
 //! Each request is a `plugin.http` span, a child of the call's
 //! `provider.call` span, naming the method and the destination (scheme,
@@ -28,6 +38,7 @@ use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
 use ipnet::IpNet;
 use proxyfleet_core::HttpDestination;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
 
@@ -68,6 +79,14 @@ pub struct EntryHttp {
     limits: Limits,
     transport: Arc<dyn HttpTransport>,
     redactor: Arc<Redactor>,
+    /// Requests of the entry open now, up to `limits.http_in_flight`.
+    in_flight: Arc<Semaphore>,
+}
+
+/// The permits of one open request; dropped when its response body ends.
+struct InFlight {
+    _call: OwnedSemaphorePermit,
+    _entry: OwnedSemaphorePermit,
 }
 
 impl EntryHttp {
@@ -82,7 +101,13 @@ impl EntryHttp {
             limits: entry.limits.clone(),
             transport,
             redactor,
+            in_flight: Arc::new(Semaphore::new(entry.limits.http_in_flight)),
         }
+    }
+
+    /// The per-call cap on open requests, for a new call's hooks.
+    pub(crate) fn call_in_flight(&self) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(self.limits.http_in_flight_per_call))
     }
 
     fn grant_for(&self, destination: &HttpDestination) -> Option<&HttpGrant> {
@@ -120,11 +145,12 @@ impl EntryHttp {
         &self,
         request: Request<WasiBody>,
         options: Option<RequestOptions>,
+        call: Arc<Semaphore>,
         span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
         let started = Instant::now();
         let result = match destination_of(request.uri()) {
-            Some(destination) => self.send_in_span(request, options, destination, span).await,
+            Some(destination) => self.send_in_span(request, options, destination, call, span).await,
             None => Err(HttpError::HttpRequestUriInvalid),
         };
         span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -139,8 +165,14 @@ impl EntryHttp {
         request: Request<WasiBody>,
         options: Option<RequestOptions>,
         destination: HttpDestination,
+        call: Arc<Semaphore>,
         span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
+        let method = request.method();
+        if method == http::Method::TRACE || method == http::Method::CONNECT {
+            tracing::warn!("refused: plugins may not send {method} requests");
+            return Err(HttpError::HttpRequestMethodInvalid);
+        }
         let Some(grant) = self.grant_for(&destination) else {
             tracing::warn!("refused: {destination} is not among the entry's HTTP grants");
             return Err(HttpError::HttpRequestDenied);
@@ -155,7 +187,31 @@ impl EntryHttp {
             );
             return Err(HttpError::DestinationIpProhibited);
         }
+        let Ok(call_permit) = call.try_acquire_owned() else {
+            tracing::warn!(
+                "refused: the call already has {} requests open (limits.httpInFlightPerCall)",
+                self.limits.http_in_flight_per_call
+            );
+            return Err(HttpError::ConnectionLimitReached);
+        };
         let (mut parts, body) = request.into_parts();
+        let body = collect_limited(&parts.headers, body, self.limits.http_request_bytes).await?;
+        let entry_permit = match tokio::time::timeout(
+            self.limits.http_first_byte_timeout,
+            Arc::clone(&self.in_flight).acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!(
+                    "refused: the entry's {} requests (limits.httpInFlight) stayed open",
+                    self.limits.http_in_flight
+                );
+                return Err(HttpError::ConnectionLimitReached);
+            }
+        };
+        let open = InFlight { _call: call_permit, _entry: entry_permit };
         if let Some(Credential::GoogleServiceAccount(account)) = &grant.credential {
             match account.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
                 Ok(value) => drop(parts.headers.insert(http::header::AUTHORIZATION, value)),
@@ -190,7 +246,6 @@ impl EntryHttp {
             value.set_sensitive(true);
             parts.headers.insert(credential.header.clone(), value);
         }
-        let body = collect_limited(body, self.limits.http_response_bytes).await?;
         let request = Request::from_parts(parts, body);
         let options = options.unwrap_or_default();
         let policy = SendPolicy {
@@ -216,9 +271,9 @@ impl EntryHttp {
         if response.status() == http::StatusCode::UNAUTHORIZED
             && let Some(Credential::GoogleServiceAccount(account)) = &grant.credential
         {
-            account.forget_token();
+            account.token_refused();
         }
-        cap_response(response, self.limits.http_response_bytes)
+        cap_response(response, self.limits.http_response_bytes, open)
     }
 }
 
@@ -233,17 +288,50 @@ fn destination_of(uri: &http::Uri) -> Option<HttpDestination> {
     Some(HttpDestination { scheme, host, port: uri.port_u16() })
 }
 
-async fn collect_limited(body: WasiBody, limit: u64) -> Result<Bytes, HttpError> {
-    let collected = body.collect().await?.to_bytes();
-    if collected.len() as u64 > limit {
-        return Err(HttpError::HttpRequestBodySize(Some(collected.len() as u64)));
+/// The request body, read frame by frame and refused as soon as it passes
+/// `limit` (or declares a longer length), so the host never holds more.
+async fn collect_limited(
+    headers: &http::HeaderMap,
+    mut body: WasiBody,
+    limit: u64,
+) -> Result<Bytes, HttpError> {
+    let too_big = |length: u64| {
+        tracing::warn!(
+            "refused: a request body of {length} bytes or more is over limits.httpRequestMiB \
+             ({limit} bytes)"
+        );
+        HttpError::HttpRequestBodySize(Some(length))
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared
+        && length > limit
+    {
+        return Err(too_big(length));
     }
-    Ok(collected)
+    let mut collected = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            let length = collected.len() as u64 + data.len() as u64;
+            if length > limit {
+                return Err(too_big(length));
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(collected.freeze())
 }
 
 /// Refuses a response whose declared length is over `limit` and cuts a body
 /// that grows past it, so a plugin never buffers more than the cap.
-fn cap_response(response: Response<WasiBody>, limit: u64) -> Result<Response<WasiBody>, HttpError> {
+/// `open` is held until the body ends or is dropped.
+fn cap_response(
+    response: Response<WasiBody>,
+    limit: u64,
+    open: InFlight,
+) -> Result<Response<WasiBody>, HttpError> {
     let declared = response
         .headers()
         .get(http::header::CONTENT_LENGTH)
@@ -256,25 +344,28 @@ fn cap_response(response: Response<WasiBody>, limit: u64) -> Result<Response<Was
         return Err(HttpError::HttpResponseBodySize(Some(length)));
     }
     let (parts, body) = response.into_parts();
-    let stream =
-        futures::stream::unfold((body, 0u64, false), move |(mut body, seen, done)| async move {
+    let stream = futures::stream::unfold(
+        (body, 0u64, false, open),
+        move |(mut body, seen, done, open)| async move {
             if done {
                 return None;
             }
             match body.frame().await {
                 None => None,
-                Some(Err(err)) => Some((Err(err), (body, seen, true))),
+                Some(Err(err)) => Some((Err(err), (body, seen, true, open))),
                 Some(Ok(frame)) => {
                     let seen = seen + frame.data_ref().map_or(0, |d| d.len() as u64);
                     if seen > limit {
                         tracing::warn!("response body passed the cap of {limit} bytes");
-                        Some((Err(HttpError::HttpResponseBodySize(Some(seen))), (body, seen, true)))
+                        let error = HttpError::HttpResponseBodySize(Some(seen));
+                        Some((Err(error), (body, seen, true, open)))
                     } else {
-                        Some((Ok(frame), (body, seen, false)))
+                        Some((Ok(frame), (body, seen, false, open)))
                     }
                 }
             }
-        });
+        },
+    );
     Ok(Response::from_parts(parts, StreamBody::new(stream).boxed_unsync()))
 }
 
@@ -282,6 +373,8 @@ fn cap_response(response: Response<WasiBody>, limit: u64) -> Result<Response<Was
 /// entry's [`EntryHttp`].
 pub(crate) struct HttpHooks {
     pub(crate) http: Arc<EntryHttp>,
+    /// This call's requests open now, up to `limits.http_in_flight_per_call`.
+    pub(crate) in_flight: Arc<Semaphore>,
 }
 
 impl WasiHttpHooks for HttpHooks {
@@ -299,9 +392,11 @@ impl WasiHttpHooks for HttpHooks {
             > + Send,
     > {
         let http = Arc::clone(&self.http);
+        let call = Arc::clone(&self.in_flight);
         let span = http.span(&request);
         Box::new(async move {
-            let response = http.send(request, options, &span).instrument(span.clone()).await?;
+            let response =
+                http.send(request, options, call, &span).instrument(span.clone()).await?;
             let io_done: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
                 Box::new(async { Ok(()) });
             Ok((response, io_done))
@@ -332,6 +427,8 @@ impl ReqwestTransport {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(entry.limits.http_connect_timeout)
+            // Never more idle connections than the entry may have open.
+            .pool_max_idle_per_host(entry.limits.http_in_flight)
             .dns_resolver(Arc::new(resolver));
         if let Some(ca_file) = &entry.grants.ca_file {
             let pem = std::fs::read(ca_file).map_err(|err| {
@@ -506,6 +603,7 @@ impl EntryHttp {
             limits: Limits::default(),
             transport,
             redactor: Arc::new(Redactor::default()),
+            in_flight: Arc::new(Semaphore::new(1)),
         }
     }
 }

@@ -38,6 +38,12 @@ impl Redactor {
         secrets.retain(|s| s != secret);
     }
 
+    /// Whether `text` holds a remembered secret.
+    pub fn holds_secret(&self, text: &str) -> bool {
+        let secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        secrets.iter().any(|secret| text.contains(secret.as_str()))
+    }
+
     /// `text` with every remembered secret replaced.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let secrets = self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

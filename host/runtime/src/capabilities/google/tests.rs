@@ -69,6 +69,15 @@ impl Fixture {
             .header(&self.transport, &self.entry.grants.http[0], &self.entry.limits, &self.redactor)
             .await
     }
+
+    /// Like [`Fixture::header`], on a new credential of the same key file,
+    /// which remembers no earlier failure.
+    async fn fresh_header(&self) -> Result<HeaderValue, TokenError> {
+        let account = GoogleServiceAccount::new(self.key_file.clone(), vec![SCOPE.to_owned()]);
+        account
+            .header(&self.transport, &self.entry.grants.http[0], &self.entry.limits, &self.redactor)
+            .await
+    }
 }
 
 fn bearer(header: &HeaderValue) -> String {
@@ -103,11 +112,38 @@ async fn a_rotated_key_file_is_read_at_the_next_exchange() {
     f.header().await.unwrap();
     let new_key = f.sim.create_key(EMAIL).unwrap();
     std::fs::write(&f.key_file, &new_key.json).unwrap();
-    f.account().forget_token();
+    f.account().token_refused();
     f.header().await.unwrap();
     let grants = f.sim.tokens_issued();
     assert_eq!(grants.len(), 2);
     assert_eq!(grants[1].private_key_id, new_key.private_key_id);
+}
+
+/// Issue 15, item 12: every 401 dropped the token, so a plugin sending
+/// requests that draw 401s forced a token exchange on each of them.
+#[tokio::test]
+async fn a_plugin_drawing_401s_cannot_force_an_exchange_per_request() {
+    let f = Fixture::new(Duration::from_secs(3600), true).await;
+    let first = f.header().await.unwrap();
+    f.account().token_refused();
+    let second = f.header().await.unwrap();
+    assert_ne!(second, first, "the first refusal is believed at once");
+    for _ in 0..5 {
+        f.account().token_refused();
+        assert_eq!(f.header().await.unwrap(), second, "later ones wait for the interval");
+    }
+    assert_eq!(f.sim.tokens_issued().len(), 2);
+}
+
+/// The same attack on a failing endpoint: every request retried it.
+#[tokio::test]
+async fn a_failed_exchange_answers_from_memory_until_the_interval_passes() {
+    let f = Fixture::new(Duration::from_secs(3600), true).await;
+    f.sim.set_faults(Faults { token_endpoint_down: true, ..Faults::default() });
+    let err = f.header().await.unwrap_err();
+    f.sim.set_faults(Faults::default());
+    assert_eq!(f.header().await.unwrap_err(), err, "not asked again yet");
+    assert!(f.sim.tokens_issued().is_empty());
 }
 
 #[tokio::test]
@@ -172,14 +208,14 @@ async fn unusable_key_files_are_refused_naming_the_problem() {
     ];
     for (text, expected) in cases {
         std::fs::write(&f.key_file, text).unwrap();
-        let err = f.header().await.unwrap_err();
+        let err = f.fresh_header().await.unwrap_err();
         let TokenError::Refused(message) = &err else { panic!("refused: {err:?}") };
         assert!(message.contains(&expected), "{message} lacks {expected}");
         assert!(message.contains(&f.key_file.display().to_string()), "{message}");
         assert!(!message.contains(&pem[40..80]), "the key leaked: {message}");
     }
     std::fs::remove_file(&f.key_file).unwrap();
-    let err = f.header().await.unwrap_err();
+    let err = f.fresh_header().await.unwrap_err();
     assert!(matches!(&err, TokenError::Refused(text) if text.contains("cannot read the key file")));
 }
 

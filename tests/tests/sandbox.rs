@@ -1,0 +1,190 @@
+//! The sandbox's bounds against the `hostile` fixture, a plugin that
+//! drives raw `wasi:http` the way an attacker would. Each test is named
+//! for the attack it pins.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use proxyfleet_core::{ErrorClass, Provider};
+use proxyfleet_tests::{Canned, TestServer, fetch_provider, fixture_provider};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpListener;
+
+fn grant(port: u16) -> String {
+    format!(
+        "      http:\n        - {{ url: 'http://127.0.0.1:{port}', allowAddresses: [127.0.0.1] }}\n"
+    )
+}
+
+async fn hostile(dir: &std::path::Path, port: u16, limits: &str) -> Arc<dyn Provider> {
+    fixture_provider(dir, "hostile", &grant(port), limits).await
+}
+
+/// What the fixture reported of an attack.
+async fn attack(provider: &dyn Provider, command: &str) -> Value {
+    let instance = provider.get(command).await.unwrap_or_else(|err| panic!("{command}: {err}"));
+    serde_json::from_str(&instance.name).expect("a JSON report")
+}
+
+/// A server that accepts connections, counts them and never answers.
+async fn silent_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (port, accepted)
+}
+
+/// A server that answers every request with the request's own head, as a
+/// backend answering TRACE, or one quoting a request in an error, does.
+async fn reflecting_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0_u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    head.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(&head).await;
+            });
+        }
+    });
+    port
+}
+
+/// Issue 15, item 1: a streamed request body was buffered whole before
+/// its size was checked (512 MiB raised host RSS by about 1 GiB).
+#[tokio::test]
+async fn a_streamed_request_body_is_cut_off_at_its_own_limit() {
+    let server = TestServer::http(Canned { status: 200, body: "ok".into() }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), server.addr.port(), "httpRequestMiB: 1").await;
+    let url = format!("http://127.0.0.1:{}/upload", server.addr.port());
+
+    let report = attack(&*provider, &format!("stream {url} 64")).await;
+    assert_eq!(report["outcome"], "ErrorCode::HttpRequestBodySize(Some(1052672))", "{report}");
+    let written = report["written"].as_u64().unwrap();
+    assert!(written < 2 << 20, "the host stopped taking the body near 1 MiB: {report}");
+    assert!(server.seen().is_empty(), "nothing was sent");
+
+    // Within the limit, the body goes out.
+    let report = attack(&*provider, &format!("stream {url} 1")).await;
+    assert_eq!(report["outcome"], "status 200", "{report}");
+    assert_eq!(server.seen().len(), 1);
+}
+
+/// Issue 15, item 7: TRACE reached the backend, and a backend answering it
+/// reflects the injected credential to the plugin; CONNECT passed too.
+#[tokio::test]
+async fn trace_and_connect_are_refused_before_anything_is_sent() {
+    let server = TestServer::http(Canned { status: 200, body: "ok".into() }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), server.addr.port(), "").await;
+    let url = format!("http://127.0.0.1:{}/", server.addr.port());
+    for method in ["TRACE", "CONNECT"] {
+        let report = attack(&*provider, &format!("method {method} {url}")).await;
+        assert_eq!(report["outcome"], "ErrorCode::HttpRequestMethodInvalid", "{method}: {report}");
+    }
+    assert!(server.seen().is_empty());
+    let report = attack(&*provider, &format!("method GET {url}")).await;
+    assert_eq!(report["outcome"], "status 200", "{report}");
+}
+
+/// Issue 15, item 7: whatever a plugin returned went on unchecked, so a
+/// credential reflected by a backend reached statuses, spans and Events.
+#[tokio::test]
+async fn a_returned_instance_holding_an_injected_credential_is_refused() {
+    let port = reflecting_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, "s3cret-token-9\n").unwrap();
+    let grants = format!(
+        "      http:\n        - url: http://127.0.0.1:{port}\n          allowAddresses: [127.0.0.1]\n          credential: {{ header: Authorization, valueTemplate: 'Bearer {{secret}}', secretFile: {} }}\n",
+        secret_file.display()
+    );
+    let fetch = fetch_provider(dir.path(), &grants, "").await;
+    // http-fetch returns the response body in the instance's name.
+    let err = fetch.get(&format!("http://127.0.0.1:{port}/")).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    assert!(err.message.contains("`name` holds a credential"), "{err}");
+    assert!(!err.message.contains("s3cret"), "{err}");
+}
+
+/// Issue 15, item 3: one call opened 3,000 connections to a server that
+/// never answered, until the host ran out of file descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_cannot_open_more_requests_than_its_cap() {
+    let (port, accepted) = silent_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), port, "httpInFlightPerCall: 4").await;
+    let report = attack(&*provider, &format!("flood http://127.0.0.1:{port}/ 200 300")).await;
+    assert_eq!(report["pending"], 4, "{report}");
+    assert_eq!(report["failed"], 196, "{report}");
+    assert_eq!(
+        report["errors"],
+        serde_json::json!(["ErrorCode::ConnectionLimitReached"]),
+        "{report}"
+    );
+    let accepted = accepted.load(Ordering::SeqCst);
+    assert!(accepted <= 4, "{accepted} connections");
+}
+
+/// Issue 15, item 3: the entry's cap holds across calls: more calls do not
+/// add connections, they wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_together_cannot_open_more_requests_than_the_entry_cap() {
+    let (port, accepted) = silent_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let provider =
+        hostile(dir.path(), port, "httpInFlight: 6, httpInFlightPerCall: 4, concurrency: 4").await;
+    // Four calls of four requests each, held for 5 s: while they are held,
+    // only the entry's cap of them may connect.
+    let command = format!("flood http://127.0.0.1:{port}/ 4 5000");
+    let calls = (0..4).map(|_| attack(&*provider, &command));
+    let watch = async {
+        let six = proxyfleet_tests::wait_for(Duration::from_secs(5), || async {
+            (accepted.load(Ordering::SeqCst) >= 6).then_some(())
+        })
+        .await;
+        assert!(six.is_some(), "the first six requests connect");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        accepted.load(Ordering::SeqCst)
+    };
+    let (reports, held) = tokio::join!(futures::future::join_all(calls), watch);
+    assert_eq!(held, 6, "connections while the calls held their requests");
+    let pending: u64 = reports.iter().map(|r| r["pending"].as_u64().unwrap()).sum();
+    assert_eq!(pending, 16, "waiting for the entry's cap is not failing: {reports:?}");
+}
+
+/// Issue 15, item 2: `wasi:http` header maps live in host memory outside
+/// `memoryMiB`; 8,192 maps of 120 KB were all kept (+944 MiB).
+#[tokio::test]
+async fn header_maps_are_bounded_by_the_resource_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), 9, "memoryMiB: 16").await;
+    let err = provider.get("headers 8192").await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    // 16 MiB of plugin memory allows 512 resources of at most 32 KiB.
+    let report = attack(&*provider, "headers 400").await;
+    assert_eq!(report["made"], 400, "{report}");
+}
