@@ -17,7 +17,7 @@ use proxyfleet_runtime::admission::RejectionKind;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::watch::WatchOptions;
 use proxyfleet_runtime::{
-    EntryState, PluginRevision, Registry, RejectedCandidate, RollbackError, Runtime,
+    EntryState, PluginLoad, PluginRevision, Registry, RejectedCandidate, RollbackError, Runtime,
     RuntimeOptions, file_digest,
 };
 use proxyfleet_tests::{ConfigMapDir, plugin, replace_file, wait_for};
@@ -365,6 +365,45 @@ async fn pins_and_config_refusals_keep_other_builds_out() {
     assert!(refused.reason.contains("refused the entry's config"), "{}", refused.reason);
     assert!(refused.reason.contains("refuse"), "{}", refused.reason);
     assert_eq!(answer(&registry, "refusing").await, V1);
+}
+
+/// Issue 15, item 2: a new file was compiled and described before its
+/// digest was held against the entries' pins, so a digest pin still let
+/// any file run code in the host.
+#[tokio::test]
+async fn a_file_every_entry_refuses_by_digest_is_never_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_plugin("fixtures/answer-v1", dir.path());
+    let v1_digest = file_digest(&std::fs::read(plugin("fixtures/answer-v1")).unwrap());
+    let v2_digest = file_digest(&std::fs::read(plugin("fixtures/answer-v2")).unwrap());
+    let providers = format!(
+        "providers:\n  - {{ name: pinned, plugin: answer, pin: {{ digest: 'sha256:{v1_digest}' }} }}\n"
+    );
+    let registry = load(dir.path(), &providers, None).await;
+    assert_eq!(answer(&registry, "pinned").await, V1);
+
+    replace_file(&plugin("fixtures/answer-v2"), &dir.path().join("answer.wasm"));
+    registry.rescan().await;
+    let rejected = registry.revisions_of("pinned").unwrap().rejected.last().cloned().unwrap();
+    assert_eq!(rejected.kind, RejectionKind::Pin);
+    assert_eq!((rejected.plugin, rejected.version), (None, None), "never described");
+    assert!(
+        rejected.reason.contains(&format!("sha256:{v2_digest} (not compiled)")),
+        "{}",
+        rejected.reason
+    );
+    let PluginLoad::Failed(why) = &registry.plugins()["answer"] else {
+        panic!("the file must not load");
+    };
+    assert!(why.contains("not compiled"), "{why}");
+    assert_eq!(answer(&registry, "pinned").await, V1);
+
+    // At a start, the same.
+    let restarted = load(dir.path(), &providers, None).await;
+    let EntryState::Failed(reason) = &restarted.entries()["pinned"] else {
+        panic!("an entry pinned to another build must not serve");
+    };
+    assert!(reason.contains("(not compiled)"), "{reason}");
 }
 
 #[tokio::test]

@@ -1,7 +1,20 @@
 //! Loading components: the precompiled cache.
 
+use std::path::{Path, PathBuf};
+
 use proxyfleet_runtime::{Runtime, RuntimeOptions};
 use proxyfleet_tests::plugin;
+
+/// The compiled files in a cache directory (beside them: its key).
+fn cwasm_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    files.sort();
+    files
+}
 
 #[tokio::test]
 async fn a_second_start_loads_from_the_precompiled_cache() {
@@ -10,8 +23,7 @@ async fn a_second_start_loads_from_the_precompiled_cache() {
     let first =
         Runtime::new(options.clone()).unwrap().load_plugin(&plugin("static")).await.unwrap();
     assert!(!first.from_cache, "an empty cache cannot hit");
-    let cached: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
-    assert_eq!(cached.len(), 1, "one compiled file per component and engine");
+    assert_eq!(cwasm_files(cache.path()).len(), 1, "one compiled file per component and engine");
 
     // A new runtime stands for a restarted host.
     let second = Runtime::new(options).unwrap().load_plugin(&plugin("static")).await.unwrap();
@@ -25,11 +37,34 @@ async fn a_corrupt_cache_file_is_ignored_and_rewritten() {
     let cache = tempfile::tempdir().unwrap();
     let options = RuntimeOptions { cache_dir: Some(cache.path().to_owned()), ..Default::default() };
     Runtime::new(options.clone()).unwrap().load_plugin(&plugin("static")).await.unwrap();
-    let file = std::fs::read_dir(cache.path()).unwrap().next().unwrap().unwrap().path();
+    let file = cwasm_files(cache.path()).remove(0);
     std::fs::write(&file, b"garbage").unwrap();
     let reloaded =
         Runtime::new(options.clone()).unwrap().load_plugin(&plugin("static")).await.unwrap();
     assert!(!reloaded.from_cache, "a corrupt cache file must not be used");
     let again = Runtime::new(options).unwrap().load_plugin(&plugin("static")).await.unwrap();
     assert!(again.from_cache, "the rewritten cache file is used next time");
+}
+
+/// Issue 15, item 5: the cache was trusted by file name, so native code
+/// planted under another component's digest served an entry pinned to
+/// that digest.
+#[tokio::test]
+async fn a_cache_file_planted_under_another_digest_is_not_loaded() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions { cache_dir: Some(cache.path().to_owned()), ..Default::default() };
+    let runtime = Runtime::new(options.clone()).unwrap();
+    let noop = runtime.load_plugin(&plugin("fixtures/noop")).await.unwrap();
+    let before = cwasm_files(cache.path());
+    let hog = runtime.load_plugin(&plugin("fixtures/hog")).await.unwrap();
+    let hog_file =
+        cwasm_files(cache.path()).into_iter().find(|f| !before.contains(f)).expect("hog's file");
+    // hog's compiled code, under noop's name.
+    std::fs::copy(&hog_file, &before[0]).unwrap();
+
+    let reloaded =
+        Runtime::new(options).unwrap().load_plugin(&plugin("fixtures/noop")).await.unwrap();
+    assert!(!reloaded.from_cache, "a file whose MAC does not match its name is not used");
+    assert_eq!(reloaded.info, noop.info, "noop's own code serves noop");
+    assert_ne!(reloaded.info, hog.info);
 }

@@ -69,11 +69,14 @@ pub enum RejectionKind {
 pub(crate) enum Refusal {
     #[error("failed to load: {0}")]
     Load(String),
-    #[error(
-        "is not the pinned build: the entry pins {pin}, the file is version {version} \
-         (sha256:{digest})"
-    )]
-    Pin { pin: Pin, version: String, digest: String },
+    #[error("is not the pinned build: the entry pins {pin}, the file is {}", described(version.as_deref(), digest))]
+    Pin {
+        pin: Pin,
+        /// `None` when the file was refused by its digest alone, before
+        /// it was compiled or described.
+        version: Option<String>,
+        digest: String,
+    },
     #[error(
         "asks for what the entry does not grant: {}; grant it in the entry's `grants` or \
          keep the current build",
@@ -107,6 +110,34 @@ impl Refusal {
     }
 }
 
+fn described(version: Option<&str>, digest: &str) -> String {
+    match version {
+        Some(version) => format!("version {version} (sha256:{digest})"),
+        None => format!("sha256:{digest} (not compiled)"),
+    }
+}
+
+/// The refusal of a file by its digest alone, when every entry that uses
+/// it pins another digest: such a file is neither compiled nor described,
+/// so an untrusted file costs the host nothing. `None` when some entry may
+/// take it (or none uses it), and it must be loaded to tell.
+pub(crate) fn refused_by_digest_pins<'a>(
+    using: impl IntoIterator<Item = &'a EntryConfig>,
+    digest: &str,
+) -> Option<Vec<(&'a EntryConfig, Refusal)>> {
+    let mut refusals = Vec::new();
+    for entry in using {
+        match &entry.pin {
+            Some(pin @ Pin::Digest(_)) if !pin.admits("", digest) => refusals.push((
+                entry,
+                Refusal::Pin { pin: pin.clone(), version: None, digest: digest.to_owned() },
+            )),
+            _ => return None,
+        }
+    }
+    (!refusals.is_empty()).then_some(refusals)
+}
+
 /// The checks that need no call into the plugin: pin, then grants.
 pub(crate) fn check_pin_and_grants(
     entry: &EntryConfig,
@@ -117,7 +148,7 @@ pub(crate) fn check_pin_and_grants(
     {
         return Err(Refusal::Pin {
             pin: pin.clone(),
-            version: revision.info.version.clone(),
+            version: Some(revision.info.version.clone()),
             digest: revision.digest.clone(),
         });
     }

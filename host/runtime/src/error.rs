@@ -122,6 +122,14 @@ pub enum RuntimeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The precompiled cache's key cannot be used.
+    #[error("cache key {path}: {reason}")]
+    CacheKey {
+        /// The key file.
+        path: PathBuf,
+        /// Why, and the fix.
+        reason: String,
+    },
     /// The plugin directory cannot be read.
     #[error("cannot read plugin directory {path}: {source}")]
     PluginDir {

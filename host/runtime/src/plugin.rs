@@ -195,9 +195,14 @@ async fn describe(
     pre: &ProviderPluginPre<PluginState>,
 ) -> Result<PluginInfo, LoadError> {
     let fail = |message: String| LoadError::Describe { path: path.to_owned(), message };
-    // `describe` runs before any entry is bound: no grants, a throwaway
-    // store, default limits.
-    let limits = Limits::default();
+    // `describe` runs before any entry is bound, on any file that lands:
+    // no grants, a throwaway store, and limits tighter than any entry's
+    // defaults, since it only has to answer a constant.
+    let limits = Limits {
+        call_timeout: std::time::Duration::from_secs(10),
+        memory_bytes: 32 << 20,
+        ..Limits::default()
+    };
     let file_stem: Arc<str> =
         path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default().into();
     // The same span as an entry's calls, without an entry; the plugin's

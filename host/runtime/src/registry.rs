@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{Provider, ProviderError};
 
-use crate::admission::{Refusal, check_pin_and_grants};
+use crate::admission::{Refusal, check_pin_and_grants, refused_by_digest_pins};
 use crate::config::{EntryConfig, ProvidersConfig};
 use crate::engine::Runtime;
 use crate::error::{LoadError, RollbackError, RuntimeError};
@@ -174,7 +174,19 @@ impl Registry {
     ) -> Result<Self, RuntimeError> {
         let files = read_plugin_dir_blocking(plugin_dir.to_owned()).await?;
         let mut state = RevisionState::default();
+        let mut refused_by_pin = BTreeMap::new();
         for (name, file) in files {
+            let using = config.entries.iter().filter(|entry| entry.plugin == name);
+            if let Ok(file) = &file
+                && let Some(refusals) = refused_by_digest_pins(using, &file.digest)
+            {
+                for (entry, refusal) in refusals {
+                    refused_by_pin.insert(entry.name.clone(), refusal);
+                }
+                state.files.insert(name.clone(), file.digest.clone());
+                state.plugins.insert(name, PluginLoad::Failed(not_compiled(&file.digest)));
+                continue;
+            }
             let load = match file {
                 Ok(file) => {
                     let digest = file.digest.clone();
@@ -203,19 +215,24 @@ impl Registry {
         }
         let mut entries = BTreeMap::new();
         for entry in &config.entries {
-            let entry_state = match state.plugins.get(&entry.plugin) {
-                None => EntryState::Failed(format!(
+            let plugin = match refused_by_pin.get(&entry.name) {
+                Some(refusal) => Err(refusal),
+                None => Ok(state.plugins.get(&entry.plugin)),
+            };
+            let entry_state = match plugin {
+                Err(refusal) => EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin)),
+                Ok(None) => EntryState::Failed(format!(
                     "plugin {:?} not found: no {}.wasm in {}",
                     entry.plugin,
                     entry.plugin,
                     plugin_dir.display()
                 )),
-                Some(PluginLoad::Failed(reason)) => EntryState::Failed(format!(
+                Ok(Some(PluginLoad::Failed(reason))) => EntryState::Failed(format!(
                     "plugin {:?} {}",
                     entry.plugin,
                     Refusal::Load(reason.clone())
                 )),
-                Some(PluginLoad::Loaded(revision)) => {
+                Ok(Some(PluginLoad::Loaded(revision))) => {
                     match bind(runtime, entry, revision, Arc::clone(&kv)).await {
                         Ok(provider) => EntryState::Ready(Arc::new(provider)),
                         Err(refusal) => {
@@ -397,6 +414,21 @@ impl Registry {
     }
 
     async fn file_changed(&self, name: &str, file: PluginFile) {
+        let using = self.configs.values().filter(|entry| entry.plugin == name);
+        if let Some(refusals) = refused_by_digest_pins(using, &file.digest) {
+            let reason = not_compiled(&file.digest);
+            {
+                let mut state = self.lock();
+                state.files.insert(name.to_owned(), file.digest.clone());
+                state.plugins.insert(name.to_owned(), PluginLoad::Failed(reason.clone()));
+            }
+            let candidate =
+                Candidate::Failed { digest: file.digest.clone(), reason, contract_version: None };
+            for (entry, refusal) in refusals {
+                self.reject(entry, &candidate, &refusal);
+            }
+            return;
+        }
         let known = self.lock().by_digest.get(&file.digest).and_then(Weak::upgrade);
         let candidate = match known {
             Some(revision) => Candidate::Loaded(revision),
@@ -616,6 +648,11 @@ async fn bind(
     PluginProvider::new(runtime, entry.clone(), Arc::clone(revision), kv)
         .await
         .map_err(|err| Refusal::Config(err.to_string()))
+}
+
+/// What became of a file that every entry using it refused by digest.
+fn not_compiled(digest: &str) -> String {
+    format!("not compiled: every entry that uses it pins another digest than sha256:{digest}")
 }
 
 /// The contract version a component was refused for exporting, as shown in
