@@ -188,3 +188,20 @@ async fn header_maps_are_bounded_by_the_resource_cap() {
     let report = attack(&*provider, "headers 400").await;
     assert_eq!(report["made"], 400, "{report}");
 }
+
+/// Issue 15, item 9: the plugin store had no quota; one call wrote 2,000
+/// values of 64 KiB.
+#[tokio::test]
+async fn a_call_cannot_fill_the_store_past_the_entry_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), 9, "kvTotalKiB: 256").await;
+    let report = attack(&*provider, "kv-fill 2000 65000").await;
+    assert_eq!(report["written"], 4, "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(error.contains("limits.kvTotalKiB"), "{error}");
+
+    let provider = hostile(dir.path(), 9, "kvWritesPerCall: 10").await;
+    let report = attack(&*provider, "kv-fill 2000 10").await;
+    assert_eq!(report["written"], 10, "{report}");
+    assert!(report["error"].as_str().unwrap().contains("limits.kvWritesPerCall"), "{report}");
+}

@@ -186,6 +186,14 @@ pub struct Limits {
     /// Of those, requests one call may have open at once; more fail at
     /// once with `connection-limit-reached`.
     pub http_in_flight_per_call: usize,
+    /// Keys the entry's store may hold.
+    pub kv_keys: usize,
+    /// Largest value in the entry's store, in bytes.
+    pub kv_value_bytes: usize,
+    /// Keys and values of the entry's store together, in bytes.
+    pub kv_total_bytes: u64,
+    /// Store writes one call may make.
+    pub kv_writes_per_call: u32,
     /// Budget to connect to an HTTP destination.
     pub http_connect_timeout: Duration,
     /// Budget from sending a request to its response headers.
@@ -203,6 +211,10 @@ impl Default for Limits {
             http_request_bytes: 8 << 20,
             http_in_flight: 32,
             http_in_flight_per_call: 4,
+            kv_keys: 1000,
+            kv_value_bytes: 64 << 10,
+            kv_total_bytes: 512 << 10,
+            kv_writes_per_call: 100,
             http_connect_timeout: Duration::from_secs(10),
             http_first_byte_timeout: Duration::from_secs(30),
         }
@@ -294,6 +306,12 @@ struct RawLimits {
     http_request_mib: Option<u64>,
     http_in_flight: Option<usize>,
     http_in_flight_per_call: Option<usize>,
+    kv_keys: Option<usize>,
+    #[serde(rename = "kvValueKiB")]
+    kv_value_kib: Option<usize>,
+    #[serde(rename = "kvTotalKiB")]
+    kv_total_kib: Option<u64>,
+    kv_writes_per_call: Option<u32>,
     http_connect_timeout: Option<String>,
     http_first_byte_timeout: Option<String>,
 }
@@ -707,6 +725,31 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
             ),
         ));
     }
+    let range = |field: &str, value: u64, max: u64| {
+        if (1..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                at,
+                format!("limits.{field}"),
+                format!("{value} is out of range; use 1 to {max}"),
+            ))
+        }
+    };
+    let kv_keys = range("kvKeys", raw.kv_keys.unwrap_or(defaults.kv_keys) as u64, 100_000)?;
+    let max_value_kib = (proxyfleet_core::kv::MAX_VALUE_BYTES >> 10) as u64;
+    let kv_value_kib = range(
+        "kvValueKiB",
+        raw.kv_value_kib.unwrap_or(defaults.kv_value_bytes >> 10) as u64,
+        max_value_kib,
+    )?;
+    let kv_total_kib =
+        range("kvTotalKiB", raw.kv_total_kib.unwrap_or(defaults.kv_total_bytes >> 10), 1 << 20)?;
+    let kv_writes_per_call = range(
+        "kvWritesPerCall",
+        raw.kv_writes_per_call.unwrap_or(defaults.kv_writes_per_call).into(),
+        10_000,
+    )?;
     Ok(Limits {
         call_timeout: duration("timeout", raw.timeout, defaults.call_timeout)?,
         memory_bytes: usize::try_from(memory_mib << 20).unwrap_or(usize::MAX),
@@ -716,6 +759,10 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
         http_request_bytes: http_request_mib << 20,
         http_in_flight,
         http_in_flight_per_call,
+        kv_keys: usize::try_from(kv_keys).unwrap_or(usize::MAX),
+        kv_value_bytes: usize::try_from(kv_value_kib << 10).unwrap_or(usize::MAX),
+        kv_total_bytes: kv_total_kib << 10,
+        kv_writes_per_call: u32::try_from(kv_writes_per_call).unwrap_or(u32::MAX),
         http_connect_timeout: duration(
             "httpConnectTimeout",
             raw.http_connect_timeout,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use proxyfleet_core::kv::{KvStore, MemoryKv};
+use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::{Capabilities, HttpDestination, PluginInfo};
 use sha2::{Digest as _, Sha256};
 use tracing::Instrument as _;
@@ -15,6 +15,7 @@ use wasmtime::component::Component;
 use crate::bindings::{CONTRACT_VERSION, PROVIDER_EXPORT, ProviderPluginPre, types as wit};
 use crate::capabilities::Redactor;
 use crate::capabilities::http::{EntryHttp, HttpTransport};
+use crate::capabilities::kv::{EntryKv, KvQuota};
 use crate::config::{EntryConfig, Limits};
 use crate::engine::Runtime;
 use crate::error::LoadError;
@@ -224,7 +225,7 @@ async fn describe(
         plugin: Arc::clone(&file_stem),
         operation: "describe",
         proxy: None,
-        kv: Arc::new(MemoryKv::new()) as Arc<dyn KvStore>,
+        kv: Arc::new(EntryKv::new(Arc::new(MemoryKv::new()), KvQuota::from_limits(&limits))),
         redactor: Arc::new(Redactor::default()),
     };
     let http = Arc::new(EntryHttp::for_describe(deny_all_transport()));

@@ -23,6 +23,7 @@ use wasmtime::Store;
 use crate::bindings::{Guest, types as wit};
 use crate::capabilities::Redactor;
 use crate::capabilities::http::EntryHttp;
+use crate::capabilities::kv::{EntryKv, KvQuota};
 use crate::config::EntryConfig;
 use crate::engine::Runtime;
 use crate::plugin::{PluginRevision, new_store};
@@ -39,7 +40,7 @@ pub struct PluginProvider {
     permits: Semaphore,
     mutation_permits: Semaphore,
     http: Arc<EntryHttp>,
-    kv: Arc<dyn KvStore>,
+    kv: Arc<EntryKv>,
     redactor: Arc<Redactor>,
     /// The entry's libvirt hosts, their connections pooled across calls.
     libvirt: Arc<crate::capabilities::libvirt::EntryLibvirt>,
@@ -138,6 +139,7 @@ impl PluginProvider {
         kv: Arc<dyn KvStore>,
     ) -> Result<Self, ProviderError> {
         let redactor = Arc::new(Redactor::default());
+        let limits = config.limits.clone();
         let http = crate::plugin::entry_http(runtime, &config, Arc::clone(&redactor))
             .map_err(ProviderError::invalid_config)?;
         let provider = Self {
@@ -151,7 +153,7 @@ impl PluginProvider {
             config,
             revision: ArcSwap::new(revision),
             http,
-            kv,
+            kv: Arc::new(EntryKv::new(kv, KvQuota::from_limits(&limits))),
             redactor,
         };
         provider.call(Operation::ValidateConfig).await?;

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use proxyfleet_core::kv::KvStore;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -11,6 +10,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capabilities::Redactor;
 use crate::capabilities::http::{EntryHttp, HttpHooks};
+use crate::capabilities::kv::EntryKv;
 use crate::capabilities::libvirt::EntryLibvirt;
 
 /// Who a call is for; every log line and store access is scoped by it.
@@ -20,7 +20,7 @@ pub(crate) struct CallScope {
     pub(crate) plugin: Arc<str>,
     pub(crate) operation: &'static str,
     pub(crate) proxy: Option<String>,
-    pub(crate) kv: Arc<dyn KvStore>,
+    pub(crate) kv: Arc<EntryKv>,
     pub(crate) redactor: Arc<Redactor>,
 }
 
@@ -87,6 +87,8 @@ pub(crate) struct PluginState {
     pub(crate) deadline: std::time::Instant,
     /// The entry's libvirt hosts; none unless the caller sets them.
     pub(crate) libvirt: Arc<EntryLibvirt>,
+    /// Store writes this call made, against `limits.kvWritesPerCall`.
+    pub(crate) kv_writes: u32,
 }
 
 impl PluginState {
@@ -107,6 +109,7 @@ impl PluginState {
             scope,
             deadline: std::time::Instant::now(),
             libvirt: Arc::default(),
+            kv_writes: 0,
         }
     }
 }

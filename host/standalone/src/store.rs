@@ -3,6 +3,7 @@
 //! key-value stores, in one redb file so a restart resumes where it stopped.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -59,7 +60,8 @@ pub fn record_key(namespace: &str, name: &str) -> String {
 /// The database.
 #[derive(Debug)]
 pub struct Store {
-    db: Database,
+    /// Shared with the blocking tasks that commit plugin store writes.
+    db: Arc<Database>,
     /// Moves on with every committed write of a Proxy record. The store
     /// is this process's alone (redb locks the file), so an unchanged
     /// number means unchanged records.
@@ -83,7 +85,7 @@ impl Store {
         txn.open_table(KV).map_err(store_err)?;
         txn.open_table(META).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
-        Ok(Self { db, record_writes: AtomicU64::new(0) })
+        Ok(Self { db: Arc::new(db), record_writes: AtomicU64::new(0) })
     }
 
     /// Every Proxy record, by key.
@@ -142,7 +144,7 @@ impl Store {
     }
 
     fn kv_cas(
-        &self,
+        db: &Database,
         scope: &str,
         key: &str,
         expected: Option<u64>,
@@ -152,7 +154,7 @@ impl Store {
         let map_key = kv_key(scope, key);
         // One write transaction: the compare and the swap are atomic, and
         // redb admits one writer at a time.
-        let txn = self.db.begin_write().map_err(kv_err)?;
+        let txn = db.begin_write().map_err(kv_err)?;
         let outcome = {
             let mut table = txn.open_table(KV).map_err(kv_err)?;
             let current = table
@@ -220,8 +222,9 @@ fn kv_err(err: impl std::fmt::Display) -> KvError {
     KvError::Unavailable(err.to_string())
 }
 
-// The calls are short and local; running them inline keeps the ordering of
-// a plugin's store calls exactly as it made them.
+// Reads are short and local and run inline. A write commits to disk (an
+// fsync), so it runs on the blocking pool, off the async workers; the
+// plugin waits for it, so its store calls keep the order it made them in.
 #[async_trait]
 impl KvStore for Store {
     async fn get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
@@ -235,7 +238,13 @@ impl KvStore for Store {
         expected: Option<u64>,
         value: Option<Vec<u8>>,
     ) -> Result<CasOutcome, KvError> {
-        self.kv_cas(scope, key, expected, value.as_deref())
+        let db = Arc::clone(&self.db);
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        tokio::task::spawn_blocking(move || {
+            Self::kv_cas(&db, &scope, &key, expected, value.as_deref())
+        })
+        .await
+        .map_err(|err| KvError::Unavailable(format!("the store write did not finish: {err}")))?
     }
 
     async fn list(&self, scope: &str, prefix: &str) -> Result<Vec<KvEntry>, KvError> {
