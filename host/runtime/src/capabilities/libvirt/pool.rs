@@ -8,11 +8,15 @@
 //! every call runs on a blocking thread; the async side only waits for it
 //! under the call's budget.
 //!
-//! A call that overruns its budget, or is cancelled, kills its connection
-//! (only that one): the transport is shut down, which makes whatever is
-//! blocked on it fail at once, and the next call dials anew. A call that
-//! fails on a connection that is no longer alive is `transient`, never an
-//! answer.
+//! A call that overruns its budget kills its connection (only that one):
+//! the transport is shut down, which makes whatever is blocked on it fail
+//! at once, and the next call dials anew. A call that is cancelled (its
+//! caller stopped waiting, as a provider check cut off at its bound does)
+//! leaves the connection alone: other calls share it, libvirt's client
+//! takes RPCs from several threads, and the abandoned RPC ends on its
+//! blocking thread, its answer dropped; its own budget still applies to
+//! the calls after it. A call that fails on a connection that is no longer
+//! alive is `transient`, never an answer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -152,24 +156,6 @@ impl std::fmt::Debug for HostPool {
     }
 }
 
-/// Kills the link of a call that is dropped before it finished: a
-/// cancelled call leaves no half-used connection behind.
-struct KillOnDrop(Option<Arc<Link>>);
-
-impl KillOnDrop {
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(link) = self.0.take() {
-            link.kill();
-        }
-    }
-}
-
 impl HostPool {
     /// A pool for one grant; nothing is dialled until the first call.
     pub fn new(grant: LibvirtGrant) -> Self {
@@ -253,8 +239,8 @@ impl HostPool {
     }
 
     /// Runs `f` on a blocking thread with `link`'s client for `driver`,
-    /// until `deadline`. Running over it, being cancelled or finding the
-    /// connection dead kills `link`.
+    /// until `deadline`. Running over it or finding the connection dead
+    /// kills `link`; being cancelled does not.
     pub(crate) async fn run_on<T, F>(
         &self,
         link: &Arc<Link>,
@@ -272,14 +258,12 @@ impl HostPool {
         let Some(conn) = link.conn(driver) else {
             return Err(LibvirtError::transient(format!("the connection to {host} was closed")));
         };
-        let mut guard = KillOnDrop(Some(Arc::clone(link)));
         let task = tokio::task::spawn_blocking(move || {
             let outcome = f(conn.get());
             let alive = outcome.is_ok() || conn.get().is_alive().unwrap_or(false);
             (outcome, alive)
         });
         let result = tokio::time::timeout_at(deadline, task).await;
-        guard.disarm();
         match result {
             Err(_) => {
                 link.kill();
