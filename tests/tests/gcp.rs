@@ -71,6 +71,7 @@ async fn fixture_with(token_lifetime: Duration, extra_config: &str) -> Fixture {
         "providers:
   - name: {ENTRY}
     plugin: gcp
+    proxyAddresses: ['127.0.0.0/8']
     config:
 {config}
     limits: {{ timeout: 20s, concurrency: 8 }}
@@ -355,6 +356,7 @@ async fn real_project_lifecycle() {
         "providers:
   - name: gcp-real
     plugin: gcp
+    proxyAddresses: ['127.0.0.0/8']
     config: {{ project: {project}, zones: [{zone}], images: {{ debian-12: '{image}' }}, machineType: e2-micro }}
     limits: {{ timeout: 120s }}
     grants:

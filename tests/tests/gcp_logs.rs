@@ -36,6 +36,7 @@ async fn the_key_and_the_tokens_are_never_logged() {
         "providers:
   - name: gcp-logs
     plugin: gcp
+    proxyAddresses: ['127.0.0.0/8']
     config:
       endpoint: {endpoint}
       project: proxyfleet-test

@@ -44,7 +44,7 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
     let providers = format!(
-        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}', '{}'] }}\n",
+        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}', '{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
         tinyproxies[0].addr(),
         tinyproxies[1].addr()
     );

@@ -249,14 +249,14 @@ async fn pod_phase_and_readiness_map_to_instance_states() {
 
     set_status(json!({
         "phase": "Running",
-        "podIP": "127.0.0.1",
-        "podIPs": [{"ip": "127.0.0.1"}],
+        "podIP": "10.244.1.7",
+        "podIPs": [{"ip": "10.244.1.7"}],
         "conditions": [{"type": "Ready", "status": "True"}]
     }))
     .await;
     let running = f.provider.get(&created.provider_id).await.expect("get");
     assert_eq!(running.state, InstanceState::Running);
-    assert_eq!(running.addresses, vec!["127.0.0.1".to_owned()]);
+    assert_eq!(running.addresses, vec!["10.244.1.7".to_owned()]);
     assert_eq!(running.port, None, "the Proxy's own port");
 
     set_status(json!({"conditions": [{"type": "Ready", "status": "False"}]})).await;

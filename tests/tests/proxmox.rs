@@ -87,6 +87,7 @@ async fn fixture_with(setup: Setup, variant: Variant) -> Fixture {
         "providers:
   - name: pve
     plugin: proxmox
+    proxyAddresses: ['127.0.0.0/8']
     config:
       url: https://localhost:{port}
       nodes: [{NODE}]
@@ -513,6 +514,7 @@ async fn real_cluster_lifecycle() {
         "providers:
   - name: pve
     plugin: proxmox
+    proxyAddresses: ['127.0.0.0/8']
     config: {{ url: '{url}', nodes: [{node}], templates: {{ test: {template} }}, isoStorage: {storage}, bridge: {bridge}, vmidRange: {{ first: {first}, last: {last} }} }}
     limits: {{ timeout: 300s }}
     grants:

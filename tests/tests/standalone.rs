@@ -11,7 +11,7 @@ use proxyfleet_standalone::store::Store;
 use proxyfleet_standalone::{Settings, Standalone};
 use proxyfleet_tests::plugin;
 
-const PROVIDERS: &str = "providers:\n  - name: local\n    plugin: static\n    config: { endpoints: ['127.0.0.1:18001', '127.0.0.1:18002'] }\n";
+const PROVIDERS: &str = "providers:\n  - name: local\n    plugin: static\n    config: { endpoints: ['127.0.0.1:18001', '127.0.0.1:18002'] }\n    proxyAddresses: ['127.0.0.0/8']\n";
 
 fn manifest(name: &str, provider: &str, port: u16) -> String {
     format!(

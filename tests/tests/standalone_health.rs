@@ -43,7 +43,7 @@ impl Site {
         let endpoints: Vec<String> =
             self.proxies.iter().map(|p| format!("'{}'", p.addr())).collect();
         let providers = format!(
-            "providers:\n  - name: local\n    plugin: static\n    config: {{ endpoints: [{}] }}\n",
+            "providers:\n  - name: local\n    plugin: static\n    config: {{ endpoints: [{}] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
             endpoints.join(", ")
         );
         let mut settings = Settings::new(

@@ -12,17 +12,47 @@ use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::plugin;
 
 async fn registry_with(endpoints: &[&str]) -> (Registry, tempfile::TempDir) {
+    registry_taking(endpoints, "['127.0.0.0/8']").await
+}
+
+/// With `ranges` as the entry's `proxyAddresses`.
+async fn registry_taking(endpoints: &[&str], ranges: &str) -> (Registry, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
     let list = endpoints.iter().map(|e| format!("\"{e}\"")).collect::<Vec<_>>().join(", ");
     let config = ProvidersConfig::parse(&format!(
-        "providers:\n  - name: mine\n    plugin: static\n    config: {{ endpoints: [{list}] }}\n"
+        "providers:\n  - name: mine\n    plugin: static\n    config: {{ endpoints: [{list}] }}\n    proxyAddresses: {ranges}\n"
     ))
     .unwrap();
     let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
     let registry =
         Registry::load(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap();
     (registry, dir)
+}
+
+/// Issue 15, item 8: the addresses a plugin reported were probed and
+/// handed out unchecked, so an entry could point the health engine and
+/// crawlers at the metadata service or at the operator's own loopback.
+#[tokio::test]
+async fn reported_addresses_outside_the_entry_rule_are_dropped() {
+    let endpoints = ["169.254.169.254:80", "127.0.0.1:3128", "10.1.2.3:3128", "[::1]:3128"];
+    let (registry, _dir) = registry_taking(&endpoints, "[]").await;
+    let provider = registry.provider("mine").unwrap();
+    let mut kept = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let instance = provider.create(&SpecBuilder::new(name).build()).await.unwrap();
+        kept.extend(instance.addresses);
+    }
+    assert_eq!(kept, ["10.1.2.3"], "private networks are taken, the rest dropped");
+
+    let (registry, _dir) = registry_taking(&endpoints, "['169.254.0.0/16']").await;
+    let provider = registry.provider("mine").unwrap();
+    let mut kept = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let instance = provider.create(&SpecBuilder::new(name).build()).await.unwrap();
+        kept.extend(instance.addresses);
+    }
+    assert_eq!(kept, ["169.254.169.254"], "with proxyAddresses, exactly those ranges");
 }
 
 #[tokio::test]

@@ -129,6 +129,7 @@ impl HarnessBuilder {
             grants: Grants { http, ca_file: None, libvirt: Vec::new() },
             limits: self.limits,
             pin: None,
+            proxy_addresses: Vec::new(),
         };
         let provider =
             PluginProvider::new(&runtime, entry, revision, Arc::clone(&self.kv) as _).await?;

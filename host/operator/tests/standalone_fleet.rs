@@ -31,7 +31,7 @@ async fn a_crawler_gets_a_healthy_proxy_from_the_api_and_loses_it_when_it_dies()
             .await;
     let site = Site::new(
         &format!(
-            "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }} }}\n",
+            "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
             proxy.addr()
         ),
         &[("static", "static")],
@@ -106,7 +106,7 @@ async fn a_crawler_gets_a_healthy_proxy_from_the_api_and_loses_it_when_it_dies()
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_stops_the_standalone_operator_with_exit_zero() {
     let site = Site::new(
-        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:9'] } }\n",
+        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:9'] }, proxyAddresses: ['127.0.0.0/8'] }\n",
         &[("static", "static")],
         &proxy_manifest("a", "local"),
     );

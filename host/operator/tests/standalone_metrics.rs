@@ -19,7 +19,7 @@ fn scrape(port: u16) -> Option<String> {
 #[tokio::test]
 async fn the_metrics_endpoint_shows_reconciles_and_checks() {
     let site = Site::new(
-        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:18001'] } }\n",
+        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:18001'] }, proxyAddresses: ['127.0.0.0/8'] }\n",
         &[("static", "static")],
         &proxy_manifest("a", "local"),
     );

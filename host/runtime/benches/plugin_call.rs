@@ -39,6 +39,7 @@ fn entry(name: &str, limits: Limits) -> EntryConfig {
         grants: Grants::default(),
         limits,
         pin: None,
+        proxy_addresses: Vec::new(),
     }
 }
 

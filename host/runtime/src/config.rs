@@ -49,6 +49,11 @@ pub struct EntryConfig {
     pub limits: Limits,
     /// The only build of the plugin this entry accepts, if any.
     pub pin: Option<Pin>,
+    /// The ranges the proxies of this entry live in: an address the
+    /// plugin reports outside them is dropped. Empty: private networks and
+    /// public addresses are taken, other special-purpose ones dropped (see
+    /// [`crate::capabilities::address::refused_proxy_address`]).
+    pub proxy_addresses: Vec<IpNet>,
 }
 
 /// Restricts an entry to one build of its plugin: a file that is another
@@ -239,6 +244,8 @@ struct RawEntry {
     #[serde(default)]
     limits: RawLimits,
     pin: Option<RawPin>,
+    #[serde(default, rename = "proxyAddresses")]
+    proxy_addresses: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -367,7 +374,16 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     let grants = Grants { http, ca_file: raw.grants.ca_file, libvirt };
     let limits = validate_limits(&at, raw.limits)?;
     let pin = raw.pin.map(|pin| validate_pin(&at, pin)).transpose()?;
-    Ok(EntryConfig { name: raw.name, plugin: raw.plugin, config, grants, limits, pin })
+    let proxy_addresses = parse_ranges(&at, "proxyAddresses", &raw.proxy_addresses)?;
+    Ok(EntryConfig {
+        name: raw.name,
+        plugin: raw.plugin,
+        config,
+        grants,
+        limits,
+        pin,
+        proxy_addresses,
+    })
 }
 
 fn validate_pin(at: &str, raw: RawPin) -> Result<Pin, ConfigError> {
@@ -440,23 +456,31 @@ fn validate_http_grant(at: &str, i: usize, raw: RawHttpGrant) -> Result<HttpGran
         ));
     }
     let destination = HttpDestination { scheme, host, port: uri.port_u16() };
-    let mut allow_addresses = Vec::with_capacity(raw.allow_addresses.len());
-    for (j, text) in raw.allow_addresses.iter().enumerate() {
-        let net = text
-            .parse::<IpNet>()
-            .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
-            .map_err(|_| {
-                ConfigError::invalid(
-                    at,
-                    key(&format!("allowAddresses[{j}]")),
-                    format!("{text:?} is neither an IP address nor a CIDR range like 10.0.0.0/8"),
-                )
-            })?;
-        allow_addresses.push(net);
-    }
+    let allow_addresses = parse_ranges(at, &key("allowAddresses"), &raw.allow_addresses)?;
     let credential =
         raw.credential.map(|c| validate_credential(at, &key("credential"), c)).transpose()?;
     Ok(HttpGrant { destination, allow_addresses, credential })
+}
+
+/// IP addresses and CIDR ranges, e.g. `allowAddresses`.
+fn parse_ranges(at: &str, key: &str, texts: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(j, text)| {
+            text.parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        at,
+                        format!("{key}[{j}]"),
+                        format!(
+                            "{text:?} is neither an IP address nor a CIDR range like 10.0.0.0/8"
+                        ),
+                    )
+                })
+        })
+        .collect()
 }
 
 fn validate_libvirt_grants(

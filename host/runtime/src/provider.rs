@@ -22,6 +22,7 @@ use wasmtime::Store;
 
 use crate::bindings::{Guest, types as wit};
 use crate::capabilities::Redactor;
+use crate::capabilities::address::refused_proxy_address;
 use crate::capabilities::http::EntryHttp;
 use crate::capabilities::kv::{EntryKv, KvQuota};
 use crate::config::EntryConfig;
@@ -391,7 +392,28 @@ impl PluginProvider {
                 )));
             }
         }
+        let mut instance = instance;
+        instance
+            .addresses
+            .retain(|address| self.proxy_address_taken(&instance.provider_id, address));
         Ok(instance)
+    }
+
+    /// Whether an address the plugin reports for an instance may be probed
+    /// and handed out: IP addresses are held to the entry's rule (names
+    /// are never probed or handed out, so they pass as they are).
+    fn proxy_address_taken(&self, provider_id: &str, address: &str) -> bool {
+        let Ok(ip) = address.parse::<std::net::IpAddr>() else { return true };
+        let Some(why) = refused_proxy_address(ip, &self.config.proxy_addresses) else {
+            return true;
+        };
+        tracing::warn!(
+            entry = %self.config.name,
+            provider_id,
+            "dropped the address {ip} the plugin reported: it is {why}; if the entry's proxies \
+             live there, add its range to the entry's proxyAddresses"
+        );
+        false
     }
 }
 

@@ -13,6 +13,86 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+/// What kind of special-purpose address an address is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressKind {
+    /// A cloud provider's instance metadata service.
+    CloudMetadata,
+    /// 127.0.0.0/8, ::1.
+    Loopback,
+    /// RFC 1918 ranges, IPv6 unique-local.
+    Private,
+    /// 169.254.0.0/16, fe80::/10.
+    LinkLocal,
+    /// 0.0.0.0/8, broadcast, multicast, `::`.
+    NonUnicast,
+    /// 100.64.0.0/10.
+    SharedCgnat,
+    /// 192.0.0.0/24.
+    IetfProtocol,
+    /// 198.18.0.0/15.
+    Benchmarking,
+    /// 240.0.0.0/4.
+    Reserved,
+    /// fec0::/10.
+    SiteLocal,
+    /// A public IPv4 address written IPv4-compatible (::a.b.c.d).
+    Ipv4Compatible,
+    /// A public IPv4 address behind the NAT64 prefix.
+    Nat64,
+    /// A public IPv4 address behind the 6to4 prefix.
+    SixToFour,
+}
+
+impl AddressKind {
+    /// Its name in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CloudMetadata => "cloud metadata",
+            Self::Loopback => "loopback",
+            Self::Private => "private",
+            Self::LinkLocal => "link-local",
+            Self::NonUnicast => "non-unicast",
+            Self::SharedCgnat => "shared (CGNAT)",
+            Self::IetfProtocol => "IETF protocol assignments",
+            Self::Benchmarking => "benchmarking",
+            Self::Reserved => "reserved",
+            Self::SiteLocal => "site-local",
+            Self::Ipv4Compatible => "IPv4-compatible",
+            Self::Nat64 => "NAT64",
+            Self::SixToFour => "6to4",
+        }
+    }
+
+    /// Whether it is a private network's range, where proxies usually
+    /// live: RFC 1918, IPv6 unique-local and shared (CGNAT) space.
+    pub fn is_private_network(self) -> bool {
+        matches!(self, Self::Private | Self::SharedCgnat)
+    }
+}
+
+impl std::fmt::Display for AddressKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a proxy address a plugin reports is refused, or `None` when the
+/// health engine may probe it and the discovery API hand it out. With
+/// `ranges` (the entry's `proxyAddresses`), exactly those ranges are
+/// taken. Without, private networks are taken (most proxies live there)
+/// and every other special-purpose address is refused: loopback,
+/// link-local, cloud metadata and the rest, also written as IPv6.
+pub fn refused_proxy_address(ip: IpAddr, ranges: &[IpNet]) -> Option<String> {
+    if !ranges.is_empty() {
+        return (!ranges.iter().any(|net| net.contains(&ip)))
+            .then(|| "outside the entry's proxyAddresses".to_owned());
+    }
+    refused_kind(ip, &[])
+        .filter(|kind| !kind.is_private_network())
+        .map(|kind| format!("a {kind} address"))
+}
+
 /// The address `host` (without brackets) denotes as an IP literal under
 /// the WHATWG URL rules, or `None` for a domain name.
 pub fn literal_ip(host: &str) -> Option<IpAddr> {
@@ -34,7 +114,7 @@ pub fn non_canonical(host: &str) -> Option<IpAddr> {
 
 /// Why `ip` is refused (the kind of address), or `None` when it may be
 /// reached. `allowed` ranges are always reachable.
-pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
+pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<AddressKind> {
     if allowed.iter().any(|net| net.contains(&ip)) {
         return None;
     }
@@ -59,64 +139,64 @@ pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<&'static str> {
 /// reach it, with the name of the translation prefix it goes through:
 /// those are refused even around a public IPv4 address (a plugin has no
 /// business going through them); a mapped address has none.
-fn embedded_v4(v6: Ipv6Addr) -> Option<(Ipv4Addr, Option<&'static str>)> {
+fn embedded_v4(v6: Ipv6Addr) -> Option<(Ipv4Addr, Option<AddressKind>)> {
     let s = v6.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if let Some(mapped) = v6.to_ipv4_mapped() {
         Some((mapped, None))
     } else if s[..6] == [0, 0, 0, 0, 0, 0] && !(s[6] == 0 && s[7] <= 1) {
         // IPv4-compatible (::a.b.c.d); `::` and `::1` are IPv6's own.
-        Some((low, Some("IPv4-compatible")))
+        Some((low, Some(AddressKind::Ipv4Compatible)))
     } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        Some((low, Some("NAT64")))
+        Some((low, Some(AddressKind::Nat64)))
     } else if s[0] == 0x2002 {
         let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
-        Some((v4, Some("6to4")))
+        Some((v4, Some(AddressKind::SixToFour)))
     } else {
         None
     }
 }
 
-fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+fn refused_v4(ip: Ipv4Addr) -> Option<AddressKind> {
     let [a, b, c, _] = ip.octets();
     if ip == Ipv4Addr::new(169, 254, 169, 254) {
-        Some("cloud metadata")
+        Some(AddressKind::CloudMetadata)
     } else if ip.is_loopback() {
-        Some("loopback")
+        Some(AddressKind::Loopback)
     } else if ip.is_private() {
-        Some("private")
+        Some(AddressKind::Private)
     } else if ip.is_link_local() {
-        Some("link-local")
+        Some(AddressKind::LinkLocal)
     } else if a == 0 || ip.is_broadcast() || ip.is_multicast() {
-        Some("non-unicast")
+        Some(AddressKind::NonUnicast)
     } else if a == 100 && (b & 0xc0) == 64 {
-        Some("shared (CGNAT)")
+        Some(AddressKind::SharedCgnat)
     } else if a == 192 && b == 0 && c == 0 {
-        Some("IETF protocol assignments")
+        Some(AddressKind::IetfProtocol)
     } else if a == 198 && (b & 0xfe) == 18 {
-        Some("benchmarking")
+        Some(AddressKind::Benchmarking)
     } else if a >= 240 {
-        Some("reserved")
+        Some(AddressKind::Reserved)
     } else {
         None
     }
 }
 
-fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+fn refused_v6(ip: Ipv6Addr) -> Option<AddressKind> {
     const EC2_METADATA: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
     let first = ip.segments()[0];
     if ip == EC2_METADATA {
-        Some("cloud metadata")
+        Some(AddressKind::CloudMetadata)
     } else if ip.is_loopback() {
-        Some("loopback")
+        Some(AddressKind::Loopback)
     } else if ip.is_unique_local() {
-        Some("private")
+        Some(AddressKind::Private)
     } else if ip.is_unicast_link_local() {
-        Some("link-local")
+        Some(AddressKind::LinkLocal)
     } else if (first & 0xffc0) == 0xfec0 {
-        Some("site-local")
+        Some(AddressKind::SiteLocal)
     } else if ip.is_unspecified() || ip.is_multicast() {
-        Some("non-unicast")
+        Some(AddressKind::NonUnicast)
     } else {
         None
     }
@@ -147,7 +227,7 @@ mod tests {
             ("0.0.0.0", "non-unicast"),
             ("100.64.0.1", "shared (CGNAT)"),
         ] {
-            assert_eq!(refused_kind(ip(addr), &[]), Some(kind), "{addr}");
+            assert_eq!(refused_kind(ip(addr), &[]).map(AddressKind::as_str), Some(kind), "{addr}");
         }
         assert_eq!(refused_kind(ip("203.0.113.7"), &[]), None);
         assert_eq!(refused_kind(ip("2001:db8::1"), &[]), None);
@@ -158,12 +238,12 @@ mod tests {
         let allowed = ["127.0.0.0/8".parse().unwrap()];
         assert_eq!(refused_kind(ip("127.0.0.1"), &allowed), None);
         assert_eq!(refused_kind(ip("::ffff:127.0.0.1"), &allowed), None);
-        assert_eq!(refused_kind(ip("10.0.0.1"), &allowed), Some("private"));
-        assert_eq!(refused_kind(ip("::1"), &allowed), Some("loopback"));
+        assert_eq!(refused_kind(ip("10.0.0.1"), &allowed), Some(AddressKind::Private));
+        assert_eq!(refused_kind(ip("::1"), &allowed), Some(AddressKind::Loopback));
     }
 
     fn refused(host: &str) -> Option<&'static str> {
-        refused_kind(literal_ip(host).expect("an IP literal"), &[])
+        refused_kind(literal_ip(host).expect("an IP literal"), &[]).map(AddressKind::as_str)
     }
 
     /// The attack: a grant naming one of these reached loopback, because
@@ -215,5 +295,31 @@ mod tests {
         assert_eq!(refused_kind("10.1.2.3".parse().expect("ip"), &allowed), None);
         assert_eq!(refused_kind("::ffff:10.1.2.3".parse().expect("ip"), &allowed), None);
         assert_eq!(refused_kind("64:ff9b::a01:203".parse().expect("ip"), &allowed), None);
+    }
+
+    /// Issue 15, item 8: addresses a plugin reported were probed and handed
+    /// out unchecked, so a plugin could point the health engine at the
+    /// metadata service.
+    #[test]
+    fn reported_proxy_addresses_take_private_networks_and_refuse_the_rest() {
+        for taken in ["10.1.2.3", "192.168.1.9", "100.64.0.7", "fd12::1", "203.0.113.7"] {
+            assert_eq!(refused_proxy_address(ip(taken), &[]), None, "{taken}");
+        }
+        for (refused, why) in [
+            ("169.254.169.254", "a cloud metadata address"),
+            ("127.0.0.1", "a loopback address"),
+            ("::ffff:169.254.169.254", "a cloud metadata address"),
+            ("64:ff9b::a9fe:a9fe", "a cloud metadata address"),
+            ("fe80::1", "a link-local address"),
+            ("0.0.0.0", "a non-unicast address"),
+        ] {
+            assert_eq!(refused_proxy_address(ip(refused), &[]).as_deref(), Some(why), "{refused}");
+        }
+        let ranges: Vec<IpNet> = vec!["127.0.0.0/8".parse().expect("net")];
+        assert_eq!(refused_proxy_address(ip("127.0.0.1"), &ranges), None);
+        assert_eq!(
+            refused_proxy_address(ip("10.1.2.3"), &ranges).as_deref(),
+            Some("outside the entry's proxyAddresses")
+        );
     }
 }

@@ -45,7 +45,7 @@ use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
 pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use super::Redactor;
-use super::address::{literal_ip, refused_kind};
+use super::address::{AddressKind, literal_ip, refused_kind};
 use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
 
 /// How a transport must send one request.
@@ -524,7 +524,7 @@ fn classify_reqwest(err: &reqwest::Error) -> HttpError {
 #[derive(Debug)]
 struct AddressRefused {
     host: String,
-    refused: Vec<(IpAddr, &'static str)>,
+    refused: Vec<(IpAddr, AddressKind)>,
 }
 
 impl fmt::Display for AddressRefused {
