@@ -4,6 +4,10 @@
 //!   call (InstancePre + pooling allocator + copy-on-write memory).
 //! - `reused_instance`: the same call on a pinned instance.
 //! - `native`: the same work through a native `Provider` impl.
+//! - `fresh_instance_one_request`: a fresh-instance call that sends one
+//!   HTTP request through the whole capability (allow-list, address
+//!   policy, in-flight caps, request-body counting, response cap) to a
+//!   server on loopback, and returns what it read.
 //! - `deadline_overrun`: a plugin looping forever under a 50 ms deadline;
 //!   the figure minus 50 ms is how late the host stops it.
 //!
@@ -20,7 +24,7 @@ use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::{
     Health, Instance, InstanceState, PluginInfo, Provider, ProviderError, ProxySpec,
 };
-use proxyfleet_runtime::config::{EntryConfig, Grants, Limits};
+use proxyfleet_runtime::config::{EntryConfig, Grants, Limits, ProvidersConfig};
 use proxyfleet_runtime::{PluginProvider, Runtime, RuntimeOptions};
 
 fn fixture(name: &str) -> PathBuf {
@@ -32,11 +36,15 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn entry(name: &str, limits: Limits) -> EntryConfig {
+    entry_with(name, limits, Grants::default())
+}
+
+fn entry_with(name: &str, limits: Limits, grants: Grants) -> EntryConfig {
     EntryConfig {
         name: name.into(),
         plugin: name.into(),
         config: serde_json::json!({}),
-        grants: Grants::default(),
+        grants,
         limits,
         pin: None,
         proxy_addresses: Vec::new(),
@@ -48,6 +56,28 @@ async fn provider(runtime: &Runtime, name: &str, limits: Limits) -> PluginProvid
     PluginProvider::new(runtime, entry(name, limits), revision, Arc::new(MemoryKv::new()))
         .await
         .expect("entry binds")
+}
+
+/// An origin on loopback answering every request with `ok`, served on
+/// `rt`'s threads.
+fn origin(rt: &tokio::runtime::Runtime) -> std::net::SocketAddr {
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
 }
 
 /// The native twin of the `noop` fixture's `get`.
@@ -104,6 +134,28 @@ fn plugin_call(c: &mut Criterion) {
     let native: Arc<dyn Provider> = Arc::new(NativeNoop);
     group.bench_function("native", |b| {
         b.to_async(&rt).iter(|| async { native.get("vm-1").await.unwrap() });
+    });
+
+    let addr = origin(&rt);
+    let grants = format!(
+        "providers:\n  - name: fetch\n    plugin: http-fetch\n    grants:\n      http:\n        \
+         - {{ url: 'http://{addr}', allowAddresses: [127.0.0.1] }}\n"
+    );
+    let grants = ProvidersConfig::parse(&grants).unwrap().entries.remove(0).grants;
+    let fetch = rt.block_on(async {
+        let revision = runtime.load_plugin(&fixture("http-fetch")).await.expect("fixture loads");
+        PluginProvider::new(
+            &runtime,
+            entry_with("http-fetch", Limits::default(), grants),
+            revision,
+            Arc::new(MemoryKv::new()),
+        )
+        .await
+        .expect("entry binds")
+    });
+    let url = format!("http://{addr}/ok");
+    group.bench_function("fresh_instance_one_request", |b| {
+        b.to_async(&rt).iter(|| async { fetch.get(&url).await.unwrap() });
     });
     group.finish();
 
