@@ -686,93 +686,76 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
             )),
         },
     };
-    let memory_mib = raw.memory_mib.unwrap_or((defaults.memory_bytes >> 20) as u64);
-    if !(1..=MAX_MEMORY_MIB).contains(&memory_mib) {
-        return Err(ConfigError::invalid(
+    // Every count is 1 to a maximum, fixed or another limit's value.
+    let within = |field: &str, value: u64, max: u64, max_is: Option<&str>| {
+        if (1..=max).contains(&value) {
+            return Ok(value);
+        }
+        let max = max_is.map_or_else(|| max.to_string(), |other| format!("limits.{other} ({max})"));
+        Err(ConfigError::invalid(
             at,
-            "limits.memoryMiB",
-            format!("{memory_mib} is out of range; use 1 to {MAX_MEMORY_MIB}"),
-        ));
-    }
-    let concurrency = raw.concurrency.unwrap_or(defaults.concurrency);
-    if !(1..=1024).contains(&concurrency) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.concurrency",
-            format!("{concurrency} is out of range; use 1 to 1024"),
-        ));
-    }
-    let mutations = raw.mutations.unwrap_or(defaults.mutations.min(concurrency));
-    if !(1..=concurrency).contains(&mutations) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.mutations",
-            format!("{mutations} is out of range; use 1 to limits.concurrency ({concurrency})"),
-        ));
-    }
-    let http_response_mib = raw.http_response_mib.unwrap_or(defaults.http_response_bytes >> 20);
+            format!("limits.{field}"),
+            format!("{value} is out of range; use 1 to {max}"),
+        ))
+    };
+    let count = |field: &str, value: Option<usize>, default: usize, max: usize| {
+        within(field, value.unwrap_or(default) as u64, max as u64, None).map(|v| v as usize)
+    };
+    let memory_mib = within(
+        "memoryMiB",
+        raw.memory_mib.unwrap_or((defaults.memory_bytes >> 20) as u64),
+        MAX_MEMORY_MIB,
+        None,
+    )?;
+    let concurrency = count("concurrency", raw.concurrency, defaults.concurrency, 1024)?;
+    let mutations = within(
+        "mutations",
+        raw.mutations.unwrap_or(defaults.mutations.min(concurrency)) as u64,
+        concurrency as u64,
+        Some("concurrency"),
+    )? as usize;
     // Bodies reach the plugin as a stream, so the cap bounds what one
     // response may carry, not what the host holds: a plugin that streams a
     // disk image to a hypervisor needs the image's size.
-    if !(1..=MAX_HTTP_RESPONSE_MIB).contains(&http_response_mib) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.httpResponseMiB",
-            format!("{http_response_mib} is out of range; use 1 to {MAX_HTTP_RESPONSE_MIB}"),
-        ));
-    }
-    let http_request_mib = raw.http_request_mib.unwrap_or(defaults.http_request_bytes >> 20);
-    if !(1..=MAX_HTTP_REQUEST_MIB).contains(&http_request_mib) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.httpRequestMiB",
-            format!("{http_request_mib} is out of range; use 1 to {MAX_HTTP_REQUEST_MIB}"),
-        ));
-    }
-    let http_in_flight = raw.http_in_flight.unwrap_or(defaults.http_in_flight);
-    if !(1..=MAX_HTTP_IN_FLIGHT).contains(&http_in_flight) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.httpInFlight",
-            format!("{http_in_flight} is out of range; use 1 to {MAX_HTTP_IN_FLIGHT}"),
-        ));
-    }
-    let http_in_flight_per_call =
-        raw.http_in_flight_per_call.unwrap_or(defaults.http_in_flight_per_call.min(http_in_flight));
-    if !(1..=http_in_flight).contains(&http_in_flight_per_call) {
-        return Err(ConfigError::invalid(
-            at,
-            "limits.httpInFlightPerCall",
-            format!(
-                "{http_in_flight_per_call} is out of range; use 1 to limits.httpInFlight \
-                 ({http_in_flight})"
-            ),
-        ));
-    }
-    let range = |field: &str, value: u64, max: u64| {
-        if (1..=max).contains(&value) {
-            Ok(value)
-        } else {
-            Err(ConfigError::invalid(
-                at,
-                format!("limits.{field}"),
-                format!("{value} is out of range; use 1 to {max}"),
-            ))
-        }
-    };
-    let kv_keys = range("kvKeys", raw.kv_keys.unwrap_or(defaults.kv_keys) as u64, 100_000)?;
-    let max_value_kib = (proxyfleet_core::kv::MAX_VALUE_BYTES >> 10) as u64;
-    let kv_value_kib = range(
-        "kvValueKiB",
-        raw.kv_value_kib.unwrap_or(defaults.kv_value_bytes >> 10) as u64,
-        max_value_kib,
+    let http_response_mib = within(
+        "httpResponseMiB",
+        raw.http_response_mib.unwrap_or(defaults.http_response_bytes >> 20),
+        MAX_HTTP_RESPONSE_MIB,
+        None,
     )?;
-    let kv_total_kib =
-        range("kvTotalKiB", raw.kv_total_kib.unwrap_or(defaults.kv_total_bytes >> 10), 1 << 20)?;
-    let kv_writes_per_call = range(
+    let http_request_mib = within(
+        "httpRequestMiB",
+        raw.http_request_mib.unwrap_or(defaults.http_request_bytes >> 20),
+        MAX_HTTP_REQUEST_MIB,
+        None,
+    )?;
+    let http_in_flight =
+        count("httpInFlight", raw.http_in_flight, defaults.http_in_flight, MAX_HTTP_IN_FLIGHT)?;
+    let http_in_flight_per_call = within(
+        "httpInFlightPerCall",
+        raw.http_in_flight_per_call.unwrap_or(defaults.http_in_flight_per_call.min(http_in_flight))
+            as u64,
+        http_in_flight as u64,
+        Some("httpInFlight"),
+    )? as usize;
+    let kv_keys = count("kvKeys", raw.kv_keys, defaults.kv_keys, 100_000)?;
+    let kv_value_kib = count(
+        "kvValueKiB",
+        raw.kv_value_kib,
+        defaults.kv_value_bytes >> 10,
+        proxyfleet_core::kv::MAX_VALUE_BYTES >> 10,
+    )?;
+    let kv_total_kib = within(
+        "kvTotalKiB",
+        raw.kv_total_kib.unwrap_or(defaults.kv_total_bytes >> 10),
+        1 << 20,
+        None,
+    )?;
+    let kv_writes_per_call = within(
         "kvWritesPerCall",
         raw.kv_writes_per_call.unwrap_or(defaults.kv_writes_per_call).into(),
         10_000,
+        None,
     )?;
     Ok(Limits {
         call_timeout: duration("timeout", raw.timeout, defaults.call_timeout)?,
@@ -783,8 +766,8 @@ fn validate_limits(at: &str, raw: RawLimits) -> Result<Limits, ConfigError> {
         http_request_bytes: http_request_mib << 20,
         http_in_flight,
         http_in_flight_per_call,
-        kv_keys: usize::try_from(kv_keys).unwrap_or(usize::MAX),
-        kv_value_bytes: usize::try_from(kv_value_kib << 10).unwrap_or(usize::MAX),
+        kv_keys,
+        kv_value_bytes: kv_value_kib << 10,
         kv_total_bytes: kv_total_kib << 10,
         kv_writes_per_call: u32::try_from(kv_writes_per_call).unwrap_or(u32::MAX),
         http_connect_timeout: duration(
