@@ -113,7 +113,7 @@ async fn trace_and_connect_are_refused_before_anything_is_sent() {
 /// Issue 15, item 7: whatever a plugin returned went on unchecked, so a
 /// credential reflected by a backend reached statuses, spans and Events.
 #[tokio::test]
-async fn a_returned_instance_holding_an_injected_credential_is_refused() {
+async fn an_injected_credential_never_leaves_in_a_returned_instance() {
     let port = reflecting_server().await;
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("token");
@@ -123,10 +123,14 @@ async fn a_returned_instance_holding_an_injected_credential_is_refused() {
         secret_file.display()
     );
     let fetch = fetch_provider(dir.path(), &grants, "").await;
-    // http-fetch returns the response body in the instance's name.
-    let err = fetch.get(&format!("http://127.0.0.1:{port}/")).await.unwrap_err();
+    // http-fetch returns the response body in the instance's name, and
+    // the URL it fetched as the instance's id.
+    let answer = fetch.get(&format!("http://127.0.0.1:{port}/")).await.unwrap();
+    assert!(!answer.name.contains("s3cret"), "{}", answer.name);
+    assert!(answer.name.contains("[redacted]"), "{}", answer.name);
+    let err = fetch.get(&format!("http://127.0.0.1:{port}/s3cret-token-9")).await.unwrap_err();
     assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
-    assert!(err.message.contains("`name` holds a credential"), "{err}");
+    assert!(err.message.contains("id holds a credential"), "{err}");
     assert!(!err.message.contains("s3cret"), "{err}");
 }
 
@@ -187,6 +191,10 @@ async fn header_maps_are_bounded_by_the_resource_cap() {
     // 16 MiB of plugin memory allows 512 resources of at most 32 KiB.
     let report = attack(&*provider, "headers 400").await;
     assert_eq!(report["made"], 400, "{report}");
+    // One map past 32 KiB traps the call.
+    let err = provider.get("header-size 40000").await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    assert_eq!(attack(&*provider, "header-size 20000").await["appended"], true);
 }
 
 /// Issue 15, item 9: the plugin store had no quota; one call wrote 2,000

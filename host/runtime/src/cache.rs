@@ -105,12 +105,16 @@ impl PrecompiledCache {
         let path = self.path_for(digest);
         let result = component.serialize().map_err(|err| err.to_string()).and_then(|code| {
             let tag = hmac::sign(&self.key, &self.signed_message(digest, &code));
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            // A new name that no one could have planted a link under.
+            let mut nonce = [0_u8; 8];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+                .map_err(|_| "no random bytes for a temporary name".to_owned())?;
+            let tmp = path.with_extension(format!("tmp{}", u64::from_le_bytes(nonce)));
             let written = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode(0o600)
+                .custom_flags(no_follow())
                 .open(&tmp)
                 .and_then(|mut file| {
                     file.write_all(tag.as_ref())?;
@@ -124,50 +128,73 @@ impl PrecompiledCache {
     }
 }
 
+/// `O_NOFOLLOW`: opening a symbolic link fails instead of following it.
+fn no_follow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits().cast_signed()
+}
+
 /// Reads the MAC key at `path`, which must be ours alone, or makes one.
+/// The checks and the read use one open file, never following a link, so
+/// the file cannot be swapped between them.
 fn load_or_create_key(path: &Path) -> Result<hmac::Key, RuntimeError> {
     let refuse = |reason: String| RuntimeError::CacheKey { path: path.to_owned(), reason };
-    match std::fs::symlink_metadata(path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let mut bytes = [0_u8; KEY_BYTES];
-            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-                .map_err(|_| refuse("no random bytes for a new key".to_owned()))?;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|err| refuse(format!("cannot create it: {err}")))?;
-            file.write_all(&bytes).map_err(|err| refuse(format!("cannot write it: {err}")))?;
+    let mut bytes = [0_u8; KEY_BYTES];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| refuse("no random bytes for a new key".to_owned()))?;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(no_follow())
+        .open(path);
+    match created {
+        Ok(mut file) => {
+            file.write_all(&bytes)
+                .and_then(|()| file.sync_all())
+                .map_err(|err| refuse(format!("cannot write it: {err}")))?;
             Ok(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
         }
-        Err(err) => Err(refuse(format!("cannot read it: {err}"))),
-        Ok(meta) => {
-            let euid = rustix::process::geteuid().as_raw();
-            if !meta.file_type().is_file() {
-                return Err(refuse(
-                    "it is not a regular file; remove it and a new key is made".to_owned(),
-                ));
-            }
-            if meta.uid() != euid || meta.mode() & 0o077 != 0 {
-                return Err(refuse(format!(
-                    "it is owned by uid {} with mode {:04o}; it must be owned by uid {euid} \
-                     (the operator's) with mode 0600, or removed so that a new key is made",
-                    meta.uid(),
-                    meta.mode() & 0o7777
-                )));
-            }
-            let bytes =
-                std::fs::read(path).map_err(|err| refuse(format!("cannot read it: {err}")))?;
-            if bytes.len() != KEY_BYTES {
-                return Err(refuse(format!(
-                    "it holds {} bytes, not {KEY_BYTES}; remove it and a new key is made",
-                    bytes.len()
-                )));
-            }
-            Ok(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
-        }
+        // Made earlier, or by another process just now: read it.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => read_key(path),
+        Err(err) => Err(refuse(format!("cannot create it: {err}"))),
     }
+}
+
+fn read_key(path: &Path) -> Result<hmac::Key, RuntimeError> {
+    let refuse = |reason: String| RuntimeError::CacheKey { path: path.to_owned(), reason };
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(no_follow()).open(path).map_err(
+            |err| {
+                if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                    refuse("it is a symbolic link; remove it and a new key is made".to_owned())
+                } else {
+                    refuse(format!("cannot read it: {err}"))
+                }
+            },
+        )?;
+    let meta = file.metadata().map_err(|err| refuse(format!("cannot read it: {err}")))?;
+    let euid = rustix::process::geteuid().as_raw();
+    if !meta.file_type().is_file() {
+        return Err(refuse("it is not a regular file; remove it and a new key is made".to_owned()));
+    }
+    if meta.uid() != euid || meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "it is owned by uid {} with mode {:04o}; it must be owned by uid {euid} \
+             (the operator's) with mode 0600, or removed so that a new key is made",
+            meta.uid(),
+            meta.mode() & 0o7777
+        )));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes)
+        .map_err(|err| refuse(format!("cannot read it: {err}")))?;
+    if bytes.len() != KEY_BYTES {
+        return Err(refuse(format!(
+            "it holds {} bytes, not {KEY_BYTES}; remove it and a new key is made",
+            bytes.len()
+        )));
+    }
+    Ok(hmac::Key::new(hmac::HMAC_SHA256, &bytes))
 }
 
 #[cfg(test)]
@@ -190,6 +217,6 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink("/dev/null", &path).unwrap();
         let err = load_or_create_key(&path).unwrap_err().to_string();
-        assert!(err.contains("not a regular file"), "{err}");
+        assert!(err.contains("symbolic link"), "{err}");
     }
 }

@@ -368,34 +368,35 @@ impl PluginProvider {
         }
     }
 
-    /// An instance the plugin returned, refused whole when a field holds a
-    /// credential the host injected (a backend can echo one back): such a
-    /// field would go on into statuses, spans and Events. Refused rather
-    /// than redacted, because a changed id or address would point at
-    /// another instance.
+    /// An instance the plugin returned, with no credential the host
+    /// injected left in it (a backend can echo one back, and these fields
+    /// go on into statuses, spans and Events): the name and the mark are
+    /// redacted, such an address is dropped, and an instance whose id holds
+    /// one is refused, since a changed id would name another instance.
+    /// Addresses are then held to the entry's rule.
     fn checked_instance(&self, instance: wit::Instance) -> Result<Instance, ProviderError> {
-        let instance = instance_from_wit(instance);
-        let mark = instance.mark.as_ref();
-        let fields = [
-            ("providerId", Some(instance.provider_id.as_str())),
-            ("name", Some(instance.name.as_str())),
-            ("mark.uid", mark.map(|m| m.uid.as_str())),
-            ("mark.namespace", mark.map(|m| m.namespace.as_str())),
-            ("mark.name", mark.map(|m| m.name.as_str())),
-        ];
-        let addresses = instance.addresses.iter().map(|a| ("addresses", Some(a.as_str())));
-        for (field, value) in fields.into_iter().chain(addresses) {
-            if value.is_some_and(|value| self.redactor.holds_secret(value)) {
-                return Err(ProviderError::plugin_fault(format!(
-                    "the plugin returned an instance whose `{field}` holds a credential the host \
-                     injected; the answer was dropped"
-                )));
-            }
+        let mut instance = instance_from_wit(instance);
+        let redactor = &self.redactor;
+        if redactor.holds_secret(&instance.provider_id) {
+            return Err(ProviderError::plugin_fault(
+                "the plugin returned an instance whose id holds a credential the host injected; \
+                 the answer was dropped",
+            ));
         }
-        let mut instance = instance;
-        instance
-            .addresses
-            .retain(|address| self.proxy_address_taken(&instance.provider_id, address));
+        let redact = |field: &mut String| {
+            if redactor.holds_secret(field) {
+                *field = redactor.redact(field).into_owned();
+            }
+        };
+        redact(&mut instance.name);
+        if let Some(mark) = &mut instance.mark {
+            redact(&mut mark.uid);
+            redact(&mut mark.namespace);
+            redact(&mut mark.name);
+        }
+        instance.addresses.retain(|address| !redactor.holds_secret(address));
+        let provider_id = instance.provider_id.clone();
+        instance.addresses.retain(|address| self.proxy_address_taken(&provider_id, address));
         Ok(instance)
     }
 
@@ -467,9 +468,18 @@ impl Provider for PluginProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         match self.call(Operation::List).await? {
-            Answer::Instances(list) => {
-                list.into_iter().map(|instance| self.checked_instance(instance)).collect()
-            }
+            // One bad instance does not hide the others (orphan collection
+            // needs the list); it is left out, and said so.
+            Answer::Instances(list) => Ok(list
+                .into_iter()
+                .filter_map(|instance| {
+                    self.checked_instance(instance)
+                        .inspect_err(|err| {
+                            tracing::error!(entry = %self.config.name, "list: {err}");
+                        })
+                        .ok()
+                })
+                .collect()),
             _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
         }
     }

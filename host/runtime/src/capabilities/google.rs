@@ -78,12 +78,35 @@ struct TokenState {
     last_forced: Option<Instant>,
     /// The last exchange failed, then, and why.
     failure: Option<(Instant, TokenError)>,
+    /// Tokens replaced before they expired, with when they do: still
+    /// redacted until then, since a backend may have echoed one to the
+    /// plugin.
+    retired: Vec<(String, Instant)>,
+}
+
+impl TokenState {
+    /// Moves the current token to the retired ones, and forgets those that
+    /// expired.
+    fn retire(&mut self, now: Instant, redactor: &Redactor) {
+        if let Some(old) = self.token.take() {
+            self.retired.push((old.token, old.expires_at));
+        }
+        self.retired.retain(|(token, expires_at)| {
+            let live = now < *expires_at;
+            if !live {
+                redactor.forget(token);
+                redactor.forget(&format!("Bearer {token}"));
+            }
+            live
+        });
+    }
 }
 
 struct CachedToken {
     token: String,
     header: HeaderValue,
     refresh_at: Instant,
+    expires_at: Instant,
 }
 
 /// Names the key file and scopes, never the token.
@@ -200,15 +223,12 @@ impl GoogleServiceAccount {
         let (key, token, lifetime) = match exchanged {
             Ok(exchanged) => exchanged,
             Err(error) => {
-                state.failure = Some((now, error.clone()));
+                state.failure = Some((Instant::now(), error.clone()));
                 // The API refused the stale token already: it is not used
                 // again, and the failure answers until the next try.
                 if state.stale {
                     state.stale = false;
-                    if let Some(old) = state.token.take() {
-                        redactor.forget(&old.token);
-                        redactor.forget(&format!("Bearer {}", old.token));
-                    }
+                    state.retire(now, redactor);
                 }
                 return Err(error);
             }
@@ -226,15 +246,13 @@ impl GoogleServiceAccount {
             ))
         })?;
         header.set_sensitive(true);
-        if let Some(old) = state.token.take() {
-            redactor.forget(&old.token);
-            redactor.forget(&format!("Bearer {}", old.token));
-        }
+        state.retire(now, redactor);
         let margin = REFRESH_MARGIN.min(lifetime / 2);
         state.token = Some(CachedToken {
             token,
             header: header.clone(),
             refresh_at: started + lifetime.saturating_sub(margin),
+            expires_at: started + lifetime,
         });
         tracing::debug!(
             client_email = %key.client_email,

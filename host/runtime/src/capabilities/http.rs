@@ -1,9 +1,10 @@
 //! Outgoing HTTP for plugins (`wasi:http/outgoing-handler`), fail-closed.
 //!
 //! Every request a plugin sends passes, in order:
-//! 0. the method: TRACE and CONNECT are refused, since a backend answering
-//!    TRACE reflects the injected credential back to the plugin, and a
-//!    tunnel would carry traffic the host cannot see;
+//! 0. the method: only GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS; so
+//!    TRACE (and look-alikes such as TRACK) is refused, since a backend
+//!    answering it reflects the injected credential back to the plugin, and
+//!    CONNECT, since a tunnel would carry traffic the host cannot see;
 //! 1. the allow-list: scheme, host and port must match a grant of the entry;
 //! 2. the address policy: an IP literal, or every address a host name
 //!    resolves to, must be public unless the grant names its range
@@ -47,6 +48,17 @@ pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 use super::Redactor;
 use super::address::{AddressKind, literal_ip, refused_kind};
 use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
+
+/// The methods a plugin may use.
+const ALLOWED_METHODS: [http::Method; 7] = [
+    http::Method::GET,
+    http::Method::HEAD,
+    http::Method::POST,
+    http::Method::PUT,
+    http::Method::PATCH,
+    http::Method::DELETE,
+    http::Method::OPTIONS,
+];
 
 /// How a transport must send one request.
 #[derive(Debug, Clone)]
@@ -169,8 +181,10 @@ impl EntryHttp {
         span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
         let method = request.method();
-        if method == http::Method::TRACE || method == http::Method::CONNECT {
-            tracing::warn!("refused: plugins may not send {method} requests");
+        if !ALLOWED_METHODS.contains(method) {
+            tracing::warn!(
+                "refused: plugins may send only GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS"
+            );
             return Err(HttpError::HttpRequestMethodInvalid);
         }
         let Some(grant) = self.grant_for(&destination) else {
@@ -194,8 +208,6 @@ impl EntryHttp {
             );
             return Err(HttpError::ConnectionLimitReached);
         };
-        let (mut parts, body) = request.into_parts();
-        let body = collect_limited(&parts.headers, body, self.limits.http_request_bytes).await?;
         let entry_permit = match tokio::time::timeout(
             self.limits.http_first_byte_timeout,
             Arc::clone(&self.in_flight).acquire_owned(),
@@ -212,6 +224,10 @@ impl EntryHttp {
             }
         };
         let open = InFlight { _call: call_permit, _entry: entry_permit };
+        // Read while the request holds its permits, so the bodies the host
+        // holds are bounded by the in-flight caps too.
+        let (mut parts, body) = request.into_parts();
+        let body = collect_limited(&parts.headers, body, self.limits.http_request_bytes).await?;
         if let Some(Credential::GoogleServiceAccount(account)) = &grant.credential {
             match account.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
                 Ok(value) => drop(parts.headers.insert(http::header::AUTHORIZATION, value)),

@@ -41,7 +41,9 @@ impl KvQuota {
         }
     }
 
-    /// Whether writing `value` at `key` over `usage` stays inside.
+    /// Whether writing `value` at `key` over `usage` stays inside, or at
+    /// least does not grow a store that is over (one filled before a limit
+    /// was lowered can still be updated and shrunk).
     fn admits(&self, usage: &[KvEntry], key: &str, value: &[u8]) -> Result<(), KvError> {
         if value.len() > self.value_bytes {
             return Err(KvError::Invalid(format!(
@@ -52,8 +54,7 @@ impl KvQuota {
             )));
         }
         let existing = usage.iter().find(|entry| entry.key == key);
-        let keys = usage.len() + usize::from(existing.is_none());
-        if keys > self.keys {
+        if existing.is_none() && usage.len() >= self.keys {
             return Err(KvError::Invalid(format!(
                 "the entry holds {} keys, its limit (limits.kvKeys); delete keys it no longer \
                  needs",
@@ -61,9 +62,9 @@ impl KvQuota {
             )));
         }
         let size = |entry: &KvEntry| (entry.key.len() + entry.value.len()) as u64;
-        let total = usage.iter().map(size).sum::<u64>() - existing.map_or(0, size)
-            + (key.len() + value.len()) as u64;
-        if total > self.total_bytes {
+        let before = usage.iter().map(size).sum::<u64>();
+        let total = before - existing.map_or(0, size) + (key.len() + value.len()) as u64;
+        if total > self.total_bytes && total > before {
             return Err(KvError::Invalid(format!(
                 "writing {key:?} would make the entry's store {total} bytes; its limit is {} \
                  (limits.kvTotalKiB)",
@@ -184,11 +185,30 @@ mod tests {
         write("b", b"1").await.unwrap();
         let err = write("c", b"").await.unwrap_err();
         assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvKeys")), "{err}");
-        // Replacing a key counts it once; deleting is always allowed.
+        // Replacing a key counts it once; deletes pass the quota.
         let version = kv.store.get("e", "b").await.unwrap().unwrap().version;
         kv.compare_and_swap("e", "b", Some(version), Some(b"123".to_vec())).await.unwrap();
         let version = kv.store.get("e", "a").await.unwrap().unwrap().version;
         kv.compare_and_swap("e", "a", Some(version), None).await.unwrap();
         write("c", b"").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_store_over_a_lowered_quota_can_still_shrink() {
+        let store: Arc<dyn KvStore> = Arc::new(MemoryKv::new());
+        let roomy = EntryKv::new(Arc::clone(&store), KvQuota { total_bytes: 100, ..quota() });
+        roomy.compare_and_swap("e", "a", None, Some(b"12345678".to_vec())).await.unwrap();
+        roomy.compare_and_swap("e", "b", None, Some(b"12345678".to_vec())).await.unwrap();
+        let tight = EntryKv::new(store, KvQuota { keys: 1, total_bytes: 10, ..quota() });
+        let version = tight.store.get("e", "a").await.unwrap().unwrap().version;
+        tight.compare_and_swap("e", "a", Some(version), Some(b"1".to_vec())).await.unwrap();
+        let version = tight.store.get("e", "b").await.unwrap().unwrap().version;
+        let err = tight
+            .compare_and_swap("e", "b", Some(version), Some(b"123456789".to_vec()))
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvValueKiB")), "{err}");
+        let err = tight.compare_and_swap("e", "c", None, Some(Vec::new())).await.unwrap_err();
+        assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvKeys")), "{err}");
     }
 }

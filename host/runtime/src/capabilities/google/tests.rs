@@ -103,7 +103,19 @@ async fn a_token_is_exchanged_once_cached_and_renewed_before_it_expires() {
     assert_ne!(second, first);
     assert_eq!(f.sim.tokens_issued().len(), 2);
     assert!(f.redactor.redact(&bearer(&second)).contains("[redacted]"));
-    assert_eq!(f.redactor.redact(&bearer(&first)), bearer(&first), "the old token is forgotten");
+    assert!(
+        f.redactor.redact(&bearer(&first)).contains("[redacted]"),
+        "a replaced token is still hidden while it is valid"
+    );
+    // Past the first token's expiry, the next exchange forgets it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let third = f.header().await.expect("a third token");
+    assert_ne!(third, second);
+    assert_eq!(
+        f.redactor.redact(&bearer(&first)),
+        bearer(&first),
+        "the expired token is forgotten"
+    );
 }
 
 #[tokio::test]

@@ -472,20 +472,30 @@ impl Upload {
 
 impl Drop for Upload {
     fn drop(&mut self) {
-        let taken = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(stream) = taken else { return };
-        if self.link.is_dead() {
+        // Never wait for the stream's lock here, on an async thread: a
+        // cancelled write may hold it while it sends on a blocking thread.
+        let taken = match self.stream.try_lock() {
+            Ok(mut stream) => Some(stream.take()),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner().take()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if matches!(taken, Some(None)) || self.link.is_dead() {
             return;
         }
         // Aborting talks to the host: off the async threads, and bounded
         // like any call (an abort that hangs kills the connection).
-        let (host, link) = (Arc::clone(&self.host), Arc::clone(&self.link));
+        let (host, link, shared) =
+            (Arc::clone(&self.host), Arc::clone(&self.link), Arc::clone(&self.stream));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let deadline = host.deadline();
                 let _ = host
                     .run_on(&link, Driver::Storage, deadline, "upload-abort", move |_conn| {
-                        stream.abort()
+                        let stream = match taken {
+                            Some(stream) => stream,
+                            None => shared.lock().unwrap_or_else(|p| p.into_inner()).take(),
+                        };
+                        stream.map_or(Ok(()), |stream| stream.abort())
                     })
                     .await;
             });

@@ -14,8 +14,8 @@
 //! caller stopped waiting, as a provider check cut off at its bound does)
 //! leaves the connection alone: other calls share it, libvirt's client
 //! takes RPCs from several threads, and the abandoned RPC ends on its
-//! blocking thread, its answer dropped; its own budget still applies to
-//! the calls after it. A call that fails on a connection that is no longer
+//! blocking thread, its answer dropped. Its budget still holds: a watchdog
+//! waits for it, and kills the connection if it runs over. A call that fails on a connection that is no longer
 //! alive is `transient`, never an answer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -133,6 +133,29 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The blocking task of a call, watched after its caller stopped waiting:
+/// if it runs over the call's budget, the connection dies as it would
+/// have had the caller waited.
+struct Abandoned<R: Send + 'static> {
+    task: Option<tokio::task::JoinHandle<R>>,
+    link: Arc<Link>,
+    deadline: tokio::time::Instant,
+}
+
+impl<R: Send + 'static> Drop for Abandoned<R> {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else { return };
+        let (link, deadline) = (Arc::clone(&self.link), self.deadline);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if tokio::time::timeout_at(deadline, task).await.is_err() {
+                    link.kill();
+                }
+            });
+        }
     }
 }
 
@@ -263,7 +286,10 @@ impl HostPool {
             let alive = outcome.is_ok() || conn.get().is_alive().unwrap_or(false);
             (outcome, alive)
         });
-        let result = tokio::time::timeout_at(deadline, task).await;
+        let mut watched = Abandoned { task: None, link: Arc::clone(link), deadline };
+        let result = tokio::time::timeout_at(deadline, watched.task.insert(task)).await;
+        // Ended or over budget: handled here, not by the watchdog.
+        watched.task = None;
         match result {
             Err(_) => {
                 link.kill();
