@@ -106,9 +106,7 @@ impl PrecompiledCache {
         let result = component.serialize().map_err(|err| err.to_string()).and_then(|code| {
             let tag = hmac::sign(&self.key, &self.signed_message(digest, &code));
             // A new name that no one could have planted a link under.
-            let mut nonce = [0_u8; 8];
-            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
-                .map_err(|_| "no random bytes for a temporary name".to_owned())?;
+            let nonce = random::<8>().ok_or("no random bytes for a temporary name")?;
             let tmp = path.with_extension(format!("tmp{}", u64::from_le_bytes(nonce)));
             let written = std::fs::OpenOptions::new()
                 .write(true)
@@ -128,6 +126,13 @@ impl PrecompiledCache {
     }
 }
 
+/// `N` bytes from the system's secure random source.
+fn random<const N: usize>() -> Option<[u8; N]> {
+    let mut bytes = [0_u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// `O_NOFOLLOW`: opening a symbolic link fails instead of following it.
 fn no_follow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits().cast_signed()
@@ -138,9 +143,8 @@ fn no_follow() -> i32 {
 /// the file cannot be swapped between them.
 fn load_or_create_key(path: &Path) -> Result<hmac::Key, RuntimeError> {
     let refuse = |reason: String| RuntimeError::CacheKey { path: path.to_owned(), reason };
-    let mut bytes = [0_u8; KEY_BYTES];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-        .map_err(|_| refuse("no random bytes for a new key".to_owned()))?;
+    let bytes =
+        random::<KEY_BYTES>().ok_or_else(|| refuse("no random bytes for a new key".to_owned()))?;
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -140,7 +140,7 @@ impl PluginProvider {
         kv: Arc<dyn KvStore>,
     ) -> Result<Self, ProviderError> {
         let redactor = Arc::new(Redactor::default());
-        let limits = config.limits.clone();
+        let kv = Arc::new(EntryKv::new(kv, KvQuota::from_limits(&config.limits)));
         let http = crate::plugin::entry_http(runtime, &config, Arc::clone(&redactor))
             .map_err(ProviderError::invalid_config)?;
         let provider = Self {
@@ -154,7 +154,7 @@ impl PluginProvider {
             config,
             revision: ArcSwap::new(revision),
             http,
-            kv: Arc::new(EntryKv::new(kv, KvQuota::from_limits(&limits))),
+            kv,
             redactor,
         };
         provider.call(Operation::ValidateConfig).await?;
@@ -394,9 +394,10 @@ impl PluginProvider {
             redact(&mut mark.namespace);
             redact(&mut mark.name);
         }
-        instance.addresses.retain(|address| !redactor.holds_secret(address));
-        let provider_id = instance.provider_id.clone();
-        instance.addresses.retain(|address| self.proxy_address_taken(&provider_id, address));
+        instance.addresses.retain(|address| {
+            !redactor.holds_secret(address)
+                && self.proxy_address_taken(&instance.provider_id, address)
+        });
         Ok(instance)
     }
 

@@ -37,13 +37,13 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// Largest header map a plugin may build (`wasi:http` fields): the host
 /// holds it, outside the plugin's linear memory.
-pub(crate) const FIELD_SIZE_LIMIT: usize = 32 << 10;
+const FIELD_SIZE_LIMIT: usize = 32 << 10;
 
 /// How many host resources (header maps, requests, bodies, streams,
 /// uploads) a call may hold at once. They live in host memory, so their
 /// number scales with the entry's `memoryMiB`: header maps at their limit
 /// then take about as much host memory as the plugin may have of its own.
-pub(crate) fn resource_cap(max_memory_bytes: usize) -> usize {
+fn resource_cap(max_memory_bytes: usize) -> usize {
     (max_memory_bytes / FIELD_SIZE_LIMIT).clamp(256, 4096)
 }
 

@@ -214,13 +214,12 @@ impl GoogleServiceAccount {
         {
             return Err(error.clone());
         }
-        let exchanged = match self.read_key().await {
-            Ok(key) => exchange(&key, &self.scopes, transport, grant, limits)
-                .await
-                .map(|(token, lifetime)| (key, token, lifetime)),
-            Err(error) => Err(error),
+        let exchanged = async {
+            let key = self.read_key().await?;
+            let (token, lifetime) = exchange(&key, &self.scopes, transport, grant, limits).await?;
+            Ok::<_, TokenError>((key, token, lifetime))
         };
-        let (key, token, lifetime) = match exchanged {
+        let (key, token, lifetime) = match exchanged.await {
             Ok(exchanged) => exchanged,
             Err(error) => {
                 state.failure = Some((Instant::now(), error.clone()));
@@ -235,7 +234,6 @@ impl GoogleServiceAccount {
         };
         state.failure = None;
         state.stale = false;
-        let started = now;
         let bearer = format!("Bearer {token}");
         redactor.remember(&token);
         redactor.remember(&bearer);
@@ -251,8 +249,8 @@ impl GoogleServiceAccount {
         state.token = Some(CachedToken {
             token,
             header: header.clone(),
-            refresh_at: started + lifetime.saturating_sub(margin),
-            expires_at: started + lifetime,
+            refresh_at: now + lifetime.saturating_sub(margin),
+            expires_at: now + lifetime,
         });
         tracing::debug!(
             client_email = %key.client_email,

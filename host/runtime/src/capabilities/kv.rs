@@ -89,10 +89,6 @@ impl EntryKv {
         Self { store, quota, writing: tokio::sync::Mutex::new(()) }
     }
 
-    pub(crate) fn quota(&self) -> &KvQuota {
-        &self.quota
-    }
-
     async fn compare_and_swap(
         &self,
         scope: &str,
@@ -121,7 +117,7 @@ impl wit::Host for PluginState {
         expected: Option<u64>,
         value: Option<Vec<u8>>,
     ) -> Result<wit::CasOutcome, wit::KvError> {
-        let limit = self.scope.kv.quota().writes_per_call;
+        let limit = self.scope.kv.quota.writes_per_call;
         if self.kv_writes >= limit {
             return Err(wit::KvError::Invalid(format!(
                 "this call already made {limit} writes, the entry's limit \

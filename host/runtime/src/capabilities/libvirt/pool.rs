@@ -15,8 +15,9 @@
 //! leaves the connection alone: other calls share it, libvirt's client
 //! takes RPCs from several threads, and the abandoned RPC ends on its
 //! blocking thread, its answer dropped. Its budget still holds: a watchdog
-//! waits for it, and kills the connection if it runs over. A call that fails on a connection that is no longer
-//! alive is `transient`, never an answer.
+//! waits for it, and kills the connection if it runs over. A call that
+//! fails on a connection that is no longer alive is `transient`, never an
+//! answer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
