@@ -172,6 +172,11 @@ impl Sshd {
         signal(&self.sessions(), "STOP");
     }
 
+    /// Lets stalled connections run on.
+    pub fn resume_sessions(&self) {
+        signal(&self.sessions(), "CONT");
+    }
+
     /// Kills every established connection's server side, stalled or not
     /// (SIGKILL ends stopped processes too, without letting them run).
     pub fn kill_sessions(&self) {

@@ -11,6 +11,9 @@ use proxyfleet_runtime::capabilities::libvirt::{
 use proxyfleet_runtime::config::LibvirtGrant;
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_POOL, TEST_URI};
 
+/// The `hostile` fixture against the libvirt grant's bounds.
+#[path = "kvm/hostile.rs"]
+mod hostile;
 /// The kvm plugin on the same daemons (one libvirtd per process: the
 /// storage driver takes a host-wide lock).
 #[path = "kvm/plugin.rs"]
@@ -26,6 +29,7 @@ fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
         user: "root".into(),
         key_file: sshd.user_key.clone(),
         known_hosts_file: sshd.known_hosts.clone(),
+        pools: vec![TEST_POOL.into()],
         socket: Libvirtd::shared().socket.to_string_lossy().into_owned(),
         uri: uri.into(),
         storage_uri: uri.into(),
@@ -34,7 +38,7 @@ fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
 }
 
 fn pool(sshd: &Sshd, uri: &str) -> Arc<HostPool> {
-    Arc::new(HostPool::new(grant(sshd, uri, Duration::from_secs(10))))
+    Arc::new(HostPool::new(grant(sshd, uri, Duration::from_secs(10)), "direct"))
 }
 
 fn domain_xml(name: &str) -> String {
@@ -105,7 +109,7 @@ async fn a_host_key_not_in_known_hosts_is_refused() {
 
     let mut wrong = grant(&sshd, TEST_URI, Duration::from_secs(10));
     wrong.known_hosts_file = sshd.wrong_known_hosts();
-    let err = HostPool::new(wrong).ping().await.unwrap_err();
+    let err = HostPool::new(wrong, "direct").ping().await.unwrap_err();
     assert!(
         matches!(&err, LibvirtError::Unauthorized(m) if m.contains("does not match")),
         "{err:?}"
@@ -114,17 +118,17 @@ async fn a_host_key_not_in_known_hosts_is_refused() {
     let mut unlisted = grant(&sshd, TEST_URI, Duration::from_secs(10));
     unlisted.known_hosts_file = dir.path().join("empty_known_hosts");
     std::fs::write(&unlisted.known_hosts_file, "").unwrap();
-    let err = HostPool::new(unlisted).ping().await.unwrap_err();
+    let err = HostPool::new(unlisted, "direct").ping().await.unwrap_err();
     assert!(matches!(&err, LibvirtError::Unauthorized(m) if m.contains("not listed")), "{err:?}");
 
     let mut missing = grant(&sshd, TEST_URI, Duration::from_secs(10));
     missing.known_hosts_file = dir.path().join("no_such_file");
-    let err = HostPool::new(missing).ping().await.unwrap_err();
+    let err = HostPool::new(missing, "direct").ping().await.unwrap_err();
     assert!(matches!(&err, LibvirtError::Unauthorized(m) if m.contains("cannot read")), "{err:?}");
 
     let mut bad_key = grant(&sshd, TEST_URI, Duration::from_secs(10));
     bad_key.key_file = dir.path().join("host_key");
-    let err = HostPool::new(bad_key).ping().await.unwrap_err();
+    let err = HostPool::new(bad_key, "direct").ping().await.unwrap_err();
     assert!(
         matches!(&err, LibvirtError::Unauthorized(m) if m.contains("refused the key")),
         "{err:?}"
@@ -172,7 +176,7 @@ async fn a_call_over_its_budget_kills_only_its_connection() {
     let dir = tempfile::tempdir().unwrap();
     let sshd_a = Sshd::start(&dir.path().join("a"));
     let sshd_b = Sshd::start(&dir.path().join("b"));
-    let a = Arc::new(HostPool::new(grant(&sshd_a, TEST_URI, Duration::from_millis(800))));
+    let a = Arc::new(HostPool::new(grant(&sshd_a, TEST_URI, Duration::from_millis(800)), "direct"));
     let b = pool(&sshd_b, TEST_URI);
     a.ping().await.unwrap();
     b.ping().await.unwrap();
@@ -208,10 +212,12 @@ async fn a_cut_off_call_leaves_the_shared_connection_to_the_other_calls() {
     let host = pool(&sshd, TEST_URI);
     host.ping().await.unwrap();
     let sessions = sshd.sessions();
-    // A zero timeout polls the call once, which sends its RPC, then drops
-    // it while the RPC is under way.
-    let cut_off = tokio::time::timeout(Duration::ZERO, host.list_domains()).await;
-    assert!(cut_off.is_err(), "the call was cut off");
+    // The peer stalls, so the RPC is surely under way when the call is
+    // dropped; then it answers (to nobody).
+    sshd.stall_sessions();
+    let cut_off = tokio::time::timeout(Duration::from_millis(300), host.list_domains()).await;
+    assert!(cut_off.is_err(), "the call was cut off: {cut_off:?}");
+    sshd.resume_sessions();
     host.ping().await.unwrap();
     host.list_domains().await.unwrap();
     assert_eq!(sshd.sessions(), sessions, "the same connection serves on");
@@ -242,7 +248,9 @@ async fn uploads_stream_into_a_volume_and_a_broken_one_fails_transient() {
     let pool_name = pool_name.as_str();
     let dir = tempfile::tempdir().unwrap();
     let sshd = Sshd::start(dir.path());
-    let host = pool(&sshd, STORAGE_URI);
+    let mut granted = grant(&sshd, STORAGE_URI, Duration::from_secs(10));
+    granted.pools = vec![pool_name.to_owned()];
+    let host = Arc::new(HostPool::new(granted, "direct"));
 
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     let volume_xml = |name: &str| {
@@ -293,17 +301,21 @@ async fn uploads_stream_into_a_volume_and_a_broken_one_fails_transient() {
 
 #[test]
 fn hosts_outside_the_grant_are_refused() {
-    let entry = EntryLibvirt::new(&[LibvirtGrant {
-        host: "kvm1.lan".into(),
-        port: 22,
-        user: "pf".into(),
-        key_file: "/nonexistent".into(),
-        known_hosts_file: "/nonexistent".into(),
-        socket: "/var/run/libvirt/libvirt-sock".into(),
-        uri: "qemu:///system".into(),
-        storage_uri: "qemu:///system".into(),
-        call_timeout: Duration::from_secs(1),
-    }]);
+    let entry = EntryLibvirt::new(
+        "a",
+        &[LibvirtGrant {
+            host: "kvm1.lan".into(),
+            port: 22,
+            user: "pf".into(),
+            key_file: "/nonexistent".into(),
+            known_hosts_file: "/nonexistent".into(),
+            pools: vec!["default".into()],
+            socket: "/var/run/libvirt/libvirt-sock".into(),
+            uri: "qemu:///system".into(),
+            storage_uri: "qemu:///system".into(),
+            call_timeout: Duration::from_secs(1),
+        }],
+    );
     assert_eq!(entry.hosts(), vec!["kvm1.lan".to_owned()]);
     assert!(entry.host("KVM1.lan").is_ok());
     let err = entry.host("kvm2.lan").unwrap_err();
@@ -331,7 +343,7 @@ async fn probe_entry(
          config: {{ host: 127.0.0.1, pool: {TEST_POOL} }}\n    limits: {{ timeout: 20s }}\n    \
          grants:\n      libvirt:\n        - {{ host: 127.0.0.1, port: {port}, user: root, \
          keyFile: '{key}', knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
-         callTimeout: 5s }}\n",
+         pools: [{TEST_POOL}], callTimeout: 5s }}\n",
         port = sshd.port,
         key = sshd.user_key.display(),
         known = known_hosts.display(),

@@ -113,6 +113,9 @@ pub struct LibvirtGrant {
     /// known_hosts file the host's key must be listed in; there is no
     /// trust on first use.
     pub known_hosts_file: PathBuf,
+    /// The storage pools the plugin may use on the host: its volumes,
+    /// and its domains' disks and backing images, come only from these.
+    pub pools: Vec<String>,
     /// The libvirt socket on the host, forwarded over SSH.
     pub socket: String,
     /// The libvirt driver URI on the host, e.g. `qemu:///system`.
@@ -273,6 +276,7 @@ struct RawLibvirtGrant {
     user: String,
     key_file: PathBuf,
     known_hosts_file: Option<PathBuf>,
+    pools: Option<Vec<String>>,
     socket: Option<String>,
     uri: Option<String>,
     storage_uri: Option<String>,
@@ -483,6 +487,43 @@ fn parse_ranges(at: &str, key: &str, texts: &[String]) -> Result<Vec<IpNet>, Con
         .collect()
 }
 
+/// A grant's storage pools: required, plain names, each once.
+fn validate_pools(
+    at: &str,
+    key: &str,
+    raw: Option<Vec<String>>,
+) -> Result<Vec<String>, ConfigError> {
+    let pools = raw.unwrap_or_default();
+    if pools.is_empty() {
+        return Err(ConfigError::invalid(
+            at,
+            key,
+            "is required: list the storage pools the plugin may use on this host, e.g.              `pools: [default]`; its disks and images come only from these",
+        ));
+    }
+    for (i, pool) in pools.iter().enumerate() {
+        let plain = !pool.is_empty()
+            && pool
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'));
+        if !plain {
+            return Err(ConfigError::invalid(
+                at,
+                format!("{key}[{i}]"),
+                format!("{pool:?} is not a storage pool name"),
+            ));
+        }
+        if pools[..i].contains(pool) {
+            return Err(ConfigError::invalid(
+                at,
+                format!("{key}[{i}]"),
+                format!("{pool:?} is listed twice; list each pool once"),
+            ));
+        }
+    }
+    Ok(pools)
+}
+
 fn validate_libvirt_grants(
     at: &str,
     raw: Vec<RawLibvirtGrant>,
@@ -518,6 +559,7 @@ fn validate_libvirt_grants(
                  (e.g. from `ssh-keyscan -p PORT HOST`, checked out of band)",
             )
         })?;
+        let pools = validate_pools(at, &key("pools"), grant.pools)?;
         let socket = grant.socket.unwrap_or_else(|| DEFAULT_LIBVIRT_SOCKET.to_owned());
         if !socket.starts_with('/') {
             return Err(ConfigError::invalid(
@@ -549,6 +591,7 @@ fn validate_libvirt_grants(
             user: grant.user,
             key_file: grant.key_file,
             known_hosts_file,
+            pools,
             socket,
             uri,
             storage_uri,
@@ -954,9 +997,9 @@ providers:
     fn libvirt_grants_parse_with_defaults() {
         let config = ProvidersConfig::parse(
             "providers:\n  - name: a\n    plugin: kvm\n    grants:\n      libvirt:\n        \
-             - { host: KVM1.lan, user: pf, keyFile: /k, knownHostsFile: /kh }\n        \
+             - { host: KVM1.lan, user: pf, keyFile: /k, knownHostsFile: /kh, pools: [default] }\n        \
              - { host: kvm2.lan, port: 2222, user: pf, keyFile: /k, knownHostsFile: /kh, \
-             socket: /run/l.sock, uri: 'test:///default', callTimeout: 5s }\n",
+             pools: [a, b], socket: /run/l.sock, uri: 'test:///default', callTimeout: 5s }\n",
         )
         .unwrap();
         let grants = &config.entries[0].grants.libvirt;
@@ -964,13 +1007,14 @@ providers:
         assert_eq!((grants[0].port, grants[0].uri.as_str()), (22, DEFAULT_LIBVIRT_URI));
         assert_eq!(grants[0].socket, DEFAULT_LIBVIRT_SOCKET);
         assert_eq!(grants[1].call_timeout, Duration::from_secs(5));
+        assert_eq!(grants[1].pools, ["a", "b"]);
         assert_eq!(grants[1].storage_uri, "test:///default", "storageUri defaults to uri");
     }
 
     #[test]
     fn a_libvirt_grant_may_send_storage_calls_to_another_driver() {
         let base = "providers:\n  - name: a\n    plugin: kvm\n    grants: { libvirt: [ \
-                    { host: h, user: u, keyFile: /k, knownHostsFile: /kh, uri: 'test:///default', ";
+                    { host: h, user: u, keyFile: /k, knownHostsFile: /kh, pools: [p], uri: 'test:///default', ";
         let config =
             ProvidersConfig::parse(&format!("{base}storageUri: 'storage:///system' }} ] }}\n"))
                 .unwrap();
@@ -992,18 +1036,32 @@ providers:
             "{err}"
         );
         let err = parse_err(&format!(
-            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, sokcet: /s }} ] }}\n"
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, pools: [p], sokcet: /s }} ] }}\n"
         ));
         assert!(err.contains("unknown field `sokcet`"), "{err}");
         let err = parse_err(&format!(
-            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, uri: 'qemu+ssh://x/system' }} ] }}\n"
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, pools: [p], uri: 'qemu+ssh://x/system' }} ] }}\n"
         ));
         assert!(err.contains("grants.libvirt[0].uri"), "{err}");
         let err = parse_err(&format!(
-            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh }}, \
-             {{ host: H, user: u, keyFile: /k, knownHostsFile: /kh }} ] }}\n"
+            "{base}{{ host: h, user: u, keyFile: /k, knownHostsFile: /kh, pools: [p] }}, \
+             {{ host: H, user: u, keyFile: /k, knownHostsFile: /kh, pools: [p] }} ] }}\n"
         ));
         assert!(err.contains("grants.libvirt[1].host") && err.contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn libvirt_grants_name_their_storage_pools() {
+        let base = "providers:\n  - name: a\n    plugin: kvm\n    grants: { libvirt: [ \
+                    { host: h, user: u, keyFile: /k, knownHostsFile: /kh";
+        let err = parse_err(&format!("{base} }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].pools") && err.contains("required"), "{err}");
+        let err = parse_err(&format!("{base}, pools: [] }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].pools") && err.contains("required"), "{err}");
+        let err = parse_err(&format!("{base}, pools: [default, '../etc'] }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].pools[1]"), "{err}");
+        let err = parse_err(&format!("{base}, pools: [a, a] }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].pools[1]") && err.contains("twice"), "{err}");
     }
 
     #[test]

@@ -147,6 +147,7 @@ impl PluginProvider {
             runtime: runtime.clone(),
             config_json: config.config.to_string(),
             libvirt: Arc::new(crate::capabilities::libvirt::EntryLibvirt::new(
+                &config.name,
                 &config.grants.libvirt,
             )),
             permits: Semaphore::new(config.limits.concurrency),

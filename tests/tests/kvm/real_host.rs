@@ -71,7 +71,7 @@ async fn a_proxy_on_a_real_hypervisor() {
          interface: {interface}\n    limits: {{ timeout: 900s }}\n    grants:\n      \
          http: [{{ url: '{origin}' }}]\n      libvirt:\n        - {{ host: '{host}', \
          port: {port}, user: '{user}', keyFile: '{key}', knownHostsFile: '{known_hosts}', \
-         uri: '{uri}'{socket}, callTimeout: 60s }}\n"
+         pools: ['{pool}'], uri: '{uri}'{socket}, callTimeout: 60s }}\n"
     );
     let config = ProvidersConfig::parse(&yaml).expect("providers config");
     let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");

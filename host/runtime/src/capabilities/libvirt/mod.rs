@@ -6,10 +6,16 @@
 //!   socket, the libvirt client), call budgets, killing a connection;
 //! - `ops`: the typed operations plugins get (volumes, uploads, domains,
 //!   metadata, addresses); no raw command runner;
+//! - `allow_list`: the domain and volume XML a plugin may hand libvirt;
+//! - `scope`: disks and backing images only from the grant's pools;
+//! - `owner`: each domain belongs to the entry that defined it;
 //! - `wit`: the WIT imports, mapped onto the above.
 
+mod allow_list;
 mod ops;
+mod owner;
 mod pool;
+mod scope;
 mod ssh;
 mod wit;
 
@@ -123,12 +129,12 @@ pub struct EntryLibvirt {
 }
 
 impl EntryLibvirt {
-    /// One pool per granted host; nothing is dialled yet.
-    pub fn new(grants: &[LibvirtGrant]) -> Self {
+    /// One pool per host entry `entry` is granted; nothing is dialled yet.
+    pub fn new(entry: &str, grants: &[LibvirtGrant]) -> Self {
         Self {
             hosts: grants
                 .iter()
-                .map(|grant| (grant.host.clone(), Arc::new(HostPool::new(grant.clone()))))
+                .map(|grant| (grant.host.clone(), Arc::new(HostPool::new(grant.clone(), entry))))
                 .collect(),
         }
     }

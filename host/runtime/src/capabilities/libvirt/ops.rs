@@ -11,8 +11,8 @@ use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
 use virt::stream::Stream;
 
-use super::LibvirtError;
-use super::pool::{Driver, HostPool, Link};
+use super::pool::{CallError, Clients, HostPool, Link};
+use super::{LibvirtError, allow_list, owner, scope};
 
 /// A storage pool's state and space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,8 +104,82 @@ fn pool(conn: &Connect, name: &str) -> Result<StoragePool, virt::error::Error> {
     StoragePool::lookup_by_name(conn, name)
 }
 
-fn domain(conn: &Connect, name: &str) -> Result<Domain, virt::error::Error> {
-    Domain::lookup_by_name(conn, name)
+/// What the calls of one entry on one host need to know in the blocking
+/// closure: the host's name, the entry, the granted pools.
+#[derive(Clone)]
+struct Scope {
+    host: String,
+    entry: String,
+    pools: Vec<String>,
+}
+
+impl Scope {
+    /// Domain `name`, when it belongs to this entry; `NotFound` otherwise,
+    /// whoever made it.
+    fn domain(&self, clients: &Clients, name: &str) -> Result<Domain, CallError> {
+        let dom = Domain::lookup_by_name(clients.domains(), name)?;
+        if owner::owns(&dom, &self.entry)? {
+            Ok(dom)
+        } else {
+            Err(CallError::Refused(self.not_ours(name)))
+        }
+    }
+
+    fn not_ours(&self, name: &str) -> LibvirtError {
+        LibvirtError::NotFound(format!(
+            "no domain {name:?} of this entry on {}; domains other entries or anyone else \
+             defined are not visible to it",
+            self.host
+        ))
+    }
+
+    /// Refuses a domain named `name` or with UUID `uuid` that exists and
+    /// is not this entry's: a plugin may replace only its own definitions.
+    fn claim(&self, clients: &Clients, name: &str, uuid: Option<&str>) -> Result<(), CallError> {
+        let by_name = match Domain::lookup_by_name(clients.domains(), name) {
+            Ok(dom) => Some(dom),
+            Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => None,
+            Err(err) => return Err(err.into()),
+        };
+        let by_uuid = match uuid {
+            Some(uuid) => match Domain::lookup_by_uuid_string(clients.domains(), uuid) {
+                Ok(dom) => Some(dom),
+                Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => None,
+                Err(err) => return Err(err.into()),
+            },
+            None => None,
+        };
+        for dom in by_name.iter().chain(&by_uuid) {
+            if !owner::owns(dom, &self.entry)? {
+                return Err(CallError::Refused(LibvirtError::Exists(format!(
+                    "domain {:?} on {} exists and is not this entry's; choose another name \
+                     and UUID",
+                    dom.get_name()?,
+                    self.host
+                ))));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a pool outside the grant.
+    fn pool(&self, name: &str) -> Result<(), LibvirtError> {
+        if self.pools.iter().any(|p| p == name) {
+            Ok(())
+        } else {
+            Err(scope::pool_not_granted(&self.host, name))
+        }
+    }
+}
+
+/// Refuses the host's own metadata namespace.
+fn plugin_namespace(uri: &str) -> Result<(), LibvirtError> {
+    if uri.trim_end_matches('/') == owner::NAMESPACE {
+        return Err(LibvirtError::Invalid(format!(
+            "metadata namespace {uri} is the host's own; use a namespace of the plugin's"
+        )));
+    }
+    Ok(())
 }
 
 fn volume_of(vol: &StorageVol) -> Result<Volume, virt::error::Error> {
@@ -138,17 +212,27 @@ fn domain_of(dom: &Domain) -> Result<DomainInfo, virt::error::Error> {
 }
 
 impl HostPool {
+    fn scope(&self) -> Scope {
+        let grant = self.grant();
+        Scope {
+            host: grant.host.clone(),
+            entry: self.entry().to_owned(),
+            pools: grant.pools.clone(),
+        }
+    }
+
     /// The host's name as libvirt reports it: a cheap round trip that
     /// proves SSH, forwarding and libvirt all work.
     pub async fn ping(&self) -> Result<String, LibvirtError> {
-        self.call(Driver::Domains, "ping", |conn| conn.get_hostname()).await
+        self.call("ping", |c| Ok(c.domains().get_hostname()?)).await
     }
 
     /// A storage pool's state and space.
     pub async fn pool_info(&self, name: &str) -> Result<PoolInfo, LibvirtError> {
+        self.scope().pool(name)?;
         let name = name.to_owned();
-        self.call(Driver::Storage, "pool-info", move |conn| {
-            let pool = pool(conn, &name)?;
+        self.call("pool-info", move |c| {
+            let pool = pool(c.storage(), &name)?;
             let info = pool.get_info()?;
             Ok(PoolInfo {
                 name: pool.get_name()?,
@@ -164,31 +248,40 @@ impl HostPool {
     /// Every volume of a pool, refreshed first so files changed behind
     /// libvirt's back are seen.
     pub async fn list_volumes(&self, pool_name: &str) -> Result<Vec<Volume>, LibvirtError> {
+        self.scope().pool(pool_name)?;
         let pool_name = pool_name.to_owned();
-        self.call(Driver::Storage, "volume-list", move |conn| {
-            let pool = pool(conn, &pool_name)?;
+        self.call("volume-list", move |c| {
+            let pool = pool(c.storage(), &pool_name)?;
             // Not every driver refreshes; a stale list is still a list.
             let _ = pool.refresh(0);
-            pool.list_all_volumes(0)?.iter().map(volume_of).collect()
+            Ok(pool.list_all_volumes(0)?.iter().map(volume_of).collect::<Result<_, _>>()?)
         })
         .await
     }
 
     /// One volume; `NotFound` when the pool has none of that name.
     pub async fn volume(&self, pool_name: &str, name: &str) -> Result<Volume, LibvirtError> {
+        self.scope().pool(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
-        self.call(Driver::Storage, "volume-lookup", move |conn| {
-            volume_of(&StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?)
+        self.call("volume-lookup", move |c| {
+            Ok(volume_of(&StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?)?)
         })
         .await
     }
 
     /// Creates a volume from its XML definition; `Exists` when the name is
-    /// taken.
+    /// taken. The XML passes the allow-list, and a backing volume must be
+    /// in a granted pool.
     pub async fn create_volume(&self, pool_name: &str, xml: &str) -> Result<Volume, LibvirtError> {
+        let scope = self.scope();
+        scope.pool(pool_name)?;
+        let checked = allow_list::check_volume(xml)?;
         let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
-        self.call(Driver::Storage, "volume-create", move |conn| {
-            volume_of(&StorageVol::create_xml(&pool(conn, &pool_name)?, &xml, 0)?)
+        self.call("volume-create", move |c| {
+            if let Some(backing) = &checked.backing {
+                scope::check_path(c.storage(), &scope.host, &scope.pools, "backingStore", backing)?;
+            }
+            Ok(volume_of(&StorageVol::create_xml(&pool(c.storage(), &pool_name)?, &xml, 0)?)?)
         })
         .await
     }
@@ -202,20 +295,27 @@ impl HostPool {
         xml: &str,
         source: &str,
     ) -> Result<Volume, LibvirtError> {
+        let scope = self.scope();
+        scope.pool(pool_name)?;
+        let checked = allow_list::check_volume(xml)?;
         let (pool_name, xml, source) = (pool_name.to_owned(), xml.to_owned(), source.to_owned());
-        self.call(Driver::Storage, "volume-clone", move |conn| {
-            let pool = pool(conn, &pool_name)?;
+        self.call("volume-clone", move |c| {
+            if let Some(backing) = &checked.backing {
+                scope::check_path(c.storage(), &scope.host, &scope.pools, "backingStore", backing)?;
+            }
+            let pool = pool(c.storage(), &pool_name)?;
             let source = StorageVol::lookup_by_name(&pool, &source)?;
-            volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)
+            Ok(volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)?)
         })
         .await
     }
 
     /// Deletes a volume; `NotFound` when it is gone already.
     pub async fn delete_volume(&self, pool_name: &str, name: &str) -> Result<(), LibvirtError> {
+        self.scope().pool(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
-        self.call(Driver::Storage, "volume-delete", move |conn| {
-            StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?.delete(0)
+        self.call("volume-delete", move |c| {
+            Ok(StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?.delete(0)?)
         })
         .await
     }
@@ -229,14 +329,15 @@ impl HostPool {
         name: &str,
         length: u64,
     ) -> Result<Upload, LibvirtError> {
+        self.scope().pool(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.spanned("upload-begin", async {
             let deadline = self.deadline();
             let link = self.link_by(deadline).await?;
             let stream = self
-                .run_on(&link, Driver::Storage, deadline, "upload-begin", move |conn| {
-                    let vol = StorageVol::lookup_by_name(&pool(conn, &pool_name)?, &name)?;
-                    let stream = Stream::new(conn, 0)?;
+                .run_on(&link, deadline, "upload-begin", move |c| {
+                    let vol = StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?;
+                    let stream = Stream::new(c.storage(), 0)?;
                     vol.upload(&stream, 0, length, 0)?;
                     Ok(stream)
                 })
@@ -252,60 +353,88 @@ impl HostPool {
     }
 
     /// Defines a persistent domain from XML (replacing the definition of
-    /// one with the same name and UUID).
+    /// one of this entry's with the same name and UUID). The XML passes
+    /// the allow-list, its disks and their backing chains are volumes of
+    /// the granted pools, no other entry's or foreign domain has its name
+    /// or UUID, and the host records the entry as its owner.
     pub async fn define_domain(&self, xml: &str) -> Result<DomainInfo, LibvirtError> {
-        let xml = xml.to_owned();
-        self.call(Driver::Domains, "domain-define", move |conn| {
-            domain_of(&Domain::define_xml(conn, &xml)?)
+        let scope = self.scope();
+        let checked =
+            allow_list::check_domain(xml, owner::NAMESPACE, &owner::element(&scope.entry))?;
+        self.call("domain-define", move |c| {
+            for file in &checked.files {
+                scope::check_path(c.storage(), &scope.host, &scope.pools, "disk source", file)?;
+            }
+            for (pool, volume) in &checked.volumes {
+                scope::check_volume_ref(
+                    c.storage(),
+                    &scope.host,
+                    &scope.pools,
+                    "disk source",
+                    pool,
+                    volume,
+                )?;
+            }
+            scope.claim(c, &checked.name, checked.uuid.as_deref())?;
+            Ok(domain_of(&Domain::define_xml(c.domains(), &checked.xml)?)?)
         })
         .await
     }
 
     /// Starts a defined domain; `InvalidState` when it runs already.
     pub async fn start_domain(&self, name: &str) -> Result<(), LibvirtError> {
-        let name = name.to_owned();
-        self.call(Driver::Domains, "domain-start", move |conn| {
-            domain(conn, &name)?.create().map(drop)
-        })
-        .await
+        let (scope, name) = (self.scope(), name.to_owned());
+        self.call("domain-start", move |c| Ok(scope.domain(c, &name)?.create().map(drop)?)).await
     }
 
     /// Stops a domain at once; `InvalidState` when it is not running.
     pub async fn destroy_domain(&self, name: &str) -> Result<(), LibvirtError> {
-        let name = name.to_owned();
-        self.call(Driver::Domains, "domain-destroy", move |conn| domain(conn, &name)?.destroy())
-            .await
+        let (scope, name) = (self.scope(), name.to_owned());
+        self.call("domain-destroy", move |c| Ok(scope.domain(c, &name)?.destroy()?)).await
     }
 
     /// Removes a domain's definition (and its NVRAM, if any).
     pub async fn undefine_domain(&self, name: &str) -> Result<(), LibvirtError> {
-        let name = name.to_owned();
-        self.call(Driver::Domains, "domain-undefine", move |conn| {
-            let dom = domain(conn, &name)?;
+        let (scope, name) = (self.scope(), name.to_owned());
+        self.call("domain-undefine", move |c| {
+            let dom = scope.domain(c, &name)?;
             // Not every driver knows the NVRAM flag; plain undefine then.
-            dom.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM).or_else(|err| {
-                match err.code() {
-                    virt::error::ErrorNumber::InvalidArg
-                    | virt::error::ErrorNumber::NoSupport
-                    | virt::error::ErrorNumber::ArgumentUnsupported => dom.undefine(),
-                    _ => Err(err),
-                }
-            })
+            let undefined =
+                dom.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM).or_else(|err| {
+                    match err.code() {
+                        virt::error::ErrorNumber::InvalidArg
+                        | virt::error::ErrorNumber::NoSupport
+                        | virt::error::ErrorNumber::ArgumentUnsupported => dom.undefine(),
+                        _ => Err(err),
+                    }
+                });
+            Ok(undefined?)
         })
         .await
     }
 
-    /// One domain; `NotFound` when there is none of that name.
+    /// One domain of this entry; `NotFound` when there is none of that
+    /// name, or it is not this entry's.
     pub async fn domain(&self, name: &str) -> Result<DomainInfo, LibvirtError> {
-        let name = name.to_owned();
-        self.call(Driver::Domains, "domain-lookup", move |conn| domain_of(&domain(conn, &name)?))
-            .await
+        let (scope, name) = (self.scope(), name.to_owned());
+        self.call("domain-lookup", move |c| Ok(domain_of(&scope.domain(c, &name)?)?)).await
     }
 
-    /// Every domain, running or not.
+    /// Every domain of this entry, running or not.
     pub async fn list_domains(&self) -> Result<Vec<DomainInfo>, LibvirtError> {
-        self.call(Driver::Domains, "domain-list", |conn| {
-            conn.list_all_domains(0)?.iter().map(domain_of).collect()
+        let scope = self.scope();
+        self.call("domain-list", move |c| {
+            let mut ours = Vec::new();
+            for dom in c.domains().list_all_domains(0)? {
+                match owner::owns(&dom, &scope.entry) {
+                    Ok(true) => ours.push(domain_of(&dom)?),
+                    Ok(false) => {}
+                    // Undefined between the listing and the lookup.
+                    Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            Ok(ours)
         })
         .await
     }
@@ -313,13 +442,14 @@ impl HostPool {
     /// The metadata element under namespace `uri`; `NotFound` when the
     /// domain has none.
     pub async fn metadata(&self, name: &str, uri: &str) -> Result<String, LibvirtError> {
-        let (name, uri) = (name.to_owned(), uri.to_owned());
-        self.call(Driver::Domains, "metadata-get", move |conn| {
-            domain(conn, &name)?.get_metadata(
+        plugin_namespace(uri)?;
+        let (scope, name, uri) = (self.scope(), name.to_owned(), uri.to_owned());
+        self.call("metadata-get", move |c| {
+            Ok(scope.domain(c, &name)?.get_metadata(
                 virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
                 Some(&uri),
                 0,
-            )
+            )?)
         })
         .await
     }
@@ -334,10 +464,12 @@ impl HostPool {
         key: &str,
         xml: Option<&str>,
     ) -> Result<(), LibvirtError> {
-        let (name, uri, key) = (name.to_owned(), uri.to_owned(), key.to_owned());
+        plugin_namespace(uri)?;
+        let (scope, name, uri, key) =
+            (self.scope(), name.to_owned(), uri.to_owned(), key.to_owned());
         let xml = xml.map(str::to_owned);
-        self.call(Driver::Domains, "metadata-set", move |conn| {
-            let dom = domain(conn, &name)?;
+        self.call("metadata-set", move |c| {
+            let dom = scope.domain(c, &name)?;
             let mut flags = 0;
             if dom.is_persistent()? {
                 flags |= virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
@@ -351,8 +483,8 @@ impl HostPool {
                 Some(&key),
                 Some(&uri),
                 flags,
-            )
-            .map(drop)
+            )?;
+            Ok(())
         })
         .await
     }
@@ -365,14 +497,14 @@ impl HostPool {
         name: &str,
         source: AddressSource,
     ) -> Result<Vec<InterfaceAddress>, LibvirtError> {
-        let name = name.to_owned();
+        let (scope, name) = (self.scope(), name.to_owned());
         let raw_source = match source {
             AddressSource::Agent => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
             AddressSource::Lease => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
             AddressSource::Arp => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
         };
-        self.call(Driver::Domains, "interface-addresses", move |conn| {
-            let interfaces = domain(conn, &name)?.interface_addresses(raw_source, 0)?;
+        self.call("interface-addresses", move |c| {
+            let interfaces = scope.domain(c, &name)?.interface_addresses(raw_source, 0)?;
             Ok(interfaces
                 .into_iter()
                 .flat_map(|iface| {
@@ -429,16 +561,18 @@ impl Upload {
         let host = Arc::clone(&self.host);
         host.spanned("upload-write", async {
             let deadline = host.deadline();
-            host.run_on(&self.link, Driver::Storage, deadline, "upload-write", move |_conn| {
+            host.run_on(&self.link, deadline, "upload-write", move |_| {
                 let guard = stream.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(stream) = guard.as_ref() else { return Ok(Err(closed_stream())) };
+                let Some(stream) = guard.as_ref() else {
+                    return Err(CallError::Refused(closed_stream()));
+                };
                 let mut sent = 0;
                 while sent < chunk.len() {
                     sent += stream.send(&chunk[sent..])?;
                 }
-                Ok(Ok(()))
+                Ok(())
             })
-            .await?
+            .await
         })
         .await?;
         self.remaining -= len;
@@ -457,14 +591,14 @@ impl Upload {
         let host = Arc::clone(&self.host);
         host.spanned("upload-finish", async {
             let deadline = host.deadline();
-            host.run_on(&self.link, Driver::Storage, deadline, "upload-finish", move |_conn| {
+            host.run_on(&self.link, deadline, "upload-finish", move |_| {
                 let taken = stream.lock().unwrap_or_else(|p| p.into_inner()).take();
                 match taken {
-                    Some(stream) => stream.finish().map(Ok),
-                    None => Ok(Err(closed_stream())),
+                    Some(stream) => Ok(stream.finish()?),
+                    None => Err(CallError::Refused(closed_stream())),
                 }
             })
-            .await?
+            .await
         })
         .await
     }
@@ -490,12 +624,12 @@ impl Drop for Upload {
             runtime.spawn(async move {
                 let deadline = host.deadline();
                 let _ = host
-                    .run_on(&link, Driver::Storage, deadline, "upload-abort", move |_conn| {
+                    .run_on(&link, deadline, "upload-abort", move |_| {
                         let stream = match taken {
                             Some(stream) => stream,
                             None => shared.lock().unwrap_or_else(|p| p.into_inner()).take(),
                         };
-                        stream.map_or(Ok(()), |stream| stream.abort())
+                        Ok(stream.map_or(Ok(()), |stream| stream.abort())?)
                     })
                     .await;
             });

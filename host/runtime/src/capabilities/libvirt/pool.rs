@@ -55,13 +55,44 @@ impl Drop for Conn {
     }
 }
 
-/// Which libvirt client of a link a call uses: domains go to the grant's
+/// The libvirt clients of a link a call gets: domains go to the grant's
 /// `uri`, pools and volumes to its `storageUri` (the same client unless the
 /// grant names another driver).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Driver {
-    Domains,
-    Storage,
+pub(crate) struct Clients {
+    domains: Conn,
+    storage: Conn,
+}
+
+impl Clients {
+    /// The client for domains.
+    pub(crate) fn domains(&self) -> &virt::connect::Connect {
+        self.domains.get()
+    }
+
+    /// The client for storage pools and volumes.
+    pub(crate) fn storage(&self) -> &virt::connect::Connect {
+        self.storage.get()
+    }
+
+    fn alive(&self) -> bool {
+        [&self.domains, &self.storage].iter().all(|c| c.get().is_alive().unwrap_or(false))
+    }
+}
+
+/// How the work of a call fails: libvirt refused it (classified by the
+/// caller, unless the connection died), or the host's own checks did.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// libvirt's error.
+    Virt(virt::error::Error),
+    /// The host refused it; passed to the plugin as is.
+    Refused(LibvirtError),
+}
+
+impl From<virt::error::Error> for CallError {
+    fn from(err: virt::error::Error) -> Self {
+        Self::Virt(err)
+    }
 }
 
 /// One live connection to a host.
@@ -112,12 +143,10 @@ impl Link {
         }
     }
 
-    fn conn(&self, driver: Driver) -> Option<Conn> {
-        let slot = match driver {
-            Driver::Domains => &self.conn,
-            Driver::Storage => &self.storage,
-        };
-        slot.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn clients(&self) -> Option<Clients> {
+        let domains = self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let storage = self.storage.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        Some(Clients { domains, storage })
     }
 
     fn track(&self, task: AbortHandle) {
@@ -171,6 +200,8 @@ fn close_off_thread(conn: Conn) {
 /// The pooled connection to one granted host.
 pub struct HostPool {
     grant: LibvirtGrant,
+    /// The entry whose domains this pool's calls see (see `owner`).
+    entry: String,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
 }
 
@@ -181,18 +212,24 @@ impl std::fmt::Debug for HostPool {
 }
 
 impl HostPool {
-    /// A pool for one grant; nothing is dialled until the first call.
-    pub fn new(grant: LibvirtGrant) -> Self {
+    /// A pool for one grant of entry `entry`; nothing is dialled until the
+    /// first call.
+    pub fn new(grant: LibvirtGrant, entry: &str) -> Self {
         static QUIET: std::sync::Once = std::sync::Once::new();
         // libvirt's default error handler prints every error to stderr;
         // errors reach callers as values instead.
         QUIET.call_once(virt::error::clear_error_callback);
-        Self { grant, link: tokio::sync::Mutex::new(None) }
+        Self { grant, entry: entry.to_owned(), link: tokio::sync::Mutex::new(None) }
     }
 
     /// The host as granted.
     pub fn grant(&self) -> &LibvirtGrant {
         &self.grant
+    }
+
+    /// The entry whose domains this pool's calls see.
+    pub fn entry(&self) -> &str {
+        &self.entry
     }
 
     /// Kills the current connection, if any; the next call dials anew.
@@ -205,20 +242,15 @@ impl HostPool {
     /// Runs `f` on a blocking thread with a client of this host, under the
     /// grant's call budget (which includes dialling). One `libvirt.call`
     /// span per call.
-    pub(crate) async fn call<T, F>(
-        &self,
-        driver: Driver,
-        op: &'static str,
-        f: F,
-    ) -> Result<T, LibvirtError>
+    pub(crate) async fn call<T, F>(&self, op: &'static str, f: F) -> Result<T, LibvirtError>
     where
         T: Send + 'static,
-        F: FnOnce(&virt::connect::Connect) -> Result<T, virt::error::Error> + Send + 'static,
+        F: FnOnce(&Clients) -> Result<T, CallError> + Send + 'static,
     {
         self.spanned(op, async {
             let deadline = self.deadline();
             let link = self.link_by(deadline).await?;
-            self.run_on(&link, driver, deadline, op, f).await
+            self.run_on(&link, deadline, op, f).await
         })
         .await
     }
@@ -262,29 +294,28 @@ impl HostPool {
         })?
     }
 
-    /// Runs `f` on a blocking thread with `link`'s client for `driver`,
-    /// until `deadline`. Running over it or finding the connection dead
-    /// kills `link`; being cancelled does not.
+    /// Runs `f` on a blocking thread with `link`'s clients, until
+    /// `deadline`. Running over it or finding the connection dead kills
+    /// `link`; being cancelled does not.
     pub(crate) async fn run_on<T, F>(
         &self,
         link: &Arc<Link>,
-        driver: Driver,
         deadline: tokio::time::Instant,
         op: &'static str,
         f: F,
     ) -> Result<T, LibvirtError>
     where
         T: Send + 'static,
-        F: FnOnce(&virt::connect::Connect) -> Result<T, virt::error::Error> + Send + 'static,
+        F: FnOnce(&Clients) -> Result<T, CallError> + Send + 'static,
     {
         let budget = self.grant.call_timeout;
         let host = &self.grant.host;
-        let Some(conn) = link.conn(driver) else {
+        let Some(clients) = link.clients() else {
             return Err(LibvirtError::transient(format!("the connection to {host} was closed")));
         };
         let task = tokio::task::spawn_blocking(move || {
-            let outcome = f(conn.get());
-            let alive = outcome.is_ok() || conn.get().is_alive().unwrap_or(false);
+            let outcome = f(&clients);
+            let alive = !matches!(outcome, Err(CallError::Virt(_))) || clients.alive();
             (outcome, alive)
         });
         let mut watched = Abandoned { task: None, link: Arc::clone(link), deadline };
@@ -306,7 +337,8 @@ impl HostPool {
                 Err(LibvirtError::Failed(format!("{op} on {host} failed in the client: {join}")))
             }
             Ok(Ok((Ok(value), _))) => Ok(value),
-            Ok(Ok((Err(err), alive))) => {
+            Ok(Ok((Err(CallError::Refused(err)), _))) => Err(err),
+            Ok(Ok((Err(CallError::Virt(err)), alive))) => {
                 if !alive || link.is_dead() {
                     link.kill();
                     self.forget(link).await;
