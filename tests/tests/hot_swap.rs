@@ -53,7 +53,7 @@ async fn answer(registry: &Registry, entry: &str) -> String {
 fn active_revision(registry: &Registry, entry: &str) -> Arc<PluginRevision> {
     match &registry.entries()[entry] {
         EntryState::Ready(provider) => provider.revision(),
-        EntryState::Failed(reason) => panic!("entry {entry} is unavailable: {reason}"),
+        other => panic!("entry {entry} is not serving: {other:?}"),
     }
 }
 

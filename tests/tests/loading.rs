@@ -68,3 +68,50 @@ async fn a_cache_file_planted_under_another_digest_is_not_loaded() {
     assert_eq!(reloaded.info, noop.info, "noop's own code serves noop");
     assert_ne!(reloaded.info, hog.info);
 }
+
+/// Issue 14: start-up waited for every plugin to compile (seconds each on
+/// a cold cache) before the API and probes came up. An opened registry
+/// answers at once with every entry loading, and settles each as its
+/// plugin loads.
+#[tokio::test]
+async fn an_opened_registry_serves_each_entry_once_its_plugin_has_loaded() {
+    use std::sync::Arc;
+
+    use proxyfleet_core::ErrorClass;
+    use proxyfleet_core::kv::MemoryKv;
+    use proxyfleet_runtime::config::ProvidersConfig;
+    use proxyfleet_runtime::{EntryState, Registry};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("fixtures/noop"), dir.path().join("noop.wasm")).unwrap();
+    let config = ProvidersConfig::parse(
+        "providers:\n  - { name: here, plugin: noop }\n  - { name: absent, plugin: missing }\n",
+    )
+    .unwrap();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let (registry, pending) =
+        Registry::open(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap();
+    let registry = Arc::new(registry);
+    assert!(registry.entries().values().all(|state| matches!(state, EntryState::Loading)));
+    let err = registry.provider("here").err().expect("nothing serves yet");
+    assert_eq!(err.class, ErrorClass::Unavailable, "{err}");
+    assert!(err.message.contains("still loading"), "{err}");
+    let revisions = registry.revisions();
+    assert_eq!(revisions.len(), 2, "loading entries are listed: {revisions:?}");
+    assert!(
+        revisions.iter().all(|r| r.unavailable.as_deref() == Some("its plugin is still loading"))
+    );
+
+    let waiter = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move { registry.wait_loaded().await }
+    });
+    registry.load_pending(pending).await;
+    waiter.await.unwrap();
+    assert!(matches!(registry.entries()["here"], EntryState::Ready(_)));
+    registry.provider("here").expect("ready once loaded");
+    let EntryState::Failed(reason) = &registry.entries()["absent"] else {
+        panic!("an entry without a plugin file fails: {:?}", registry.entries()["absent"]);
+    };
+    assert!(reason.contains("no missing.wasm"), "{reason}");
+}

@@ -165,6 +165,13 @@ pub async fn check_providers(
         let mut status =
             ProxyProviderStatus { checked_at: Some(now.to_string()), ..Default::default() };
         match state {
+            EntryState::Loading => {
+                status.reason = Some("Loading".into());
+                status.issues = vec![ProviderIssue {
+                    reason: "loading".into(),
+                    message: Some("its plugin is still loading".into()),
+                }];
+            }
             EntryState::Failed(reason) => {
                 tracing::warn!(entry = %entry, "provider entry unavailable: {reason}");
                 status.reason = Some("Unavailable".into());

@@ -330,6 +330,11 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
     let mut all_ok = true;
     for (name, state) in registry.entries() {
         let line = match state {
+            // `load` settles every entry before it answers.
+            EntryState::Loading => {
+                all_ok = false;
+                serde_json::json!({ "entry": name, "available": false, "reason": "loading" })
+            }
             EntryState::Failed(reason) => {
                 all_ok = false;
                 serde_json::json!({ "entry": name, "available": false, "reason": reason })
@@ -364,14 +369,21 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     })?;
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
-    let loaded = tokio::select! {
-        loaded = Registry::load(&runtime, &providers, &args.setup.plugin_dir, kv) => loaded,
-        () = stop.cancelled() => return Ok(ExitCode::SUCCESS),
-    };
-    let registry =
-        Arc::new(loaded.with_context(|| {
-            format!("loading plugins from {}", args.setup.plugin_dir.display())
-        })?);
+    // Plugins compile in the background (a cold cache takes seconds per
+    // plugin): the API, metrics and probes come up first, and each entry
+    // serves as soon as its plugin is ready.
+    let (registry, pending) = Registry::open(&runtime, &providers, &args.setup.plugin_dir, kv)
+        .await
+        .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?;
+    let registry = Arc::new(registry);
+    tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move {
+            let started = std::time::Instant::now();
+            registry.load_pending(pending).await;
+            tracing::info!(elapsed = ?started.elapsed(), "plugins loaded");
+        }
+    });
     let identity = args.identity.unwrap_or_else(|| format!("proxyfleet-{}", std::process::id()));
     let elector = LeaderElector::new(
         client.clone(),
@@ -421,6 +433,14 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                     args.namespace.clone(),
                 );
                 async move {
+                    // A Proxy reconciled while its plugin compiles would
+                    // turn unavailable for nothing; the leader starts once
+                    // every entry is settled (or leadership is lost).
+                    let mut lost_while_loading = lost.clone();
+                    tokio::select! {
+                        () = registry.wait_loaded() => {}
+                        _ = lost_while_loading.wait_for(|lost| *lost) => return,
+                    }
                     // Only when running as a pod: then its name is known.
                     let pod = std::env::var("POD_NAME").ok();
                     if let Some(pod) = &pod

@@ -33,5 +33,5 @@ pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
 pub use error::{ConfigError, LoadError, RollbackError, RuntimeError};
 pub use plugin::{PluginRevision, file_digest};
 pub use provider::{PinnedInstance, PluginProvider};
-pub use registry::{EntryState, PluginLoad, Registry};
+pub use registry::{EntryState, PendingLoad, PluginLoad, Registry};
 pub use revisions::{EntryRevisions, RejectedCandidate, RevisionSummary};

@@ -2,7 +2,10 @@
 //!
 //! Loading is per file and per entry: a plugin that fails to load, or an
 //! entry whose config its plugin refuses, is recorded with the reason and
-//! the rest keep working.
+//! the rest keep working. [`Registry::open`] answers at once with every
+//! entry `loading`, for a host that serves its API and probes while cold
+//! plugin compiles run; [`Registry::load_pending`] then makes each entry
+//! ready or failed as soon as its plugin is compiled and bound.
 //!
 //! Plugin files may change while the host runs. [`Registry::rescan`] (run
 //! by [`crate::watch`] on every change of the plugin directory and
@@ -31,6 +34,9 @@ use crate::plugin::{PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
 
+/// Why a loading entry serves nothing yet.
+const STILL_LOADING: &str = "its plugin is still loading";
+
 /// Refused candidates listed per entry; older ones are only counted.
 const MAX_REJECTED: usize = 8;
 
@@ -46,10 +52,24 @@ pub enum PluginLoad {
 /// What became of one provider entry.
 #[derive(Debug, Clone)]
 pub enum EntryState {
+    /// Its plugin is being read and compiled; not serving yet.
+    Loading,
     /// Serving calls.
     Ready(Arc<PluginProvider>),
     /// Not serving, with the reason.
     Failed(String),
+}
+
+/// The plugin files [`Registry::open`] read, for
+/// [`Registry::load_pending`] to compile.
+pub struct PendingLoad {
+    files: PluginFiles,
+}
+
+impl std::fmt::Debug for PendingLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingLoad").field("files", &self.files.keys()).finish()
+    }
 }
 
 /// Every entry of a providers file, each bound to its plugin or failed.
@@ -64,6 +84,8 @@ pub struct Registry {
     revisions: Mutex<RevisionState>,
     /// One rescan at a time: each decides against what the last one saw.
     scanning: tokio::sync::Mutex<()>,
+    /// True once no entry is loading any more.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -75,13 +97,13 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-/// The entries map as [`Registry::entries`] lends it out. An entry's state
-/// changes at most once, from failed to ready, when a file it accepts
-/// lands (a ready entry swaps revisions inside its provider and never
-/// fails again). Each such change publishes a new map and keeps the older
-/// ones, so references handed out earlier stay valid for the registry's
-/// life; there are at most as many maps as entries that failed at load,
-/// plus the first.
+/// The entries map as [`Registry::entries`] lends it out. A loading entry
+/// becomes ready or failed once; a failed one becomes ready at most once,
+/// when a file it accepts lands (a ready entry swaps revisions inside its
+/// provider and never fails again). Each such change publishes a new map
+/// and keeps the older ones, so references handed out earlier stay valid
+/// for the registry's life; there are at most two maps per entry that
+/// starts loading and one per entry that starts failed, plus the first.
 struct EntryGenerations {
     first: BTreeMap<String, EntryState>,
     later: Box<[OnceLock<BTreeMap<String, EntryState>>]>,
@@ -90,7 +112,14 @@ struct EntryGenerations {
 
 impl EntryGenerations {
     fn new(first: BTreeMap<String, EntryState>) -> Self {
-        let room = first.values().filter(|state| matches!(state, EntryState::Failed(_))).count();
+        let room = first
+            .values()
+            .map(|state| match state {
+                EntryState::Loading => 2,
+                EntryState::Failed(_) => 1,
+                EntryState::Ready(_) => 0,
+            })
+            .sum();
         Self {
             first,
             later: (0..room).map(|_| OnceLock::new()).collect(),
@@ -172,86 +201,24 @@ impl Registry {
         plugin_dir: &Path,
         kv: Arc<dyn KvStore>,
     ) -> Result<Self, RuntimeError> {
+        let (registry, pending) = Self::open(runtime, config, plugin_dir, kv).await?;
+        registry.load_pending(pending).await;
+        Ok(registry)
+    }
+
+    /// Reads every `*.wasm` in `plugin_dir` and answers a registry whose
+    /// entries are all loading, with what [`Registry::load_pending`]
+    /// compiles. Only an unreadable plugin directory is fatal.
+    pub async fn open(
+        runtime: &Runtime,
+        config: &ProvidersConfig,
+        plugin_dir: &Path,
+        kv: Arc<dyn KvStore>,
+    ) -> Result<(Self, PendingLoad), RuntimeError> {
         let files = read_plugin_dir_blocking(plugin_dir.to_owned()).await?;
-        let mut state = RevisionState::default();
-        let mut refused_by_pin = BTreeMap::new();
-        for (name, file) in files {
-            let using = config.entries.iter().filter(|entry| entry.plugin == name);
-            if let Ok(file) = &file
-                && let Some(refusals) = refused_by_digest_pins(using, &file.digest)
-            {
-                for (entry, refusal) in refusals {
-                    refused_by_pin.insert(entry.name.clone(), refusal);
-                }
-                state.files.insert(name.clone(), file.digest.clone());
-                state.plugins.insert(name, PluginLoad::Failed(not_compiled(&file.digest)));
-                continue;
-            }
-            let load = match file {
-                Ok(file) => {
-                    let digest = file.digest.clone();
-                    let load = match runtime
-                        .load_plugin_bytes(&file.path, file.bytes, file.digest)
-                        .await
-                    {
-                        Ok(revision) => {
-                            state.by_digest.insert(digest.clone(), Arc::downgrade(&revision));
-                            PluginLoad::Loaded(revision)
-                        }
-                        Err(err) => {
-                            tracing::error!(plugin = %name, "{err}");
-                            PluginLoad::Failed(err.to_string())
-                        }
-                    };
-                    state.files.insert(name.clone(), digest);
-                    load
-                }
-                Err(err) => {
-                    tracing::error!(plugin = %name, "{err}");
-                    PluginLoad::Failed(err.to_string())
-                }
-            };
-            state.plugins.insert(name, load);
-        }
-        let mut entries = BTreeMap::new();
-        for entry in &config.entries {
-            let plugin = match refused_by_pin.get(&entry.name) {
-                Some(refusal) => Err(refusal),
-                None => Ok(state.plugins.get(&entry.plugin)),
-            };
-            let entry_state = match plugin {
-                Err(refusal) => EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin)),
-                Ok(None) => EntryState::Failed(format!(
-                    "plugin {:?} not found: no {}.wasm in {}",
-                    entry.plugin,
-                    entry.plugin,
-                    plugin_dir.display()
-                )),
-                Ok(Some(PluginLoad::Failed(reason))) => EntryState::Failed(format!(
-                    "plugin {:?} {}",
-                    entry.plugin,
-                    Refusal::Load(reason.clone())
-                )),
-                Ok(Some(PluginLoad::Loaded(revision))) => {
-                    match bind(runtime, entry, revision, Arc::clone(&kv)).await {
-                        Ok(provider) => EntryState::Ready(Arc::new(provider)),
-                        Err(refusal) => {
-                            EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
-                        }
-                    }
-                }
-            };
-            let mut history = EntryHistory::default();
-            match &entry_state {
-                EntryState::Failed(reason) => {
-                    tracing::error!(entry = %entry.name, "provider entry unavailable: {reason}");
-                }
-                EntryState::Ready(_) => history.activated_at = Some(SystemTime::now()),
-            }
-            state.entries.insert(entry.name.clone(), history);
-            entries.insert(entry.name.clone(), entry_state);
-        }
-        Ok(Self {
+        let entries =
+            config.entries.iter().map(|e| (e.name.clone(), EntryState::Loading)).collect();
+        let registry = Self {
             runtime: runtime.clone(),
             plugin_dir: plugin_dir.to_owned(),
             kv,
@@ -262,9 +229,127 @@ impl Registry {
                 .map(|e| (e.name.clone(), e.plugin.clone()))
                 .collect(),
             entries: EntryGenerations::new(entries),
-            revisions: Mutex::new(state),
+            revisions: Mutex::new(RevisionState::default()),
             scanning: tokio::sync::Mutex::new(()),
-        })
+            loaded: tokio::sync::watch::Sender::new(config.entries.is_empty()),
+        };
+        Ok((registry, PendingLoad { files }))
+    }
+
+    /// Compiles the files [`Registry::open`] read, one at a time, and makes
+    /// each entry ready (or failed, with the reason) as soon as its plugin
+    /// is compiled and bound. Rescans wait until it is done.
+    pub async fn load_pending(&self, pending: PendingLoad) {
+        let _one_at_a_time = self.scanning.lock().await;
+        for (name, file) in pending.files {
+            let using: Vec<&EntryConfig> =
+                self.configs.values().filter(|entry| entry.plugin == name).collect();
+            let mut refused_by_pin = BTreeMap::new();
+            let load = match file {
+                Ok(file) => match refused_by_digest_pins(using.iter().copied(), &file.digest) {
+                    Some(refusals) => {
+                        for (entry, refusal) in refusals {
+                            refused_by_pin.insert(entry.name.clone(), refusal);
+                        }
+                        self.lock().files.insert(name.clone(), file.digest.clone());
+                        PluginLoad::Failed(not_compiled(&file.digest))
+                    }
+                    None => {
+                        let digest = file.digest.clone();
+                        let loaded = self
+                            .runtime
+                            .load_plugin_bytes(&file.path, file.bytes, file.digest)
+                            .await;
+                        let mut state = self.lock();
+                        state.files.insert(name.clone(), digest.clone());
+                        match loaded {
+                            Ok(revision) => {
+                                state.by_digest.insert(digest, Arc::downgrade(&revision));
+                                PluginLoad::Loaded(revision)
+                            }
+                            Err(err) => {
+                                tracing::error!(plugin = %name, "{err}");
+                                PluginLoad::Failed(err.to_string())
+                            }
+                        }
+                    }
+                },
+                Err(err) => {
+                    tracing::error!(plugin = %name, "{err}");
+                    PluginLoad::Failed(err.to_string())
+                }
+            };
+            self.lock().plugins.insert(name.clone(), load.clone());
+            for entry in using {
+                let settled = match (refused_by_pin.get(&entry.name), &load) {
+                    (Some(refusal), _) => {
+                        EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                    }
+                    (None, PluginLoad::Failed(reason)) => EntryState::Failed(format!(
+                        "plugin {:?} {}",
+                        entry.plugin,
+                        Refusal::Load(reason.clone())
+                    )),
+                    (None, PluginLoad::Loaded(revision)) => {
+                        match bind(&self.runtime, entry, revision, Arc::clone(&self.kv)).await {
+                            Ok(provider) => EntryState::Ready(Arc::new(provider)),
+                            Err(refusal) => {
+                                EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                            }
+                        }
+                    }
+                };
+                self.settle(entry, settled);
+            }
+        }
+        for entry in self.configs.values() {
+            if matches!(self.entries.current().get(&entry.name), Some(EntryState::Loading)) {
+                let missing = format!(
+                    "plugin {:?} not found: no {}.wasm in {}",
+                    entry.plugin,
+                    entry.plugin,
+                    self.plugin_dir.display()
+                );
+                self.settle(entry, EntryState::Failed(missing));
+            }
+        }
+        self.loaded.send_replace(true);
+    }
+
+    /// Publishes the first state of a loading entry.
+    fn settle(&self, entry: &EntryConfig, settled: EntryState) {
+        let mut state = self.lock();
+        let history = state.entries.entry(entry.name.clone()).or_default();
+        match &settled {
+            EntryState::Failed(reason) => {
+                tracing::error!(entry = %entry.name, "provider entry unavailable: {reason}");
+            }
+            EntryState::Ready(provider) => {
+                history.activated_at = Some(SystemTime::now());
+                let revision = provider.revision();
+                tracing::info!(
+                    entry = %entry.name,
+                    plugin = %revision.info.name,
+                    version = %revision.info.version,
+                    digest = %revision.digest,
+                    "provider entry available"
+                );
+            }
+            EntryState::Loading => {}
+        }
+        let mut next = self.entries.current().clone();
+        next.insert(entry.name.clone(), settled);
+        if self.entries.publish(next).is_err() {
+            // Each loading entry has room for its one change.
+            tracing::error!(entry = %entry.name, "cannot publish the entry's state");
+        }
+    }
+
+    /// Waits until no entry is loading any more.
+    pub async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        // The sender lives as long as the registry, which outlives this.
+        let _ = loaded.wait_for(|loaded| *loaded).await;
     }
 
     /// The provider serving `entry`, or why there is none.
@@ -272,6 +357,9 @@ impl Registry {
         let entries = self.entries.current();
         match entries.get(entry) {
             Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider) as Arc<dyn Provider>),
+            Some(EntryState::Loading) => Err(ProviderError::unavailable(format!(
+                "provider entry {entry:?}: {STILL_LOADING}"
+            ))),
             Some(EntryState::Failed(reason)) => {
                 Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
             }
@@ -318,11 +406,13 @@ impl Registry {
 
     fn revisions_locked(&self, state: &RevisionState, entry: &str) -> Option<EntryRevisions> {
         let config = self.configs.get(entry)?;
-        let history = state.entries.get(entry)?;
+        let loading = EntryHistory::default();
+        let history = state.entries.get(entry).unwrap_or(&loading);
         let (active, unavailable) = match self.entries.current().get(entry)? {
             EntryState::Ready(provider) => {
                 (Some(RevisionSummary::from(provider.revision().as_ref())), None)
             }
+            EntryState::Loading => (None, Some(STILL_LOADING.to_owned())),
             EntryState::Failed(reason) => (None, Some(reason.clone())),
         };
         Some(EntryRevisions {
@@ -351,6 +441,12 @@ impl Registry {
                 return Err(RollbackError::Unavailable {
                     entry: entry.to_owned(),
                     reason: reason.clone(),
+                });
+            }
+            Some(EntryState::Loading) => {
+                return Err(RollbackError::Unavailable {
+                    entry: entry.to_owned(),
+                    reason: STILL_LOADING.to_owned(),
                 });
             }
             Some(EntryState::Ready(provider)) => Arc::clone(provider),
@@ -501,7 +597,7 @@ impl Registry {
                     Err(refusal) => self.reject(entry, candidate, &refusal),
                 }
             }
-            Some(EntryState::Failed(_)) => {
+            Some(EntryState::Failed(_) | EntryState::Loading) => {
                 match bind(&self.runtime, entry, &revision, Arc::clone(&self.kv)).await {
                     Ok(provider) => self.make_ready(entry, provider),
                     Err(refusal) => self.reject(entry, candidate, &refusal),

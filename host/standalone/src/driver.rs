@@ -485,6 +485,9 @@ impl Standalone {
                 EntryState::Failed(reason) => {
                     (None, Health::unhealthy(HealthReason::Misconfigured, reason.clone()))
                 }
+                EntryState::Loading => {
+                    (None, Health::unhealthy(HealthReason::Other, "its plugin is still loading"))
+                }
                 EntryState::Ready(provider) => {
                     let revision = provider.revision();
                     let plugin = Some(format!("{} {}", revision.info.name, revision.info.version));
