@@ -30,6 +30,8 @@ fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
         key_file: sshd.user_key.clone(),
         known_hosts_file: sshd.known_hosts.clone(),
         pools: vec![TEST_POOL.into()],
+        networks: vec!["default".into()],
+        bridges: Vec::new(),
         socket: Libvirtd::shared().socket.to_string_lossy().into_owned(),
         uri: uri.into(),
         storage_uri: uri.into(),
@@ -310,6 +312,8 @@ fn hosts_outside_the_grant_are_refused() {
             key_file: "/nonexistent".into(),
             known_hosts_file: "/nonexistent".into(),
             pools: vec!["default".into()],
+            networks: Vec::new(),
+            bridges: Vec::new(),
             socket: "/var/run/libvirt/libvirt-sock".into(),
             uri: "qemu:///system".into(),
             storage_uri: "qemu:///system".into(),
@@ -343,7 +347,7 @@ async fn probe_entry(
          config: {{ host: 127.0.0.1, pool: {TEST_POOL} }}\n    limits: {{ timeout: 20s }}\n    \
          grants:\n      libvirt:\n        - {{ host: 127.0.0.1, port: {port}, user: root, \
          keyFile: '{key}', knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
-         pools: [{TEST_POOL}], callTimeout: 5s }}\n",
+         pools: [{TEST_POOL}], networks: [default], callTimeout: 5s }}\n",
         port = sshd.port,
         key = sshd.user_key.display(),
         known = known_hosts.display(),

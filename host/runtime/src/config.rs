@@ -116,6 +116,10 @@ pub struct LibvirtGrant {
     /// The storage pools the plugin may use on the host: its volumes,
     /// and its domains' disks and backing images, come only from these.
     pub pools: Vec<String>,
+    /// The libvirt networks its domains' NICs may attach to.
+    pub networks: Vec<String>,
+    /// The host bridges its domains' NICs may attach to.
+    pub bridges: Vec<String>,
     /// The libvirt socket on the host, forwarded over SSH.
     pub socket: String,
     /// The libvirt driver URI on the host, e.g. `qemu:///system`.
@@ -277,6 +281,10 @@ struct RawLibvirtGrant {
     key_file: PathBuf,
     known_hosts_file: Option<PathBuf>,
     pools: Option<Vec<String>>,
+    #[serde(default)]
+    networks: Vec<String>,
+    #[serde(default)]
+    bridges: Vec<String>,
     socket: Option<String>,
     uri: Option<String>,
     storage_uri: Option<String>,
@@ -487,41 +495,35 @@ fn parse_ranges(at: &str, key: &str, texts: &[String]) -> Result<Vec<IpNet>, Con
         .collect()
 }
 
-/// A grant's storage pools: required, plain names, each once.
-fn validate_pools(
+/// Names of libvirt objects or host interfaces a grant lists: plain
+/// names, each once.
+fn validate_names(
     at: &str,
     key: &str,
-    raw: Option<Vec<String>>,
+    names: Vec<String>,
+    what: &str,
 ) -> Result<Vec<String>, ConfigError> {
-    let pools = raw.unwrap_or_default();
-    if pools.is_empty() {
-        return Err(ConfigError::invalid(
-            at,
-            key,
-            "is required: list the storage pools the plugin may use on this host, e.g.              `pools: [default]`; its disks and images come only from these",
-        ));
-    }
-    for (i, pool) in pools.iter().enumerate() {
-        let plain = !pool.is_empty()
-            && pool
+    for (i, name) in names.iter().enumerate() {
+        let plain = !name.is_empty()
+            && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'));
         if !plain {
             return Err(ConfigError::invalid(
                 at,
                 format!("{key}[{i}]"),
-                format!("{pool:?} is not a storage pool name"),
+                format!("{name:?} is not a {what} name"),
             ));
         }
-        if pools[..i].contains(pool) {
+        if names[..i].contains(name) {
             return Err(ConfigError::invalid(
                 at,
                 format!("{key}[{i}]"),
-                format!("{pool:?} is listed twice; list each pool once"),
+                format!("{name:?} is listed twice; list each {what} once"),
             ));
         }
     }
-    Ok(pools)
+    Ok(names)
 }
 
 fn validate_libvirt_grants(
@@ -559,7 +561,18 @@ fn validate_libvirt_grants(
                  (e.g. from `ssh-keyscan -p PORT HOST`, checked out of band)",
             )
         })?;
-        let pools = validate_pools(at, &key("pools"), grant.pools)?;
+        let pools = grant.pools.unwrap_or_default();
+        if pools.is_empty() {
+            return Err(ConfigError::invalid(
+                at,
+                key("pools"),
+                "is required: list the storage pools the plugin may use on this host, e.g. \
+                 `pools: [default]`; its disks and images come only from these",
+            ));
+        }
+        let pools = validate_names(at, &key("pools"), pools, "storage pool")?;
+        let networks = validate_names(at, &key("networks"), grant.networks, "libvirt network")?;
+        let bridges = validate_names(at, &key("bridges"), grant.bridges, "bridge")?;
         let socket = grant.socket.unwrap_or_else(|| DEFAULT_LIBVIRT_SOCKET.to_owned());
         if !socket.starts_with('/') {
             return Err(ConfigError::invalid(
@@ -592,6 +605,8 @@ fn validate_libvirt_grants(
             key_file: grant.key_file,
             known_hosts_file,
             pools,
+            networks,
+            bridges,
             socket,
             uri,
             storage_uri,
@@ -1062,6 +1077,17 @@ providers:
         assert!(err.contains("grants.libvirt[0].pools[1]"), "{err}");
         let err = parse_err(&format!("{base}, pools: [a, a] }} ] }}\n"));
         assert!(err.contains("grants.libvirt[0].pools[1]") && err.contains("twice"), "{err}");
+        let err = parse_err(&format!("{base}, pools: [a], bridges: ['br0 up'] }} ] }}\n"));
+        assert!(err.contains("grants.libvirt[0].bridges[0]"), "{err}");
+        let config = ProvidersConfig::parse(&format!(
+            "{base}, pools: [a], networks: [default], bridges: [br0] }} ] }}\n"
+        ))
+        .unwrap();
+        let grant = &config.entries[0].grants.libvirt[0];
+        assert_eq!(
+            (grant.networks.as_slice(), grant.bridges.as_slice()),
+            (&["default".to_owned()][..], &["br0".to_owned()][..])
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ impl Attacker {
         let grants = format!(
             "      libvirt:\n        - {{ host: 127.0.0.1, port: {port}, user: root, \
              keyFile: '{key}', knownHostsFile: '{known}', socket: '{socket}', \
-             pools: [{granted}], uri: '{TEST_URI}', storageUri: '{STORAGE_URI}', \
+             pools: [{granted}], networks: [default], uri: '{TEST_URI}', storageUri: '{STORAGE_URI}', \
              callTimeout: 10s }}\n",
             port = sshd.port,
             key = sshd.user_key.display(),
@@ -134,7 +134,7 @@ async fn disks_come_only_from_the_granted_pools() {
         .await;
     assert_refused(&report, "not-granted", &other);
     let volume_disk = format!(
-        "<disk type='volume'><source pool='{other}' volume='foreign.qcow2'/><target dev='vda'/></disk>"
+        "<disk type='volume'><driver name='qemu' type='qcow2'/><source pool='{other}' volume='foreign.qcow2'/><target dev='vda'/></disk>"
     );
     let report =
         attacker.libvirt(&format!("define 127.0.0.1 {}", domain(&name, "", &volume_disk))).await;
@@ -157,6 +157,12 @@ async fn disks_come_only_from_the_granted_pools() {
         ))
         .await;
     assert_eq!(report["outcome"], "ok", "{report}");
+    // The host wrote the checked chain (here: nothing below the image)
+    // into the definition, so QEMU follows no header of its own accord.
+    let mut conn = Libvirtd::shared().direct(TEST_URI);
+    let desc = Domain::lookup_by_name(&conn, &name).unwrap().get_xml_desc(0).unwrap();
+    let _ = conn.close();
+    assert!(desc.contains("<backingStore/>"), "{desc}");
     assert_eq!(attacker.libvirt(&format!("undefine 127.0.0.1 {name}")).await["outcome"], "ok");
     Libvirtd::shared().remove_pool(&other);
     Libvirtd::shared().remove_pool(&attacker.granted);
@@ -186,6 +192,20 @@ async fn an_image_whose_header_backs_onto_a_host_file_is_refused() {
     let report = attacker.libvirt(&format!("volume 127.0.0.1 {pool} {overlay}")).await;
     assert_refused(&report, "invalid", "/etc/hostname");
     assert!(!attacker.granted_dir.join("o.qcow2").exists());
+
+    // Nor can a clone flatten it into a plain copy: the source's header
+    // is read afresh. The storage driver knows the volume as a plain raw
+    // image; then an upload (here: qemu-img) gives it the header.
+    let late = attacker.granted_dir.join("late.qcow2");
+    qemu_img(&["create", "-q", "-f", "raw"], &late, None);
+    refresh(pool);
+    std::fs::remove_file(&late).unwrap();
+    qemu_img(&["create", "-q", "-f", "qcow2", "-u"], &late, Some("/etc/hostname"));
+    let copy = "<volume><name>copy.raw</name><capacity>1048576</capacity><target>\
+        <format type='raw'/></target></volume>";
+    let report = attacker.libvirt(&format!("clone 127.0.0.1 {pool} late.qcow2 {copy}")).await;
+    assert_refused(&report, "invalid", "/etc/hostname");
+    assert!(!attacker.granted_dir.join("copy.raw").exists());
     Libvirtd::shared().remove_pool(pool);
 }
 

@@ -85,7 +85,7 @@ impl Site {
              - {{ url: '{origin}', allowAddresses: [127.0.0.1] }}\n      libvirt:\n        \
              - {{ host: 127.0.0.1, port: {port}, user: root, keyFile: '{key}', \
              knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
-             pools: [{pool}], storageUri: '{STORAGE_URI}', callTimeout: 10s }}\n",
+             pools: [{pool}], networks: [default], storageUri: '{STORAGE_URI}', callTimeout: 10s }}\n",
             pool = self.pool,
             port = self.sshd.port,
             key = self.sshd.user_key.display(),

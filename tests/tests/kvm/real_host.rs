@@ -52,9 +52,14 @@ async fn a_proxy_on_a_real_hypervisor() {
     );
     let port = var("KVM_TEST_PORT").map_or(22, |p| p.parse::<u16>().expect("KVM_TEST_PORT"));
     let pool = var("KVM_TEST_POOL").unwrap_or_else(|| "default".to_owned());
-    let interface = match (var("KVM_TEST_BRIDGE"), var("KVM_TEST_NETWORK")) {
-        (Some(bridge), _) => format!("{{ bridge: '{bridge}' }}"),
-        (None, network) => format!("{{ network: '{}' }}", network.as_deref().unwrap_or("default")),
+    let (interface, attachment) = match (var("KVM_TEST_BRIDGE"), var("KVM_TEST_NETWORK")) {
+        (Some(bridge), _) => {
+            (format!("{{ bridge: '{bridge}' }}"), format!("bridges: ['{bridge}']"))
+        }
+        (None, network) => {
+            let network = network.as_deref().unwrap_or("default").to_owned();
+            (format!("{{ network: '{network}' }}"), format!("networks: ['{network}']"))
+        }
     };
     let uri = var("KVM_TEST_URI").unwrap_or_else(|| "qemu:///system".to_owned());
     let socket = var("KVM_TEST_SOCKET").map(|s| format!(", socket: '{s}'")).unwrap_or_default();
@@ -71,7 +76,7 @@ async fn a_proxy_on_a_real_hypervisor() {
          interface: {interface}\n    limits: {{ timeout: 900s }}\n    grants:\n      \
          http: [{{ url: '{origin}' }}]\n      libvirt:\n        - {{ host: '{host}', \
          port: {port}, user: '{user}', keyFile: '{key}', knownHostsFile: '{known_hosts}', \
-         pools: ['{pool}'], uri: '{uri}'{socket}, callTimeout: 60s }}\n"
+         pools: ['{pool}'], {attachment}, uri: '{uri}'{socket}, callTimeout: 60s }}\n"
     );
     let config = ProvidersConfig::parse(&yaml).expect("providers config");
     let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");

@@ -7,19 +7,23 @@
 //! `lxc` domain shares the host's root. A plugin gets what a proxy VM
 //! needs and nothing else:
 //!
-//! - the root is a `kvm`, `qemu` or `test` domain; each top-level element
-//!   appears once, and only those listed in [`DOMAIN_CHILDREN`];
+//! - the root is a `kvm`, `qemu` or `test` domain; each element appears
+//!   once where libvirt reads one (libvirt takes the first, a second could
+//!   hide from a check), and only those listed here;
 //! - namespaced elements and attributes only as `<metadata>` children,
 //!   which libvirt stores without reading, and never the host's own
 //!   namespace ([`super::owner::NAMESPACE`]);
-//! - disks are `file` or `volume` disks; their sources are checked on the
-//!   host against the grant's pools (see `scope`), backing chains
-//!   included;
-//! - NICs attach to a libvirt network or a bridge, consoles and channels
-//!   are ptys or libvirt-made sockets, and the random source is the
-//!   host's `/dev/urandom` or `/dev/random`.
+//! - disks are `raw` or `qcow2` `file` or `volume` disks; their sources
+//!   are checked on the host against the grant's pools (see `scope`), and
+//!   the host writes each disk's checked backing chain into the definition,
+//!   so QEMU never follows a chain an image's header names;
+//! - NICs attach to a network or bridge the grant names, consoles and
+//!   channels are ptys or libvirt-made sockets, and the random source is
+//!   the host's `/dev/urandom` or `/dev/random`.
 //!
-//! The parser refuses DTDs, so no entity can smuggle text past the walk.
+//! Text is read the way libvirt reads it only when there is one piece of
+//! it, so comments, processing instructions, DTDs and encodings other
+//! than UTF-8 are refused outright.
 
 use std::collections::BTreeSet;
 
@@ -48,9 +52,41 @@ const DOMAIN_CHILDREN: &[&str] = &[
     "devices",
 ];
 
-/// Elements no XML handed to libvirt gets more nodes than; a domain of a
-/// proxy VM has about a hundred.
+/// Disk formats a plugin may declare: formats that name other host files
+/// (vmdk extents, for one) are out.
+const DISK_FORMATS: &[&str] = &["raw", "qcow2"];
+
+/// Nodes no XML handed to libvirt has more of; a proxy VM's domain has
+/// about a hundred.
 const NODES_LIMIT: u32 = 10_000;
+
+/// Where a plugin's NICs may attach: the grant's networks and bridges.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attachments<'a> {
+    /// libvirt networks.
+    pub networks: &'a [String],
+    /// Host bridges.
+    pub bridges: &'a [String],
+}
+
+/// A disk's source, as the definition names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DiskSource {
+    /// A host path.
+    File(String),
+    /// A volume of a pool.
+    Volume { pool: String, volume: String },
+}
+
+/// One disk with a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Disk {
+    /// Where its image is.
+    pub source: DiskSource,
+    /// Where in the definition the host's `<backingStore>` goes (just
+    /// before `</disk>`).
+    end: usize,
+}
 
 /// What a checked domain definition refers to on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,13 +95,36 @@ pub(crate) struct CheckedDomain {
     pub name: String,
     /// The UUID it asks for, if any.
     pub uuid: Option<String>,
-    /// Disk sources given as host paths.
-    pub files: Vec<String>,
-    /// Disk sources given as (pool, volume).
-    pub volumes: Vec<(String, String)>,
-    /// The definition as libvirt gets it: the plugin's XML with the host's
-    /// owner element added to its metadata.
-    pub xml: String,
+    /// Its disks with a source, in order.
+    pub disks: Vec<Disk>,
+    xml: String,
+    /// Where the owner element goes, how much it replaces, and the text.
+    owner: (usize, usize, String),
+}
+
+impl CheckedDomain {
+    /// The definition as libvirt gets it: the plugin's XML with the
+    /// host's owner element in its metadata and, in each disk, the
+    /// backing chain in `chains` (one per disk, in order).
+    pub(crate) fn assemble(&self, chains: &[String]) -> String {
+        let mut inserts: Vec<(usize, usize, &str)> = self
+            .disks
+            .iter()
+            .zip(chains)
+            .map(|(disk, chain)| (disk.end, 0, chain.as_str()))
+            .collect();
+        inserts.push((self.owner.0, self.owner.1, &self.owner.2));
+        inserts.sort_by_key(|insert| insert.0);
+        let mut out = String::with_capacity(self.xml.len() + 256);
+        let mut at = 0;
+        for (position, replace, text) in inserts {
+            out.push_str(&self.xml[at..position]);
+            out.push_str(text);
+            at = position + replace;
+        }
+        out.push_str(&self.xml[at..]);
+        out
+    }
 }
 
 /// What a checked volume definition refers to on the host.
@@ -76,9 +135,42 @@ pub(crate) struct CheckedVolume {
 }
 
 fn parse<'input>(what: &str, xml: &'input str) -> Result<Document<'input>, LibvirtError> {
+    declared_utf8(what, xml)?;
     let options = ParsingOptions { allow_dtd: false, nodes_limit: NODES_LIMIT };
-    Document::parse_with_options(xml, options)
-        .map_err(|err| LibvirtError::Invalid(format!("{what} XML does not parse: {err}")))
+    let doc = Document::parse_with_options(xml, options)
+        .map_err(|err| LibvirtError::Invalid(format!("{what} XML does not parse: {err}")))?;
+    // libvirt reads text with XPath's string(), which joins the pieces
+    // around a comment; the walk would see only the first.
+    if let Some(node) = doc.descendants().find(|n| n.is_comment() || n.is_pi()) {
+        return Err(refused(
+            node.parent().unwrap_or(node),
+            "comments and processing instructions are not allowed",
+        ));
+    }
+    Ok(doc)
+}
+
+/// An XML declaration may name UTF-8 only: libxml2 would decode another
+/// encoding, and read elements the walk sees as text.
+fn declared_utf8(what: &str, xml: &str) -> Result<(), LibvirtError> {
+    let Some(declaration) = xml.trim_start().strip_prefix("<?xml") else { return Ok(()) };
+    let declaration = declaration.split("?>").next().unwrap_or_default().to_ascii_lowercase();
+    let Some(at) = declaration.find("encoding") else { return Ok(()) };
+    let value = declaration[at + "encoding".len()..]
+        .trim_start()
+        .trim_start_matches('=')
+        .trim_start()
+        .trim_start_matches(['"', '\''])
+        .split(['"', '\''])
+        .next()
+        .unwrap_or_default();
+    if matches!(value, "utf-8" | "utf8") {
+        Ok(())
+    } else {
+        Err(LibvirtError::Invalid(format!(
+            "{what} XML declares encoding {value:?}; only UTF-8 is allowed"
+        )))
+    }
 }
 
 /// `/domain/devices/disk`, for messages.
@@ -100,6 +192,11 @@ fn elements<'a, 'input>(node: Node<'a, 'input>) -> impl Iterator<Item = Node<'a,
     node.children().filter(Node::is_element)
 }
 
+/// All of an element's text, as libvirt reads it.
+fn text_of(node: Node<'_, '_>) -> String {
+    node.children().filter(Node::is_text).filter_map(|n| n.text()).collect()
+}
+
 /// Why a well-known element is off the list; a generic reason otherwise.
 fn reason(name: &str) -> &'static str {
     match name {
@@ -113,7 +210,7 @@ fn reason(name: &str) -> &'static str {
         "loader" | "nvram" | "kernel" | "initrd" | "dtb" | "acpi" | "smbios" => {
             "it reads host files or host firmware tables"
         }
-        "backingStore" => "backing chains are read from the volumes themselves",
+        "backingStore" => "the host writes each disk's checked backing chain itself",
         "sysinfo" | "memoryBacking" | "resource" | "blkiotune" | "numatune" | "cputune"
         | "iothreads" | "iothreadids" | "launchSecurity" | "keywrap" | "idmap" => {
             "it tunes or exposes the host rather than the guest"
@@ -124,8 +221,8 @@ fn reason(name: &str) -> &'static str {
     }
 }
 
-/// No namespaced attribute, nor one of `names`' complement when `names` is
-/// given.
+/// Refuses namespaced attributes and, when `allowed` is given, any
+/// attribute it does not name.
 fn attributes(node: Node<'_, '_>, allowed: Option<&[&str]>) -> Result<(), LibvirtError> {
     for attribute in node.attributes() {
         if attribute.namespace().is_some() {
@@ -143,8 +240,8 @@ fn attributes(node: Node<'_, '_>, allowed: Option<&[&str]>) -> Result<(), Libvir
     Ok(())
 }
 
-/// An element without namespaced parts anywhere below it (for subtrees
-/// that describe only the guest: features, clock, controllers, ...).
+/// An element without namespaced parts anywhere below it, for subtrees
+/// that describe only the guest (features, clock, controllers, ...).
 fn plain_subtree(node: Node<'_, '_>) -> Result<(), LibvirtError> {
     for below in node.descendants().filter(Node::is_element) {
         if below.tag_name().namespace().is_some() {
@@ -163,12 +260,14 @@ fn leaf(node: Node<'_, '_>) -> Result<(), LibvirtError> {
     attributes(node, None)
 }
 
-/// Each child element of `node` is plain and named in `allowed`; answers
-/// them with their names.
+/// Each child element of `node` is plain, named in `allowed`, and appears
+/// once unless named in `repeats`; answers them with their names.
 fn children<'a, 'input>(
     node: Node<'a, 'input>,
     allowed: &[&str],
+    repeats: &[&str],
 ) -> Result<Vec<(&'a str, Node<'a, 'input>)>, LibvirtError> {
+    let mut seen = BTreeSet::new();
     elements(node)
         .map(|child| {
             let name = child.tag_name().name();
@@ -177,15 +276,19 @@ fn children<'a, 'input>(
                     child,
                     "namespaced elements (such as qemu:commandline) are only allowed in <metadata>",
                 ))
-            } else if allowed.contains(&name) {
-                Ok((name, child))
-            } else {
+            } else if !allowed.contains(&name) {
                 Err(refused(child, reason(name)))
+            } else if !seen.insert(name) && !repeats.contains(&name) {
+                Err(refused(child, "it appears twice"))
+            } else {
+                Ok((name, child))
             }
         })
         .collect()
 }
 
+/// Requires attribute `name` (or `absent` in its place) to be one of
+/// `allowed`.
 fn attribute_in(
     node: Node<'_, '_>,
     name: &str,
@@ -201,12 +304,14 @@ fn attribute_in(
     }
 }
 
-/// Checks a domain definition and adds the owner element `owner` (an
-/// element in the host's namespace) to its metadata.
+/// Checks a domain definition; `owner` is the host's owner element
+/// (in namespace `owner_namespace`), which [`CheckedDomain::assemble`]
+/// adds to its metadata.
 pub(crate) fn check_domain(
     xml: &str,
     owner_namespace: &str,
     owner: &str,
+    attachments: Attachments<'_>,
 ) -> Result<CheckedDomain, LibvirtError> {
     let doc = parse("domain", xml)?;
     let root = doc.root_element();
@@ -215,13 +320,9 @@ pub(crate) fn check_domain(
     }
     attribute_in(root, "type", &["kvm", "qemu", "test"], None)?;
     attributes(root, Some(&["type", "id"]))?;
-    let mut walk = DomainWalk { files: Vec::new(), volumes: Vec::new() };
-    let mut seen = BTreeSet::new();
+    let mut walk = DomainWalk { disks: Vec::new(), attachments };
     let (mut name, mut uuid, mut metadata) = (None, None, None);
-    for (tag, child) in children(root, DOMAIN_CHILDREN)? {
-        if !seen.insert(tag) {
-            return Err(refused(child, "it appears twice"));
-        }
+    for (tag, child) in children(root, DOMAIN_CHILDREN, &[])? {
         match tag {
             "name" => {
                 leaf(child)?;
@@ -229,7 +330,7 @@ pub(crate) fn check_domain(
             }
             "uuid" => {
                 leaf(child)?;
-                uuid = child.text().map(|t| t.trim().to_ascii_lowercase());
+                uuid = Some(text_of(child).trim().to_ascii_lowercase());
             }
             "metadata" => {
                 metadata_children(child, owner_namespace)?;
@@ -237,8 +338,7 @@ pub(crate) fn check_domain(
             }
             "on_crash" => {
                 leaf(child)?;
-                let action = child.text().unwrap_or_default().trim();
-                if action.starts_with("coredump") {
+                if text_of(child).trim().starts_with("coredump") {
                     return Err(refused(child, "core dumps write host files"));
                 }
             }
@@ -251,13 +351,13 @@ pub(crate) fn check_domain(
     let Some(name_node) = name else {
         return Err(LibvirtError::Invalid("domain XML needs a <name>".into()));
     };
-    let domain_name = name_node.text().unwrap_or_default().trim().to_owned();
+    let domain_name = text_of(name_node).trim().to_owned();
     if domain_name.is_empty() {
         return Err(refused(name_node, "the name is empty"));
     }
     // The owner goes in as the first metadata child; where there is no
     // metadata, a <metadata> right after the name.
-    let (at, replace, text) = match metadata {
+    let owner = match metadata {
         Some(node) => match node.first_child() {
             Some(first) => (first.range().start, 0, owner.to_owned()),
             None => {
@@ -266,16 +366,12 @@ pub(crate) fn check_domain(
         },
         None => (name_node.range().end, 0, format!("<metadata>{owner}</metadata>")),
     };
-    let mut with_owner = String::with_capacity(xml.len() + text.len());
-    with_owner.push_str(&xml[..at]);
-    with_owner.push_str(&text);
-    with_owner.push_str(&xml[at + replace..]);
     Ok(CheckedDomain {
         name: domain_name,
         uuid: uuid.filter(|u| !u.is_empty()),
-        files: walk.files,
-        volumes: walk.volumes,
-        xml: with_owner,
+        disks: walk.disks,
+        xml: xml.to_owned(),
+        owner,
     })
 }
 
@@ -297,18 +393,18 @@ fn metadata_children(node: Node<'_, '_>, owner_namespace: &str) -> Result<(), Li
 
 fn os(node: Node<'_, '_>) -> Result<(), LibvirtError> {
     attributes(node, Some(&["firmware"]))?;
-    for (_, child) in children(node, &["type", "boot", "bootmenu", "bios"])? {
+    for (_, child) in children(node, &["type", "boot", "bootmenu", "bios"], &["boot"])? {
         leaf(child)?;
     }
     Ok(())
 }
 
-struct DomainWalk {
-    files: Vec<String>,
-    volumes: Vec<(String, String)>,
+struct DomainWalk<'a> {
+    disks: Vec<Disk>,
+    attachments: Attachments<'a>,
 }
 
-impl DomainWalk {
+impl DomainWalk<'_> {
     fn devices(&mut self, node: Node<'_, '_>) -> Result<(), LibvirtError> {
         attributes(node, Some(&[]))?;
         let allowed = [
@@ -325,16 +421,30 @@ impl DomainWalk {
             "rng",
             "panic",
         ];
-        for (tag, child) in children(node, &allowed)? {
+        for (tag, child) in children(node, &allowed, &allowed)? {
             match tag {
                 "disk" => self.disk(child)?,
-                "interface" => interface(child)?,
+                "interface" => self.interface(child)?,
                 "channel" => character_device(child, &["unix", "pty", "spicevmc"])?,
                 "serial" | "console" => character_device(child, &["pty"])?,
                 "input" => {
                     attribute_in(child, "type", &["mouse", "tablet", "keyboard"], None)?;
-                    plain_subtree(child)?;
-                    children(child, &["address", "alias"])?;
+                    attributes(child, Some(&["type", "bus"]))?;
+                    for (_, below) in children(child, &["address", "alias"], &[])? {
+                        leaf(below)?;
+                    }
+                }
+                "video" => {
+                    attributes(child, Some(&[]))?;
+                    for (part, below) in children(child, &["model", "address", "alias"], &[])? {
+                        leaf(below)?;
+                        if part == "model" {
+                            attributes(
+                                below,
+                                Some(&["type", "vram", "heads", "primary", "vgamem", "ram"]),
+                            )?;
+                        }
+                    }
                 }
                 "watchdog" => {
                     if child.attribute("action") == Some("dump") {
@@ -369,25 +479,36 @@ impl DomainWalk {
             "blockio",
             "geometry",
         ];
-        for (tag, child) in children(node, &allowed)? {
+        let (mut source, mut format) = (None, None);
+        for (tag, child) in children(node, &allowed, &[])? {
             match tag {
+                "driver" => {
+                    leaf(child)?;
+                    attribute_in(child, "name", &["qemu"], Some("qemu"))?;
+                    attributes(
+                        child,
+                        Some(&[
+                            "name",
+                            "type",
+                            "cache",
+                            "io",
+                            "discard",
+                            "detect_zeroes",
+                            "queues",
+                        ]),
+                    )?;
+                    attribute_in(child, "type", DISK_FORMATS, None)?;
+                    format = child.attribute("type");
+                }
                 "source" => {
                     leaf(child)?;
+                    source = Some(child);
                     if kind == "file" {
                         attributes(child, Some(&["file", "startupPolicy", "index"]))?;
-                        if let Some(file) = child.attribute("file") {
-                            self.files.push(file.to_owned());
-                        }
                     } else {
                         attributes(child, Some(&["pool", "volume", "mode", "startupPolicy"]))?;
                         if child.attribute("mode") == Some("direct") {
                             return Err(refused(child, "mode='direct' reads the host's devices"));
-                        }
-                        match (child.attribute("pool"), child.attribute("volume")) {
-                            (Some(pool), Some(volume)) => {
-                                self.volumes.push((pool.to_owned(), volume.to_owned()));
-                            }
-                            _ => return Err(refused(child, "it needs `pool` and `volume`")),
                         }
                     }
                 }
@@ -395,48 +516,87 @@ impl DomainWalk {
                 _ => leaf(child)?,
             }
         }
+        let source = match (kind, source) {
+            (_, None) => return Ok(()),
+            ("file", Some(node)) => match node.attribute("file") {
+                Some(file) => (node, DiskSource::File(file.to_owned())),
+                None => return Ok(()),
+            },
+            (_, Some(node)) => match (node.attribute("pool"), node.attribute("volume")) {
+                (Some(pool), Some(volume)) => {
+                    (node, DiskSource::Volume { pool: pool.to_owned(), volume: volume.to_owned() })
+                }
+                _ => return Err(refused(node, "it needs `pool` and `volume`")),
+            },
+        };
+        if format.is_none() {
+            return Err(refused(
+                source.0,
+                "a disk with a source needs <driver type='raw'/> or <driver type='qcow2'/>",
+            ));
+        }
+        // The disk has a child, so an end tag: the chain goes before it.
+        let range = node.range();
+        let text = &node.document().input_text()[range.clone()];
+        let end = range.start + text.rfind("</").unwrap_or(text.len());
+        self.disks.push(Disk { source: source.1, end });
         Ok(())
     }
-}
 
-fn interface(node: Node<'_, '_>) -> Result<(), LibvirtError> {
-    attribute_in(node, "type", &["network", "bridge"], None)?;
-    attributes(node, Some(&["type", "trustGuestRxFilters"]))?;
-    let allowed = [
-        "source",
-        "mac",
-        "model",
-        "virtualport",
-        "vlan",
-        "link",
-        "mtu",
-        "address",
-        "alias",
-        "boot",
-        "driver",
-        "target",
-        "bandwidth",
-        "filterref",
-        "coalesce",
-    ];
-    for (tag, child) in children(node, &allowed)? {
-        match tag {
-            "source" => {
-                leaf(child)?;
-                attributes(child, Some(&["network", "bridge", "portgroup"]))?;
+    fn interface(&self, node: Node<'_, '_>) -> Result<(), LibvirtError> {
+        attribute_in(node, "type", &["network", "bridge"], None)?;
+        attributes(node, Some(&["type", "trustGuestRxFilters"]))?;
+        let allowed = [
+            "source",
+            "mac",
+            "model",
+            "virtualport",
+            "link",
+            "mtu",
+            "address",
+            "alias",
+            "boot",
+            "driver",
+            "bandwidth",
+            "filterref",
+            "coalesce",
+            "vlan",
+        ];
+        let mut attached = false;
+        for (tag, child) in children(node, &allowed, &[])? {
+            match tag {
+                "source" => {
+                    leaf(child)?;
+                    attributes(child, Some(&["network", "bridge"]))?;
+                    let (granted, name, what) = match node.attribute("type") {
+                        Some("network") => {
+                            (self.attachments.networks, child.attribute("network"), "networks")
+                        }
+                        _ => (self.attachments.bridges, child.attribute("bridge"), "bridges"),
+                    };
+                    match name {
+                        Some(name) if granted.iter().any(|g| g == name) => attached = true,
+                        Some(name) => {
+                            return Err(refused(
+                                child,
+                                &format!(
+                                    "{name:?} is not in the grant's `{what}`; add it under \
+                                     grants.libvirt"
+                                ),
+                            ));
+                        }
+                        None => return Err(refused(child, "it needs the network or bridge")),
+                    }
+                }
+                "virtualport" => {
+                    attribute_in(child, "type", &["openvswitch"], None)?;
+                    plain_subtree(child)?;
+                }
+                _ => plain_subtree(child)?,
             }
-            "virtualport" => {
-                attribute_in(child, "type", &["openvswitch"], None)?;
-                plain_subtree(child)?;
-            }
-            "target" => {
-                leaf(child)?;
-                attributes(child, Some(&["dev"]))?;
-            }
-            _ => plain_subtree(child)?,
         }
+        if attached { Ok(()) } else { Err(refused(node, "it needs a <source>")) }
     }
-    Ok(())
 }
 
 /// A serial port, console or channel: of a type in `types`, with no host
@@ -444,8 +604,15 @@ fn interface(node: Node<'_, '_>) -> Result<(), LibvirtError> {
 fn character_device(node: Node<'_, '_>, types: &[&str]) -> Result<(), LibvirtError> {
     attribute_in(node, "type", types, None)?;
     attributes(node, Some(&["type"]))?;
-    for (_, child) in children(node, &["target", "address", "alias"])? {
+    for (tag, child) in children(node, &["target", "address", "alias"], &[])? {
         plain_subtree(child)?;
+        // libvirt joins a channel's name onto its socket directory.
+        if tag == "target"
+            && let Some(name) = child.attribute("name")
+            && !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(refused(child, "a channel name is letters, digits, '.', '_' and '-'"));
+        }
     }
     Ok(())
 }
@@ -458,13 +625,13 @@ fn rng(node: Node<'_, '_>) -> Result<(), LibvirtError> {
         None,
     )?;
     attributes(node, Some(&["model"]))?;
-    for (tag, child) in children(node, &["backend", "rate", "address", "alias"])? {
+    for (tag, child) in children(node, &["backend", "rate", "address", "alias"], &[])? {
         if tag == "backend" {
             leaf(child)?;
             attribute_in(child, "model", &["random", "builtin"], None)?;
             attributes(child, Some(&["model"]))?;
-            let source = child.text().unwrap_or_default().trim();
-            if !matches!(source, "" | "/dev/urandom" | "/dev/random") {
+            let source = text_of(child);
+            if !matches!(source.trim(), "" | "/dev/urandom" | "/dev/random") {
                 return Err(refused(child, "the random source is /dev/urandom or /dev/random"));
             }
         } else {
@@ -487,19 +654,20 @@ pub(crate) fn check_volume(xml: &str) -> Result<CheckedVolume, LibvirtError> {
     attributes(root, Some(&["type"]))?;
     let mut backing = None;
     let allowed = ["name", "key", "capacity", "allocation", "target", "backingStore"];
-    for (tag, child) in children(root, &allowed)? {
+    for (tag, child) in children(root, &allowed, &[])? {
         match tag {
             "target" | "backingStore" => {
                 attributes(child, Some(&[]))?;
-                for (part, below) in children(child, &["format", "path", "compat", "nocow"])? {
+                for (part, below) in children(child, &["format", "path", "compat", "nocow"], &[])? {
                     leaf(below)?;
                     match (tag, part) {
                         ("backingStore", "path") => {
-                            backing = below.text().map(|t| t.trim().to_owned());
+                            backing = Some(text_of(below).trim().to_owned())
                         }
                         ("target", "path") => {
                             return Err(refused(below, "the pool decides where its volumes live"));
                         }
+                        (_, "format") => attribute_in(below, "type", DISK_FORMATS, None)?,
                         _ => {}
                     }
                 }
@@ -510,20 +678,6 @@ pub(crate) fn check_volume(xml: &str) -> Result<CheckedVolume, LibvirtError> {
     Ok(CheckedVolume { backing })
 }
 
-/// The backing path libvirt reports in a volume's own description (read
-/// from the image's header), if any.
-pub(crate) fn reported_backing(description: &str) -> Result<Option<String>, LibvirtError> {
-    let doc = parse("volume description", description)?;
-    Ok(doc
-        .root_element()
-        .children()
-        .find(|n| n.has_tag_name("backingStore"))
-        .and_then(|store| store.children().find(|n| n.has_tag_name("path")))
-        .and_then(|path| path.text())
-        .map(|text| text.trim().to_owned())
-        .filter(|text| !text.is_empty()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,13 +685,19 @@ mod tests {
     const NS: &str = "https://proxyfleet.io/xmlns/host/1";
     const OWNER: &str = "<h:owner xmlns:h='https://proxyfleet.io/xmlns/host/1' entry='a'/>";
 
+    fn check(xml: &str) -> Result<CheckedDomain, LibvirtError> {
+        let networks = ["default".to_owned()];
+        let bridges = ["br-proxies".to_owned()];
+        check_domain(xml, NS, OWNER, Attachments { networks: &networks, bridges: &bridges })
+    }
+
     /// The kvm plugin's shape of domain.
     fn proxy_vm(devices: &str) -> String {
         format!(
             "<domain type='kvm'><name>vm-1</name>\
              <metadata><pf:owner xmlns:pf='https://proxyfleet.io/xmlns/kvm/1' uid='u'/></metadata>\
              <memory unit='MiB'>512</memory><vcpu>1</vcpu>\
-             <os><type arch='x86_64'>hvm</type><boot dev='hd'/></os>\
+             <os><type arch='x86_64'>hvm</type><boot dev='hd'/><boot dev='cdrom'/></os>\
              <features><acpi/><apic/></features><cpu mode='host-passthrough'/>\
              <on_crash>destroy</on_crash><devices>{devices}</devices></domain>"
         )
@@ -552,20 +712,30 @@ mod tests {
         <serial type='pty'/><console type='pty'/>";
 
     fn refusal(xml: &str) -> String {
-        match check_domain(xml, NS, OWNER) {
+        match check(xml) {
             Err(LibvirtError::Invalid(message)) => message,
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
 
     #[test]
-    fn a_proxy_vm_passes_with_its_disks_and_the_owner_added() {
-        let checked = check_domain(&proxy_vm(PROXY_DEVICES), NS, OWNER).unwrap();
+    fn a_proxy_vm_passes_with_its_disks_owner_and_chains_added() {
+        let checked = check(&proxy_vm(PROXY_DEVICES)).unwrap();
         assert_eq!(checked.name, "vm-1");
-        assert_eq!(checked.files, ["/pool/vm-1.qcow2", "/pool/vm-1-seed.iso"]);
-        assert!(checked.xml.contains(&format!("<metadata>{OWNER}<pf:owner")), "{}", checked.xml);
+        let sources: Vec<&DiskSource> = checked.disks.iter().map(|d| &d.source).collect();
+        assert_eq!(
+            sources,
+            [
+                &DiskSource::File("/pool/vm-1.qcow2".into()),
+                &DiskSource::File("/pool/vm-1-seed.iso".into())
+            ]
+        );
+        let xml = checked.assemble(&["<backingStore/>".into(), "<backingStore/>".into()]);
+        assert!(xml.contains(&format!("<metadata>{OWNER}<pf:owner")), "{xml}");
+        assert!(xml.contains("bus='virtio'/><backingStore/></disk>"), "{xml}");
+        assert!(xml.contains("<readonly/><backingStore/></disk>"), "{xml}");
         // The result is still one well-formed domain.
-        let again = Document::parse(&checked.xml).unwrap();
+        let again = Document::parse(&xml).unwrap();
         let metadata = again.root_element().children().find(|n| n.has_tag_name("metadata"));
         assert_eq!(metadata.unwrap().children().filter(Node::is_element).count(), 2);
     }
@@ -577,9 +747,9 @@ mod tests {
             "<domain type='test'><name>x</name><metadata/><memory>1</memory></domain>",
             "<domain type='test'><name>x</name><metadata></metadata></domain>",
         ] {
-            let checked = check_domain(xml, NS, OWNER).unwrap();
-            assert!(checked.xml.contains(&format!("<metadata>{OWNER}</metadata>")), "{xml}");
-            Document::parse(&checked.xml).unwrap();
+            let assembled = check(xml).unwrap().assemble(&[]);
+            assert!(assembled.contains(&format!("<metadata>{OWNER}</metadata>")), "{xml}");
+            Document::parse(&assembled).unwrap();
         }
     }
 
@@ -601,18 +771,29 @@ mod tests {
             ("<disk device='lun'><source file='/x'/></disk>", "disk"),
             ("<disk><source file='/x'><seclabel relabel='no'/></source></disk>", "seclabel"),
             ("<disk><source file='/x'/><backingStore type='file'/></disk>", "backingStore"),
+            ("<disk><driver type='vmdk'/><source file='/x'/></disk>", "vmdk"),
+            ("<disk><source file='/x'/></disk>", "driver type"),
+            ("<disk><source file='/x'/><source file='/y'/></disk>", "twice"),
             ("<interface type='ethernet'><script path='/x'/></interface>", "interface"),
             ("<interface type='direct'><source dev='eth0'/></interface>", "interface"),
             ("<interface type='network'><script path='/x'/></interface>", "script"),
             ("<interface type='bridge'><rom file='/x'/></interface>", "rom"),
+            ("<interface type='bridge'><source bridge='br-mgmt'/></interface>", "bridges"),
+            ("<interface type='network'><source network='hostdev-vfs'/></interface>", "networks"),
+            ("<interface type='network'><target dev='eth0'/></interface>", "target"),
             ("<serial type='file'><source path='/etc/x'/></serial>", "serial"),
             ("<serial type='pty'><log file='/etc/x'/></serial>", "log"),
             ("<channel type='unix'><source path='/run/x'/></channel>", "source"),
+            (
+                "<channel type='unix'><target type='virtio' name='../../x'/></channel>",
+                "channel name",
+            ),
             ("<console type='pty'><source path='/dev/pts/1'/></console>", "source"),
             ("<graphics type='vnc' listen='0.0.0.0'/>", "graphics"),
             ("<rng model='virtio'><backend model='random'>/etc/shadow</backend></rng>", "backend"),
             ("<rng model='virtio'><backend model='egd' type='tcp'/></rng>", "backend"),
             ("<input type='passthrough'><source evdev='/dev/input/x'/></input>", "input"),
+            ("<video><driver name='vhostuser'/></video>", "driver"),
             ("<watchdog model='i6300esb' action='dump'/>", "watchdog"),
             ("<shmem name='x'/>", "shmem"),
         ] {
@@ -662,17 +843,46 @@ mod tests {
     fn doctypes_and_duplicates_are_refused() {
         let dtd = "<!DOCTYPE domain [<!ENTITY e SYSTEM 'file:///etc/shadow'>]>\
             <domain type='kvm'><name>&e;</name></domain>";
-        assert!(matches!(check_domain(dtd, NS, OWNER), Err(LibvirtError::Invalid(_))));
+        assert!(matches!(check(dtd), Err(LibvirtError::Invalid(_))));
         // libvirt reads the first <devices>; the walk must see every one.
         let twice = proxy_vm("</devices><devices><hostdev/>");
         assert!(refusal(&twice).contains("twice"), "{}", refusal(&twice));
     }
 
+    /// Review of issue 15, item 10: libvirt reads text with XPath's
+    /// string(), joining the pieces around a comment, while the walk read
+    /// only the first piece.
+    #[test]
+    fn comments_cannot_split_text_past_the_walk() {
+        for xml in [
+            proxy_vm("<rng model='virtio'><backend model='random'><!---->/etc/shadow</backend></rng>"),
+            "<domain type='kvm'><name>x</name><uuid><!---->0b5bd7c4-0000-0000-0000-000000000000</uuid></domain>".into(),
+            "<domain type='kvm'><name>x<?pi?>y</name></domain>".into(),
+        ] {
+            assert!(refusal(&xml).contains("comments and processing instructions"), "{xml}");
+        }
+    }
+
+    #[test]
+    fn only_utf8_may_be_declared() {
+        let utf7 =
+            "<?xml version='1.0' encoding='UTF-7'?><domain type='kvm'><name>x</name></domain>";
+        assert!(refusal(utf7).contains("UTF-8"), "{}", refusal(utf7));
+        let utf8 =
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><domain type='kvm'><name>x</name></domain>";
+        check(utf8).unwrap();
+    }
+
     #[test]
     fn volume_disks_are_reported_for_the_pool_check() {
-        let xml = proxy_vm("<disk type='volume'><source pool='images' volume='vm.qcow2'/></disk>");
-        let checked = check_domain(&xml, NS, OWNER).unwrap();
-        assert_eq!(checked.volumes, [("images".to_owned(), "vm.qcow2".to_owned())]);
+        let xml = proxy_vm(
+            "<disk type='volume'><driver type='qcow2'/><source pool='images' volume='vm.qcow2'/></disk>",
+        );
+        let checked = check(&xml).unwrap();
+        assert_eq!(
+            checked.disks[0].source,
+            DiskSource::Volume { pool: "images".into(), volume: "vm.qcow2".into() }
+        );
     }
 
     #[test]
@@ -689,21 +899,20 @@ mod tests {
             ("<volume><name>v</name><target><path>/etc/shadow</path></target></volume>", "path"),
             ("<volume type='block'><name>v</name></volume>", "type"),
             ("<volume><name>v</name><source><device path='/dev/sda'/></source></volume>", "source"),
+            ("<volume><name>v</name><target><format type='vmdk'/></target></volume>", "vmdk"),
+            (
+                "<volume><name>v</name><backingStore><path>/p/a</path><path>/etc/x</path></backingStore></volume>",
+                "twice",
+            ),
+            (
+                "<volume><name>v</name><backingStore><path>/p/a</path></backingStore><backingStore/></volume>",
+                "twice",
+            ),
         ] {
             match check_volume(xml) {
                 Err(LibvirtError::Invalid(message)) => assert!(message.contains(at), "{message}"),
                 other => panic!("{xml}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn the_reported_backing_path_is_read_from_a_volume_description() {
-        let description = "<volume type='file'><name>o</name><target><path>/pool/o</path>\
-            </target><backingStore><path>/etc/shadow</path><format type='raw'/></backingStore>\
-            </volume>";
-        assert_eq!(reported_backing(description).unwrap().as_deref(), Some("/etc/shadow"));
-        let plain = "<volume type='file'><name>b</name><backingStore/></volume>";
-        assert_eq!(reported_backing(plain).unwrap(), None);
     }
 }

@@ -12,6 +12,7 @@ use virt::storage_vol::StorageVol;
 use virt::stream::Stream;
 
 use super::pool::{CallError, Clients, HostPool, Link};
+use super::scope::Refresh;
 use super::{LibvirtError, allow_list, owner, scope};
 
 /// A storage pool's state and space.
@@ -111,7 +112,15 @@ struct Scope {
     host: String,
     entry: String,
     pools: Vec<String>,
+    networks: Vec<String>,
+    bridges: Vec<String>,
 }
+
+/// Held from the check of a definition's name and UUID to its define, so
+/// two entries defining the same name at once cannot both pass the check
+/// and the second take over the first's domain. Defines are rare and
+/// bounded by their call budget; one lock for the process is enough.
+static DEFINING: Mutex<()> = Mutex::new(());
 
 impl Scope {
     /// Domain `name`, when it belongs to this entry; `NotFound` otherwise,
@@ -170,11 +179,16 @@ impl Scope {
             Err(scope::pool_not_granted(&self.host, name))
         }
     }
+
+    fn pools(&self) -> scope::Pools<'_> {
+        scope::Pools { host: &self.host, granted: &self.pools }
+    }
 }
 
-/// Refuses the host's own metadata namespace.
+/// Refuses the host's own metadata namespace (libvirt compares namespace
+/// URIs as plain strings, as this does).
 fn plugin_namespace(uri: &str) -> Result<(), LibvirtError> {
-    if uri.trim_end_matches('/') == owner::NAMESPACE {
+    if uri == owner::NAMESPACE {
         return Err(LibvirtError::Invalid(format!(
             "metadata namespace {uri} is the host's own; use a namespace of the plugin's"
         )));
@@ -218,6 +232,8 @@ impl HostPool {
             host: grant.host.clone(),
             entry: self.entry().to_owned(),
             pools: grant.pools.clone(),
+            networks: grant.networks.clone(),
+            bridges: grant.bridges.clone(),
         }
     }
 
@@ -278,8 +294,9 @@ impl HostPool {
         let checked = allow_list::check_volume(xml)?;
         let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
         self.call("volume-create", move |c| {
+            // Creating an overlay opens its backing chain on the host.
             if let Some(backing) = &checked.backing {
-                scope::check_path(c.storage(), &scope.host, &scope.pools, "backingStore", backing)?;
+                scope.pools().chain(c.storage(), Refresh::Required, "backingStore", backing)?;
             }
             Ok(volume_of(&StorageVol::create_xml(&pool(c.storage(), &pool_name)?, &xml, 0)?)?)
         })
@@ -301,10 +318,14 @@ impl HostPool {
         let (pool_name, xml, source) = (pool_name.to_owned(), xml.to_owned(), source.to_owned());
         self.call("volume-clone", move |c| {
             if let Some(backing) = &checked.backing {
-                scope::check_path(c.storage(), &scope.host, &scope.pools, "backingStore", backing)?;
+                scope.pools().chain(c.storage(), Refresh::Required, "backingStore", backing)?;
             }
             let pool = pool(c.storage(), &pool_name)?;
             let source = StorageVol::lookup_by_name(&pool, &source)?;
+            // A clone reads the source's whole chain as its header names it.
+            let source_path = source.get_path()?;
+            scope.pools().chain(c.storage(), Refresh::Required, "clone source", &source_path)?;
+            let source = StorageVol::lookup_by_path(c.storage(), &source_path)?;
             Ok(volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)?)
         })
         .await
@@ -359,24 +380,23 @@ impl HostPool {
     /// or UUID, and the host records the entry as its owner.
     pub async fn define_domain(&self, xml: &str) -> Result<DomainInfo, LibvirtError> {
         let scope = self.scope();
-        let checked =
-            allow_list::check_domain(xml, owner::NAMESPACE, &owner::element(&scope.entry))?;
+        let attachments =
+            allow_list::Attachments { networks: &scope.networks, bridges: &scope.bridges };
+        let checked = allow_list::check_domain(
+            xml,
+            owner::NAMESPACE,
+            &owner::element(&scope.entry),
+            attachments,
+        )?;
         self.call("domain-define", move |c| {
-            for file in &checked.files {
-                scope::check_path(c.storage(), &scope.host, &scope.pools, "disk source", file)?;
+            let mut chains = Vec::with_capacity(checked.disks.len());
+            for disk in &checked.disks {
+                let chain = scope.pools().disk_chain(c.storage(), &disk.source)?;
+                chains.push(scope::backing_store(&chain));
             }
-            for (pool, volume) in &checked.volumes {
-                scope::check_volume_ref(
-                    c.storage(),
-                    &scope.host,
-                    &scope.pools,
-                    "disk source",
-                    pool,
-                    volume,
-                )?;
-            }
+            let _defining = DEFINING.lock().unwrap_or_else(|p| p.into_inner());
             scope.claim(c, &checked.name, checked.uuid.as_deref())?;
-            Ok(domain_of(&Domain::define_xml(c.domains(), &checked.xml)?)?)
+            Ok(domain_of(&Domain::define_xml(c.domains(), &checked.assemble(&chains))?)?)
         })
         .await
     }

@@ -6,18 +6,54 @@
 //! backing file each volume's own header names, as libvirt reads it: an
 //! image uploaded with a qcow2 header that backs onto `/etc/shadow` is as
 //! much a host file as a disk naming it directly.
+//!
+//! libvirt reads headers when a pool is refreshed, so what it reports can
+//! lag behind an upload. Where the host itself acts on an image's header
+//! (cloning flattens the chain; an overlay's creation opens its backing)
+//! the pool is refreshed first, and a pool that cannot be refreshed
+//! refuses the call. A domain does not depend on it: the host writes each
+//! disk's checked chain into the definition, ending in an empty
+//! `<backingStore/>`, and QEMU opens that chain and no other.
 
+use std::collections::BTreeSet;
+
+use roxmltree::Document;
 use virt::connect::Connect;
 use virt::error::ErrorNumber;
 use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
 
 use super::LibvirtError;
-use super::allow_list::reported_backing;
+use super::allow_list::DiskSource;
 use super::pool::CallError;
 
 /// Links a backing chain may have; deeper chains are refused.
 const MAX_CHAIN: usize = 16;
+
+/// Whether reading a chain refreshes the pools it passes through first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refresh {
+    /// Refresh, and refuse when a pool cannot be refreshed.
+    Required,
+    /// Refresh where the pool allows it.
+    BestEffort,
+}
+
+/// The grant's pools on one host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pools<'a> {
+    /// The host, for messages.
+    pub host: &'a str,
+    /// The pools the grant names.
+    pub granted: &'a [String],
+}
+
+/// One image below a disk's or volume's own: its path and format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Backing {
+    path: String,
+    format: String,
+}
 
 /// The refusal of a storage pool outside the grant.
 pub(crate) fn pool_not_granted(host: &str, pool: &str) -> LibvirtError {
@@ -27,59 +63,182 @@ pub(crate) fn pool_not_granted(host: &str, pool: &str) -> LibvirtError {
     ))
 }
 
-/// Checks that `path`, and every image it is backed by, is a volume of
-/// one of `pools`. `what` says where the path came from, for messages.
-pub(crate) fn check_path(
-    storage: &Connect,
-    host: &str,
-    pools: &[String],
-    what: &str,
-    path: &str,
-) -> Result<(), CallError> {
-    let mut current = path.to_owned();
-    for _ in 0..MAX_CHAIN {
-        let vol = match StorageVol::lookup_by_path(storage, &current) {
-            Ok(vol) => vol,
-            Err(err) if err.code() == ErrorNumber::NoStorageVolume => {
-                return Err(CallError::Refused(LibvirtError::Invalid(format!(
-                    "{what}: {current} is not a volume of a storage pool on {host}; disks and \
-                     backing images must be volumes of the grant's pools"
-                ))));
-            }
-            Err(err) => return Err(err.into()),
-        };
-        check_volume(&vol, host, pools)?;
-        match reported_backing(&vol.get_xml_desc(0)?).map_err(CallError::Refused)? {
-            Some(next) => current = next,
-            None => return Ok(()),
+impl Pools<'_> {
+    fn check(&self, pool: &str) -> Result<(), CallError> {
+        if self.granted.iter().any(|p| p == pool) {
+            Ok(())
+        } else {
+            Err(CallError::Refused(pool_not_granted(self.host, pool)))
         }
     }
-    Err(CallError::Refused(LibvirtError::Invalid(format!(
-        "{what}: the backing chain of {path} is longer than {MAX_CHAIN} images"
-    ))))
-}
 
-/// Checks that volume `name` of pool `pool` is granted, and its chain.
-pub(crate) fn check_volume_ref(
-    storage: &Connect,
-    host: &str,
-    pools: &[String],
-    what: &str,
-    pool: &str,
-    name: &str,
-) -> Result<(), CallError> {
-    if !pools.iter().any(|p| p == pool) {
-        return Err(CallError::Refused(pool_not_granted(host, pool)));
+    /// Checks that `path` and every image below it are volumes of the
+    /// granted pools, and answers the images below it, top down. `what`
+    /// says where the path came from, for messages.
+    pub(crate) fn chain(
+        &self,
+        storage: &Connect,
+        refresh: Refresh,
+        what: &str,
+        path: &str,
+    ) -> Result<Vec<Backing>, CallError> {
+        let mut refreshed = BTreeSet::new();
+        let mut below = Vec::new();
+        let mut current = path.to_owned();
+        for _ in 0..=MAX_CHAIN {
+            let vol = match StorageVol::lookup_by_path(storage, &current) {
+                Ok(vol) => vol,
+                Err(err) if err.code() == ErrorNumber::NoStorageVolume => {
+                    return Err(CallError::Refused(LibvirtError::Invalid(format!(
+                        "{what}: {current} is not a volume of a storage pool on {}; disks and \
+                         backing images must be volumes of the grant's pools",
+                        self.host
+                    ))));
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let pool = StoragePool::lookup_by_volume(&vol)?;
+            let pool_name = pool.get_name()?;
+            self.check(&pool_name)?;
+            if refreshed.insert(pool_name.clone()) {
+                match (pool.refresh(0), refresh) {
+                    (Ok(_), _) | (Err(_), Refresh::BestEffort) => {}
+                    (Err(err), Refresh::Required) => {
+                        return Err(CallError::Refused(LibvirtError::Transient(format!(
+                            "{what}: cannot refresh pool {pool_name:?} on {} to read {current}'s \
+                             header: {}",
+                            self.host,
+                            err.message()
+                        ))));
+                    }
+                }
+            }
+            // Looked up again: a refresh replaces the pool's volumes.
+            let vol = StorageVol::lookup_by_path(storage, &current)?;
+            let (format, next) = described(&vol.get_xml_desc(0)?).map_err(CallError::Refused)?;
+            if current != path {
+                if !matches!(format.as_str(), "raw" | "qcow2") {
+                    return Err(CallError::Refused(LibvirtError::Invalid(format!(
+                        "{what}: {current} is a {format} image; backing images are raw or qcow2"
+                    ))));
+                }
+                below.push(Backing { path: current.clone(), format });
+            }
+            match next {
+                Some(next) => current = next,
+                None => return Ok(below),
+            }
+        }
+        Err(CallError::Refused(LibvirtError::Invalid(format!(
+            "{what}: the backing chain of {path} is longer than {MAX_CHAIN} images"
+        ))))
     }
-    let vol = StorageVol::lookup_by_name(&StoragePool::lookup_by_name(storage, pool)?, name)?;
-    check_path(storage, host, pools, what, &vol.get_path()?)
+
+    /// The chain of a disk's source (see [`Pools::chain`]).
+    pub(crate) fn disk_chain(
+        &self,
+        storage: &Connect,
+        source: &DiskSource,
+    ) -> Result<Vec<Backing>, CallError> {
+        match source {
+            DiskSource::File(path) => self.chain(storage, Refresh::BestEffort, "disk source", path),
+            DiskSource::Volume { pool, volume } => {
+                self.check(pool)?;
+                let vol = StorageVol::lookup_by_name(
+                    &StoragePool::lookup_by_name(storage, pool)?,
+                    volume,
+                )?;
+                self.chain(storage, Refresh::BestEffort, "disk source", &vol.get_path()?)
+            }
+        }
+    }
 }
 
-fn check_volume(vol: &StorageVol, host: &str, pools: &[String]) -> Result<(), CallError> {
-    let pool = StoragePool::lookup_by_volume(vol)?.get_name()?;
-    if pools.contains(&pool) {
-        Ok(())
-    } else {
-        Err(CallError::Refused(pool_not_granted(host, &pool)))
+/// A chain as a disk's `<backingStore>`: each image with its format, the
+/// last one closed by an empty `<backingStore/>` ("nothing below").
+pub(crate) fn backing_store(chain: &[Backing]) -> String {
+    let mut xml = String::new();
+    for link in chain {
+        xml.push_str(&format!(
+            "<backingStore type='file'><format type='{}'/><source file='{}'/>",
+            escape(&link.format),
+            escape(&link.path)
+        ));
+    }
+    xml.push_str("<backingStore/>");
+    for _ in chain {
+        xml.push_str("</backingStore>");
+    }
+    xml
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&apos;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn child<'a, 'input>(
+    node: roxmltree::Node<'a, 'input>,
+    name: &str,
+) -> Option<roxmltree::Node<'a, 'input>> {
+    node.children().find(|n| n.has_tag_name(name))
+}
+
+/// A volume's format and the backing path libvirt reports in its own
+/// description (read from the image's header).
+fn described(description: &str) -> Result<(String, Option<String>), LibvirtError> {
+    let doc = Document::parse(description).map_err(|err| {
+        LibvirtError::Failed(format!("the host's volume description does not parse: {err}"))
+    })?;
+    let root = doc.root_element();
+    let format = child(root, "target")
+        .and_then(|target| child(target, "format"))
+        .and_then(|format| format.attribute("type"))
+        .unwrap_or("raw")
+        .to_owned();
+    let backing = child(root, "backingStore")
+        .and_then(|store| child(store, "path"))
+        .and_then(|path| path.text())
+        .map(|text| text.trim().to_owned())
+        .filter(|text| !text.is_empty());
+    Ok((format, backing))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_and_backing_path_are_read_from_a_volume_description() {
+        let description = "<volume type='file'><name>o</name><target><path>/pool/o</path>\
+            <format type='qcow2'/></target><backingStore><path>/etc/shadow</path>\
+            <format type='raw'/></backingStore></volume>";
+        assert_eq!(
+            described(description).unwrap(),
+            ("qcow2".to_owned(), Some("/etc/shadow".to_owned()))
+        );
+        let plain = "<volume type='file'><name>b</name><backingStore/></volume>";
+        assert_eq!(described(plain).unwrap(), ("raw".to_owned(), None));
+    }
+
+    #[test]
+    fn a_chain_is_written_out_to_its_end() {
+        assert_eq!(backing_store(&[]), "<backingStore/>");
+        let chain = [Backing { path: "/p/base'.qcow2".into(), format: "qcow2".into() }];
+        assert_eq!(
+            backing_store(&chain),
+            "<backingStore type='file'><format type='qcow2'/><source file='/p/base&apos;.qcow2'/>\
+             <backingStore/></backingStore>"
+        );
     }
 }
