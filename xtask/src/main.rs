@@ -63,7 +63,8 @@ commands:
   image              OCI image archives of the operator and of tinyproxy in target/images/
   render [--check]   render deploy/kubernetes/ from the Helm chart (--check: lint, report drift)
   node start|stop [--purge]  the one-node test cluster of deploy/dev/node
-  e2e [--keep]       the chart and the operator's image on a fresh node (part of test)";
+  e2e [--keep|--release]  the chart and the operator's image on a fresh node (part of
+                     test; --release: the image to ship rather than the test build)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -93,8 +94,9 @@ fn run(args: &[String]) -> Result<()> {
         ["node", "start"] => node::start(&repo).map(|env| eprintln!("{}", env.display())),
         ["node", "stop"] => node::stop(&repo, false),
         ["node", "stop", "--purge"] => node::stop(&repo, true),
-        ["e2e"] => node::e2e(&repo, false),
-        ["e2e", "--keep"] => node::e2e(&repo, true),
+        ["e2e"] => node::e2e(&repo, false, image::Profile::Dev),
+        ["e2e", "--keep"] => node::e2e(&repo, true, image::Profile::Dev),
+        ["e2e", "--release"] => node::e2e(&repo, false, image::Profile::Release),
         ["render"] => chart::render(&repo, false),
         ["render", "--check"] => chart::render(&repo, true),
         ["help" | "--help" | "-h"] => {

@@ -43,8 +43,8 @@ pub fn stop(repo: &Repo, purge: bool) -> Result<()> {
     process::run(&mut stop)
 }
 
-pub fn e2e(repo: &Repo, keep: bool) -> Result<()> {
-    let images = image::build(repo, Profile::Dev)?;
+pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
+    let images = image::build(repo, profile)?;
     let helm = helm::provide()?;
     // A fresh cluster each run: nothing of an earlier run's install stays.
     step("node (fresh)", || stop(repo, true))?;

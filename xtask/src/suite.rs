@@ -34,7 +34,7 @@ pub fn test(repo: &Repo) -> Result<()> {
     })?;
     // The chart, the operator's image and the kubernetes plugin's proxies
     // on a real node (deploy/dev/node).
-    step("in-cluster tests on a node", || node::e2e(repo, false))?;
+    step("in-cluster tests on a node", || node::e2e(repo, false, crate::image::Profile::Dev))?;
     eprintln!("xtask test: all steps passed in {}", elapsed(started));
     Ok(())
 }

@@ -173,6 +173,25 @@ fn pool(replicas: u32) -> ProxyPool {
     .unwrap()
 }
 
+/// Resident memory of each operator process on this host (a node's
+/// containers are host processes), in MiB.
+fn operator_rss_mib() -> Vec<f64> {
+    let processes = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    processes
+        .filter_map(|process| {
+            let dir = process.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            if comm.trim() != "proxyfleet" {
+                return None;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            let rss = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
+            let kib: f64 = rss.trim().trim_end_matches("kB").trim().parse().ok()?;
+            Some(kib / 1024.0)
+        })
+        .collect()
+}
+
 fn has_condition(proxy: &Proxy, kind: &str) -> bool {
     proxy.status.as_ref().is_some_and(|status| {
         status.conditions.iter().any(|c| c.type_ == kind && c.status == "True")
@@ -330,6 +349,9 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     pools.create(&PostParams::default(), &pool(3)).await.unwrap();
     assert!(settled(&proxies, &proxy_pods, 3, wait).await, "3 proxies Running, Ready and healthy");
     eprintln!("pool of 3 Ready and healthy: {:?}", started.elapsed());
+    // A figure, not a check: the replicas' memory with every plugin of the
+    // image (the five first-party ones) compiled and the pool running.
+    eprintln!("operator RSS (MiB), per replica: {:.1?}", operator_rss_mib());
 
     // A crawler on the host: the chart's Service hands out a proxy, and a
     // page on the node's bridge comes back through it.
