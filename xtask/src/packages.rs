@@ -25,6 +25,9 @@ pub fn tests() -> Vec<Need> {
         // with it, and the kvm plugin's tests make their images with it.
         Need::any("qemu-utils"),
         Need::any("curl"),
+        // The images go through a private registry with skopeo.
+        Need::any("skopeo"),
+        Need::any("docker-registry"),
     ]);
     needs
 }

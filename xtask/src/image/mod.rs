@@ -10,11 +10,12 @@
 //!   `nobody` (65534).
 //!
 //! The same inputs give the same digests (see `tree` and `oci`); the
-//! archives load with `ctr images import` and copy to a registry with
-//! `skopeo copy oci-archive:…`.
+//! archives load with `ctr images import`, and `--push REGISTRY` copies
+//! them to a registry with their digests unchanged (see `push`).
 
 mod libs;
 mod oci;
+mod push;
 mod tree;
 
 use std::fs;
@@ -68,10 +69,29 @@ pub struct Built {
     pub digest: String,
 }
 
-/// `cargo xtask image`: the release images, and what they are.
-pub fn run(repo: &Repo) -> Result<()> {
+/// `cargo xtask image [--push REGISTRY]`: the release images, and what
+/// they are; pushed to `push_to` when given.
+pub fn run(repo: &Repo, push_to: Option<&str>) -> Result<()> {
     for built in build(repo, Profile::Release)? {
         eprintln!("xtask image: {} {} ({})", built.name, built.digest, built.archive.display());
+        if let Some(registry) = push_to {
+            let reference = push::push(&built, registry)?;
+            eprintln!("xtask image: pushed {reference}@{}", built.digest);
+        }
+    }
+    Ok(())
+}
+
+/// The test suite's check that the archives go through a registry with
+/// their digests: the test build's images pushed to a private registry
+/// on loopback.
+pub fn push_check(repo: &Repo) -> Result<()> {
+    step("debian packages", || apt::ensure(&[Need::any("skopeo"), Need::any("docker-registry")]))?;
+    let images = build(repo, Profile::Dev)?;
+    let registry = crate::registry::Registry::start()?;
+    for built in &images {
+        let reference = push::push(built, &registry.host)?;
+        eprintln!("xtask image: pushed {reference}@{}", built.digest);
     }
     Ok(())
 }

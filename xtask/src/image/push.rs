@@ -1,0 +1,76 @@
+//! Pushing image archives to a registry with Debian's `skopeo`, digests
+//! preserved: the digest `cargo xtask image` prints is the one a cluster
+//! pulls by.
+
+use std::process::Command;
+
+use anyhow::{Result, ensure};
+use sha2::{Digest as _, Sha256};
+
+use super::{Built, REPOSITORY};
+use crate::process;
+
+/// `ghcr.io/proxyfleet/proxyfleet:0.1.0` pushed to `registry` becomes
+/// `registry/proxyfleet/proxyfleet:0.1.0`.
+pub fn reference(built: &Built, registry: &str) -> String {
+    let path = built.name.strip_prefix(REPOSITORY).unwrap_or(&built.name).trim_start_matches('/');
+    format!("{}/proxyfleet/{path}", registry.trim_end_matches('/'))
+}
+
+/// Loopback registries speak plain HTTP; every other one TLS.
+fn tls_verify(registry: &str) -> &'static str {
+    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
+    if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+        "--dest-tls-verify=false"
+    } else {
+        "--dest-tls-verify=true"
+    }
+}
+
+/// Pushes `built` to `registry` under its own name and tag, and checks
+/// that the registry serves the same manifest digest. Credentials are
+/// skopeo's own (`skopeo login REGISTRY`).
+pub fn push(built: &Built, registry: &str) -> Result<String> {
+    let reference = reference(built, registry);
+    let destination = format!("docker://{reference}");
+    process::run(
+        Command::new("skopeo")
+            .args(["copy", "--quiet", "--preserve-digests", tls_verify(registry)])
+            .arg(format!("oci-archive:{}", built.archive.display()))
+            .arg(&destination),
+    )?;
+    let inspect_tls = tls_verify(registry).replace("--dest-", "--");
+    let manifest = process::output(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        &inspect_tls,
+        &destination,
+    ]))?;
+    let served = format!("sha256:{}", hex::encode(Sha256::digest(manifest.as_bytes())));
+    ensure!(
+        served == built.digest,
+        "{reference}: the registry serves manifest {served}, the archive holds {}",
+        built.digest
+    );
+    Ok(reference)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_keep_the_image_name_under_the_registry() {
+        let built = Built {
+            name: "ghcr.io/proxyfleet/tinyproxy:0.1.0".into(),
+            archive: "t.tar".into(),
+            digest: "sha256:00".into(),
+        };
+        assert_eq!(
+            reference(&built, "127.0.0.1:15000"),
+            "127.0.0.1:15000/proxyfleet/tinyproxy:0.1.0"
+        );
+        assert_eq!(tls_verify("127.0.0.1:15000"), "--dest-tls-verify=false");
+        assert_eq!(tls_verify("registry.example:443"), "--dest-tls-verify=true");
+    }
+}
