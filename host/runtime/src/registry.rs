@@ -337,12 +337,21 @@ impl Registry {
             }
             EntryState::Loading => {}
         }
+        self.publish(&entry.name, settled);
+    }
+
+    /// Publishes a new map with `entry` in `state`; false when there is no
+    /// room left. Callers hold the revision lock.
+    fn publish(&self, entry: &str, state: EntryState) -> bool {
         let mut next = self.entries.current().clone();
-        next.insert(entry.name.clone(), settled);
-        if self.entries.publish(next).is_err() {
-            // Each loading entry has room for its one change.
-            tracing::error!(entry = %entry.name, "cannot publish the entry's state");
+        next.insert(entry.to_owned(), state);
+        let published = self.entries.publish(next).is_ok();
+        if !published {
+            // Each loading entry has room for its settling and one later
+            // activation, each failed one for its activation.
+            tracing::error!(entry = %entry, "cannot publish the entry's state");
         }
+        published
     }
 
     /// Waits until no entry is loading any more.
@@ -611,11 +620,7 @@ impl Registry {
     fn make_ready(&self, entry: &EntryConfig, provider: PluginProvider) {
         let mut state = self.lock();
         let revision = provider.revision();
-        let mut next = self.entries.current().clone();
-        next.insert(entry.name.clone(), EntryState::Ready(Arc::new(provider)));
-        if self.entries.publish(next).is_err() {
-            // Every entry that failed at load has room for its one change.
-            tracing::error!(entry = %entry.name, "cannot publish the entry as ready");
+        if !self.publish(&entry.name, EntryState::Ready(Arc::new(provider))) {
             return;
         }
         let history = state.entries.entry(entry.name.clone()).or_default();

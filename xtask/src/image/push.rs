@@ -18,13 +18,9 @@ pub fn reference(built: &Built, registry: &str) -> String {
 }
 
 /// Loopback registries speak plain HTTP; every other one TLS.
-fn tls_verify(registry: &str) -> &'static str {
+fn tls_verify(registry: &str) -> bool {
     let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
-    if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
-        "--dest-tls-verify=false"
-    } else {
-        "--dest-tls-verify=true"
-    }
+    !matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 /// Pushes `built` to `registry` under its own name and tag, and checks
@@ -33,19 +29,20 @@ fn tls_verify(registry: &str) -> &'static str {
 pub fn push(built: &Built, registry: &str) -> Result<String> {
     let reference = reference(built, registry);
     let destination = format!("docker://{reference}");
+    let verify = tls_verify(registry);
     process::run(
         Command::new("skopeo")
-            .args(["copy", "--quiet", "--preserve-digests", tls_verify(registry)])
+            .args(["copy", "--quiet", "--preserve-digests"])
+            .arg(format!("--dest-tls-verify={verify}"))
             .arg(format!("oci-archive:{}", built.archive.display()))
             .arg(&destination),
     )?;
-    let inspect_tls = tls_verify(registry).replace("--dest-", "--");
-    let manifest = process::output(Command::new("skopeo").args([
-        "inspect",
-        "--raw",
-        &inspect_tls,
-        &destination,
-    ]))?;
+    let manifest = process::output(
+        Command::new("skopeo")
+            .args(["inspect", "--raw"])
+            .arg(format!("--tls-verify={verify}"))
+            .arg(&destination),
+    )?;
     let served = format!("sha256:{}", hex::encode(Sha256::digest(manifest.as_bytes())));
     ensure!(
         served == built.digest,
@@ -70,7 +67,7 @@ mod tests {
             reference(&built, "127.0.0.1:15000"),
             "127.0.0.1:15000/proxyfleet/tinyproxy:0.1.0"
         );
-        assert_eq!(tls_verify("127.0.0.1:15000"), "--dest-tls-verify=false");
-        assert_eq!(tls_verify("registry.example:443"), "--dest-tls-verify=true");
+        assert!(!tls_verify("127.0.0.1:15000"));
+        assert!(tls_verify("registry.example:443"));
     }
 }

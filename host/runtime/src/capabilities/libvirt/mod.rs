@@ -9,9 +9,11 @@
 //! - `allow_list`: the domain and volume XML a plugin may hand libvirt;
 //! - `scope`: disks and backing images only from the grant's pools;
 //! - `owner`: each domain belongs to the entry that defined it;
+//! - `escape`: text the host writes into that XML;
 //! - `wit`: the WIT imports, mapped onto the above.
 
 mod allow_list;
+mod escape;
 mod ops;
 mod owner;
 mod pool;

@@ -145,17 +145,14 @@ impl Scope {
     /// Refuses a domain named `name` or with UUID `uuid` that exists and
     /// is not this entry's: a plugin may replace only its own definitions.
     fn claim(&self, clients: &Clients, name: &str, uuid: Option<&str>) -> Result<(), CallError> {
-        let by_name = match Domain::lookup_by_name(clients.domains(), name) {
-            Ok(dom) => Some(dom),
-            Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => None,
-            Err(err) => return Err(err.into()),
+        let found = |lookup: Result<Domain, virt::error::Error>| match lookup {
+            Ok(dom) => Ok(Some(dom)),
+            Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => Ok(None),
+            Err(err) => Err(err),
         };
+        let by_name = found(Domain::lookup_by_name(clients.domains(), name))?;
         let by_uuid = match uuid {
-            Some(uuid) => match Domain::lookup_by_uuid_string(clients.domains(), uuid) {
-                Ok(dom) => Some(dom),
-                Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => None,
-                Err(err) => return Err(err.into()),
-            },
+            Some(uuid) => found(Domain::lookup_by_uuid_string(clients.domains(), uuid))?,
             None => None,
         };
         for dom in by_name.iter().chain(&by_uuid) {
@@ -169,15 +166,6 @@ impl Scope {
             }
         }
         Ok(())
-    }
-
-    /// Refuses a pool outside the grant.
-    fn pool(&self, name: &str) -> Result<(), LibvirtError> {
-        if self.pools.iter().any(|p| p == name) {
-            Ok(())
-        } else {
-            Err(scope::pool_not_granted(&self.host, name))
-        }
     }
 
     fn pools(&self) -> scope::Pools<'_> {
@@ -245,7 +233,7 @@ impl HostPool {
 
     /// A storage pool's state and space.
     pub async fn pool_info(&self, name: &str) -> Result<PoolInfo, LibvirtError> {
-        self.scope().pool(name)?;
+        self.scope().pools().check(name)?;
         let name = name.to_owned();
         self.call("pool-info", move |c| {
             let pool = pool(c.storage(), &name)?;
@@ -264,7 +252,7 @@ impl HostPool {
     /// Every volume of a pool, refreshed first so files changed behind
     /// libvirt's back are seen.
     pub async fn list_volumes(&self, pool_name: &str) -> Result<Vec<Volume>, LibvirtError> {
-        self.scope().pool(pool_name)?;
+        self.scope().pools().check(pool_name)?;
         let pool_name = pool_name.to_owned();
         self.call("volume-list", move |c| {
             let pool = pool(c.storage(), &pool_name)?;
@@ -277,7 +265,7 @@ impl HostPool {
 
     /// One volume; `NotFound` when the pool has none of that name.
     pub async fn volume(&self, pool_name: &str, name: &str) -> Result<Volume, LibvirtError> {
-        self.scope().pool(pool_name)?;
+        self.scope().pools().check(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.call("volume-lookup", move |c| {
             Ok(volume_of(&StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?)?)
@@ -290,13 +278,16 @@ impl HostPool {
     /// in a granted pool.
     pub async fn create_volume(&self, pool_name: &str, xml: &str) -> Result<Volume, LibvirtError> {
         let scope = self.scope();
-        scope.pool(pool_name)?;
+        scope.pools().check(pool_name)?;
         let checked = allow_list::check_volume(xml)?;
         let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
         self.call("volume-create", move |c| {
             // Creating an overlay opens its backing chain on the host.
             if let Some(backing) = &checked.backing {
-                scope.pools().chain(c.storage(), Refresh::Required, "backingStore", backing)?;
+                scope
+                    .pools()
+                    .reader(c.storage(), Refresh::Required)
+                    .chain("backingStore", backing)?;
             }
             Ok(volume_of(&StorageVol::create_xml(&pool(c.storage(), &pool_name)?, &xml, 0)?)?)
         })
@@ -313,18 +304,19 @@ impl HostPool {
         source: &str,
     ) -> Result<Volume, LibvirtError> {
         let scope = self.scope();
-        scope.pool(pool_name)?;
+        scope.pools().check(pool_name)?;
         let checked = allow_list::check_volume(xml)?;
         let (pool_name, xml, source) = (pool_name.to_owned(), xml.to_owned(), source.to_owned());
         self.call("volume-clone", move |c| {
+            let mut chains = scope.pools().reader(c.storage(), Refresh::Required);
             if let Some(backing) = &checked.backing {
-                scope.pools().chain(c.storage(), Refresh::Required, "backingStore", backing)?;
+                chains.chain("backingStore", backing)?;
             }
             let pool = pool(c.storage(), &pool_name)?;
             let source = StorageVol::lookup_by_name(&pool, &source)?;
             // A clone reads the source's whole chain as its header names it.
             let source_path = source.get_path()?;
-            scope.pools().chain(c.storage(), Refresh::Required, "clone source", &source_path)?;
+            chains.chain("clone source", &source_path)?;
             let source = StorageVol::lookup_by_path(c.storage(), &source_path)?;
             Ok(volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)?)
         })
@@ -333,7 +325,7 @@ impl HostPool {
 
     /// Deletes a volume; `NotFound` when it is gone already.
     pub async fn delete_volume(&self, pool_name: &str, name: &str) -> Result<(), LibvirtError> {
-        self.scope().pool(pool_name)?;
+        self.scope().pools().check(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.call("volume-delete", move |c| {
             Ok(StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?.delete(0)?)
@@ -350,7 +342,7 @@ impl HostPool {
         name: &str,
         length: u64,
     ) -> Result<Upload, LibvirtError> {
-        self.scope().pool(pool_name)?;
+        self.scope().pools().check(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.spanned("upload-begin", async {
             let deadline = self.deadline();
@@ -389,10 +381,10 @@ impl HostPool {
             attachments,
         )?;
         self.call("domain-define", move |c| {
+            let mut reader = scope.pools().reader(c.storage(), Refresh::BestEffort);
             let mut chains = Vec::with_capacity(checked.disks.len());
             for disk in &checked.disks {
-                let chain = scope.pools().disk_chain(c.storage(), &disk.source)?;
-                chains.push(scope::backing_store(&chain));
+                chains.push(scope::backing_store(&reader.disk_chain(&disk.source)?));
             }
             let _defining = DEFINING.lock().unwrap_or_else(|p| p.into_inner());
             scope.claim(c, &checked.name, checked.uuid.as_deref())?;

@@ -12,6 +12,8 @@ use roxmltree::Document;
 use virt::domain::Domain;
 use virt::error::ErrorNumber;
 
+use super::escape::escape;
+
 /// The host's metadata namespace.
 pub(crate) const NAMESPACE: &str = "https://proxyfleet.io/xmlns/host/1";
 /// The prefix the owner element is written with.
@@ -19,17 +21,7 @@ const PREFIX: &str = "proxyfleet-host";
 
 /// The owner element for entry `entry`.
 pub(crate) fn element(entry: &str) -> String {
-    let mut escaped = String::with_capacity(entry.len());
-    for c in entry.chars() {
-        match c {
-            '&' => escaped.push_str("&amp;"),
-            '<' => escaped.push_str("&lt;"),
-            '"' => escaped.push_str("&quot;"),
-            '\'' => escaped.push_str("&apos;"),
-            c => escaped.push(c),
-        }
-    }
-    format!("<{PREFIX}:owner xmlns:{PREFIX}=\"{NAMESPACE}\" entry=\"{escaped}\"/>")
+    format!("<{PREFIX}:owner xmlns:{PREFIX}=\"{NAMESPACE}\" entry=\"{}\"/>", escape(entry))
 }
 
 /// The entry an owner element names. libvirt hands the element of the

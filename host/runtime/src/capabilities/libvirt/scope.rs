@@ -25,6 +25,7 @@ use virt::storage_vol::StorageVol;
 
 use super::LibvirtError;
 use super::allow_list::DiskSource;
+use super::escape::escape;
 use super::pool::CallError;
 
 /// Links a backing chain may have; deeper chains are refused.
@@ -55,66 +56,77 @@ pub(crate) struct Backing {
     format: String,
 }
 
-/// The refusal of a storage pool outside the grant.
-pub(crate) fn pool_not_granted(host: &str, pool: &str) -> LibvirtError {
-    LibvirtError::NotGranted(format!(
-        "storage pool {pool:?} on {host} is not granted to this entry; add it to the grant's \
-         `pools` under grants.libvirt"
-    ))
-}
-
-impl Pools<'_> {
-    fn check(&self, pool: &str) -> Result<(), CallError> {
+impl<'a> Pools<'a> {
+    /// Refuses a pool outside the grant.
+    pub(crate) fn check(&self, pool: &str) -> Result<(), LibvirtError> {
         if self.granted.iter().any(|p| p == pool) {
             Ok(())
         } else {
-            Err(CallError::Refused(pool_not_granted(self.host, pool)))
+            Err(LibvirtError::NotGranted(format!(
+                "storage pool {pool:?} on {} is not granted to this entry; add it to the \
+                 grant's `pools` under grants.libvirt",
+                self.host
+            )))
         }
     }
 
+    /// A reader of chains on `storage` for one call, refreshing as
+    /// `refresh` says.
+    pub(crate) fn reader<'c>(self, storage: &'c Connect, refresh: Refresh) -> ChainReader<'c>
+    where
+        'a: 'c,
+    {
+        ChainReader { pools: self, storage, refresh, refreshed: BTreeSet::new() }
+    }
+}
+
+/// Reads backing chains for one call: each pool is refreshed at most once
+/// however many disks or links pass through it.
+pub(crate) struct ChainReader<'c> {
+    pools: Pools<'c>,
+    storage: &'c Connect,
+    refresh: Refresh,
+    refreshed: BTreeSet<String>,
+}
+
+impl ChainReader<'_> {
     /// Checks that `path` and every image below it are volumes of the
     /// granted pools, and answers the images below it, top down. `what`
     /// says where the path came from, for messages.
-    pub(crate) fn chain(
-        &self,
-        storage: &Connect,
-        refresh: Refresh,
-        what: &str,
-        path: &str,
-    ) -> Result<Vec<Backing>, CallError> {
-        let mut refreshed = BTreeSet::new();
+    pub(crate) fn chain(&mut self, what: &str, path: &str) -> Result<Vec<Backing>, CallError> {
+        let host = self.pools.host;
         let mut below = Vec::new();
         let mut current = path.to_owned();
         for _ in 0..=MAX_CHAIN {
-            let vol = match StorageVol::lookup_by_path(storage, &current) {
+            let mut vol = match StorageVol::lookup_by_path(self.storage, &current) {
                 Ok(vol) => vol,
                 Err(err) if err.code() == ErrorNumber::NoStorageVolume => {
                     return Err(CallError::Refused(LibvirtError::Invalid(format!(
-                        "{what}: {current} is not a volume of a storage pool on {}; disks and \
-                         backing images must be volumes of the grant's pools",
-                        self.host
+                        "{what}: {current} is not a volume of a storage pool on {host}; disks \
+                         and backing images must be volumes of the grant's pools"
                     ))));
                 }
                 Err(err) => return Err(err.into()),
             };
             let pool = StoragePool::lookup_by_volume(&vol)?;
             let pool_name = pool.get_name()?;
-            self.check(&pool_name)?;
-            if refreshed.insert(pool_name.clone()) {
-                match (pool.refresh(0), refresh) {
-                    (Ok(_), _) | (Err(_), Refresh::BestEffort) => {}
+            self.pools.check(&pool_name).map_err(CallError::Refused)?;
+            if self.refreshed.insert(pool_name.clone()) {
+                match (pool.refresh(0), self.refresh) {
+                    (Ok(_), _) => {
+                        // A refresh replaces the pool's volumes.
+                        vol = StorageVol::lookup_by_path(self.storage, &current)?;
+                    }
+                    (Err(_), Refresh::BestEffort) => {}
                     (Err(err), Refresh::Required) => {
                         return Err(CallError::Refused(LibvirtError::Transient(format!(
-                            "{what}: cannot refresh pool {pool_name:?} on {} to read {current}'s \
-                             header: {}",
-                            self.host,
+                            "{what}: cannot refresh pool {pool_name:?} on {host} to read \
+                             {current}'s header: {}",
                             err.message()
                         ))));
                     }
                 }
             }
-            // Looked up again: a refresh replaces the pool's volumes.
-            let vol = StorageVol::lookup_by_path(storage, &current)?;
             let (format, next) = described(&vol.get_xml_desc(0)?).map_err(CallError::Refused)?;
             if current != path {
                 if !matches!(format.as_str(), "raw" | "qcow2") {
@@ -134,21 +146,17 @@ impl Pools<'_> {
         ))))
     }
 
-    /// The chain of a disk's source (see [`Pools::chain`]).
-    pub(crate) fn disk_chain(
-        &self,
-        storage: &Connect,
-        source: &DiskSource,
-    ) -> Result<Vec<Backing>, CallError> {
+    /// The chain of a disk's source (see [`ChainReader::chain`]).
+    pub(crate) fn disk_chain(&mut self, source: &DiskSource) -> Result<Vec<Backing>, CallError> {
         match source {
-            DiskSource::File(path) => self.chain(storage, Refresh::BestEffort, "disk source", path),
+            DiskSource::File(path) => self.chain("disk source", path),
             DiskSource::Volume { pool, volume } => {
-                self.check(pool)?;
+                self.pools.check(pool).map_err(CallError::Refused)?;
                 let vol = StorageVol::lookup_by_name(
-                    &StoragePool::lookup_by_name(storage, pool)?,
+                    &StoragePool::lookup_by_name(self.storage, pool)?,
                     volume,
                 )?;
-                self.chain(storage, Refresh::BestEffort, "disk source", &vol.get_path()?)
+                self.chain("disk source", &vol.get_path()?)
             }
         }
     }
@@ -170,21 +178,6 @@ pub(crate) fn backing_store(chain: &[Backing]) -> String {
         xml.push_str("</backingStore>");
     }
     xml
-}
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 fn child<'a, 'input>(
