@@ -5,6 +5,7 @@ pub mod kvm;
 pub mod operator;
 pub mod ports;
 pub mod proxies;
+pub mod registry;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

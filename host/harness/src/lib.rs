@@ -125,6 +125,7 @@ impl HarnessBuilder {
         let entry = EntryConfig {
             name: self.entry,
             plugin: revision.info.name.clone(),
+            oci: None,
             config: self.config,
             grants: Grants { http, ca_file: None, libvirt: Vec::new() },
             limits: self.limits,

@@ -1,6 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
 mod fleet_args;
+mod registry_args;
 mod shutdown;
 mod telemetry;
 
@@ -17,7 +18,9 @@ use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
 use proxyfleet_kube::operate::{LeaderSettings, lead, mark_leader};
+use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::{EntryState, PluginProvider, Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone};
 
@@ -170,6 +173,31 @@ enum PluginCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Publishes a component to a registry in the Wasm OCI layout (as
+    /// wasm-pkg-tools does) and prints its digests; an entry then names it
+    /// as `oci://REGISTRY/REPOSITORY:TAG`, or pinned, `@sha256:DIGEST`.
+    Push {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// Where to: `[oci://]REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        #[command(flatten)]
+        registry: registry_args::RegistryFlags,
+    },
+    /// Fetches a component from a registry, checks every digest and the
+    /// layout, writes it, and prints its digests.
+    Pull {
+        /// `[oci://]REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// Where to write it (default: the repository's last segment, `.wasm`).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// The largest build accepted, in bytes.
+        #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
+        max_bytes: u64,
+        #[command(flatten)]
+        registry: registry_args::RegistryFlags,
+    },
     /// Brings back an entry's previous plugin revision in a running
     /// operator, at once, through its API; prints the revision now serving.
     Rollback {
@@ -192,9 +220,32 @@ struct Setup {
     /// Directory of plugin components.
     #[arg(long, default_value = "plugins")]
     plugin_dir: PathBuf,
-    /// Directory for precompiled plugins.
+    /// Directory for precompiled plugins and for builds pulled from
+    /// registries (in its `oci` folder); without it, a restart compiles
+    /// every plugin again and needs the registries.
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// How often the tag of each `oci://` plugin is resolved again.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    plugin_poll_interval: Duration,
+    /// The largest plugin build accepted from a registry, in bytes; a
+    /// larger one is refused before it is downloaded.
+    #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
+    plugin_max_bytes: u64,
+}
+
+impl Setup {
+    fn runtime_options(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            cache_dir: self.cache_dir.clone(),
+            pull_limits: PullLimits { max_bytes: self.plugin_max_bytes },
+            ..RuntimeOptions::default()
+        }
+    }
+
+    fn follow_options(&self) -> FollowOptions {
+        FollowOptions { poll_interval: self.plugin_poll_interval }
+    }
 }
 
 fn main() -> ExitCode {
@@ -252,6 +303,16 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Plugin { command: PluginCommand::Validate { file, config } } => {
             validate(&file, &config).await
+        }
+        Command::Plugin { command: PluginCommand::Push { file, reference, registry } } => {
+            println_json(&registry_args::push(&file, &reference, registry).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin {
+            command: PluginCommand::Pull { reference, output, max_bytes, registry },
+        } => {
+            println_json(&registry_args::pull(&reference, output, max_bytes, registry).await?);
+            Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Rollback { entry, api, api_token_file } } => {
             rollback(&entry, &api, api_token_file.as_deref()).await
@@ -320,8 +381,7 @@ async fn validate(
 
 async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
     let config = ProvidersConfig::load(&setup.providers)?;
-    let runtime =
-        Runtime::new(RuntimeOptions { cache_dir: setup.cache_dir, ..Default::default() })?;
+    let runtime = Runtime::new(setup.runtime_options())?;
     // Checks do not write bookkeeping; an in-memory store is enough here.
     let kv = Arc::new(MemoryKv::new());
     let registry = Registry::load(&runtime, &config, &setup.plugin_dir, kv)
@@ -364,9 +424,8 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
     let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: args.setup.cache_dir,
         observer: Some(Arc::clone(&metrics) as _),
-        ..Default::default()
+        ..args.setup.runtime_options()
     })?;
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
     // Plugins compile in the background (a cold cache takes seconds per
@@ -419,6 +478,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
     // Every replica swaps plugins, so a new leader serves the same revision.
     let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
+    let _follower = registry.follow(args.setup.follow_options());
     // On a signal the elector stops leading and releases the Lease, so a
     // successor takes over at once instead of waiting the Lease out, while
     // the API drains beside it.
@@ -480,7 +540,11 @@ async fn serve_metrics(
 
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
+    let (pull_limits, follow) =
+        (args.setup.runtime_options().pull_limits, args.setup.follow_options());
     let mut settings = Settings::new(args.proxies, args.state, providers, args.setup.plugin_dir);
+    settings.pull_limits = pull_limits;
+    settings.follow = follow;
     settings.cache_dir = args.setup.cache_dir;
     settings.gc_dry_run = args.housekeeping.gc_dry_run;
     settings.gc_min_age = args.housekeeping.gc_min_age;

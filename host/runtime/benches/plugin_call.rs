@@ -43,6 +43,7 @@ fn entry_with(name: &str, limits: Limits, grants: Grants) -> EntryConfig {
     EntryConfig {
         name: name.into(),
         plugin: name.into(),
+        oci: None,
         config: serde_json::json!({}),
         grants,
         limits,

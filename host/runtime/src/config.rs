@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::HeaderName;
 use ipnet::IpNet;
 use proxyfleet_core::HttpDestination;
+use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
 use serde::Deserialize;
 
 use crate::capabilities::google::GoogleServiceAccount;
@@ -32,6 +33,8 @@ pub const MAX_HTTP_IN_FLIGHT: usize = 1024;
 pub struct ProvidersConfig {
     /// Entries in file order; names are unique.
     pub entries: Vec<EntryConfig>,
+    /// How the registries that `oci://` plugins live in are reached.
+    pub registries: Registries,
 }
 
 /// One provider entry.
@@ -39,8 +42,11 @@ pub struct ProvidersConfig {
 pub struct EntryConfig {
     /// DNS-1123 label, unique in the file.
     pub name: String,
-    /// Name of the plugin file (without `.wasm`) in the plugin directory.
+    /// Name of the plugin file (without `.wasm`) in the plugin directory,
+    /// or an `oci://` reference.
     pub plugin: String,
+    /// The reference, when `plugin` is an `oci://` one.
+    pub oci: Option<PluginReference>,
     /// The config handed to the plugin, as JSON.
     pub config: serde_json::Value,
     /// What the plugin may reach.
@@ -237,6 +243,8 @@ impl Default for Limits {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     providers: Vec<RawEntry>,
+    #[serde(default)]
+    registries: Vec<RawRegistry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -363,7 +371,10 @@ impl ProvidersConfig {
             }
             entries.push(entry);
         }
-        Ok(Self { entries })
+        let registries = Registries::validate(raw.registries).map_err(|err| {
+            ConfigError::invalid(format!("registries[{}]", err.index), err.field, err.reason)
+        })?;
+        Ok(Self { entries, registries })
     }
 }
 
@@ -371,7 +382,23 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     let at = format!("providers[{index}]");
     check_dns_label(&raw.name).map_err(|why| ConfigError::invalid(&at, "name", why))?;
     let at = format!("provider entry {:?}", raw.name);
-    check_dns_label(&raw.plugin).map_err(|why| ConfigError::invalid(&at, "plugin", why))?;
+    let oci = if raw.plugin.starts_with(proxyfleet_oci::SCHEME) {
+        let reference = PluginReference::parse(&raw.plugin)
+            .map_err(|err| ConfigError::invalid(&at, "plugin", err.to_string()))?;
+        Some(reference)
+    } else {
+        check_dns_label(&raw.plugin).map_err(|why| {
+            ConfigError::invalid(
+                &at,
+                "plugin",
+                format!(
+                    "{why}; name a file of the plugin directory without `.wasm`, or a \
+                     registry build as oci://REGISTRY/REPOSITORY:TAG"
+                ),
+            )
+        })?;
+        None
+    };
     let config = match raw.config {
         None => serde_json::Value::Object(Default::default()),
         Some(yaml) => serde_json::to_value(yaml).map_err(|err| {
@@ -390,6 +417,7 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     Ok(EntryConfig {
         name: raw.name,
         plugin: raw.plugin,
+        oci,
         config,
         grants,
         limits,
@@ -900,6 +928,37 @@ providers:
         assert_eq!(entry.limits.call_timeout, Duration::from_secs(90));
         assert_eq!(entry.limits.memory_bytes, 128 << 20);
         assert_eq!(entry.limits.concurrency, 2);
+    }
+
+    #[test]
+    fn a_plugin_may_be_an_oci_reference_reached_as_its_registries_item_says() {
+        let config = ProvidersConfig::parse(
+            "registries:\n  - { host: ghcr.io, username: bot, passwordFile: /run/secrets/ghcr }\n\
+             providers:\n  - { name: gce, plugin: 'oci://ghcr.io/org/gcp:1.2' }\n  \
+             - { name: lab, plugin: static }\n",
+        )
+        .unwrap();
+        let reference = config.entries[0].oci.as_ref().expect("an oci reference");
+        assert_eq!((reference.registry(), reference.tag()), ("ghcr.io", Some("1.2")));
+        assert_eq!(config.entries[0].plugin, "oci://ghcr.io/org/gcp:1.2");
+        assert!(config.entries[1].oci.is_none());
+        assert_eq!(config.registries.for_host("ghcr.io").host(), "ghcr.io");
+    }
+
+    #[test]
+    fn oci_references_and_registries_items_name_the_key_and_the_fix() {
+        let err = parse_err("providers:\n  - { name: a, plugin: 'oci://org/gcp:1' }\n");
+        assert!(err.contains("provider entry \"a\": plugin:"), "{err}");
+        assert!(err.contains("spell the registry out"), "{err}");
+        let err = parse_err("providers:\n  - { name: a, plugin: 'oci://r.io/gcp' }\n");
+        assert!(err.contains("add :TAG"), "{err}");
+        let err = parse_err("providers:\n  - { name: a, plugin: gcp.wasm }\n");
+        assert!(err.contains("or a registry build as oci://"), "{err}");
+        let err =
+            parse_err("registries:\n  - { host: 10.0.0.5:5000, plainHttp: true }\nproviders: []\n");
+        assert!(err.contains("registries[0]: plainHttp:"), "{err}");
+        let err = parse_err("registries:\n  - { host: r.io, password: x }\nproviders: []\n");
+        assert!(err.contains("unknown field `password`"), "{err}");
     }
 
     #[test]

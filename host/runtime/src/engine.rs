@@ -33,8 +33,12 @@ const KEEP_RESIDENT_STACK_BYTES: usize = 256 << 10;
 /// How the runtime is set up.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeOptions {
-    /// Directory for precompiled components; `None` compiles on every load.
+    /// Directory for precompiled components and pulled `oci://` builds
+    /// (in its `oci` folder); `None` compiles on every load and keeps
+    /// pulled builds only while the process runs.
     pub cache_dir: Option<PathBuf>,
+    /// What a pull of an `oci://` plugin accepts.
+    pub pull_limits: proxyfleet_oci::PullLimits,
     /// A transport for every entry's HTTP requests instead of a real
     /// client per entry (the test harness scripts answers this way).
     pub http_transport: Option<Arc<dyn HttpTransport>>,
@@ -55,6 +59,9 @@ pub(crate) struct RuntimeInner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<PluginState>,
     pub(crate) cache: Option<PrecompiledCache>,
+    /// Where pulled builds are kept; `None`: a directory of the registry's own.
+    pub(crate) oci_store_dir: Option<PathBuf>,
+    pub(crate) pull_limits: proxyfleet_oci::PullLimits,
     pub(crate) http_transport: Option<Arc<dyn HttpTransport>>,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
@@ -93,6 +100,7 @@ impl Runtime {
                 ProviderPlugin::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
             })
             .map_err(|err| RuntimeError::Engine(format!("{err:#}")))?;
+        let oci_store_dir = options.cache_dir.as_ref().map(|dir| dir.join("oci"));
         let cache =
             options.cache_dir.map(|dir| PrecompiledCache::open(dir, &engine)).transpose()?;
         Ok(Self {
@@ -100,6 +108,8 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
+                oci_store_dir,
+                pull_limits: options.pull_limits,
                 http_transport: options.http_transport,
                 observer: options.observer,
                 pooling,

@@ -106,6 +106,13 @@ pub enum LoadError {
         /// Why.
         message: String,
     },
+    /// An `oci://` build is not in the plugin cache and could not be pulled.
+    #[error("no build of it in the plugin cache, and pulling failed: {source}")]
+    Pull {
+        /// Why the pull failed.
+        #[source]
+        source: proxyfleet_oci::OciError,
+    },
 }
 
 /// A runtime that could not be set up.

@@ -11,6 +11,8 @@
 //!   keep the previous revision for [`Registry::rollback`], and report
 //!   what they serve and refused in [`Registry::revisions`].
 //! - [`watch`]: runs [`Registry::rescan`] when the plugin directory changes.
+//! - [`follow`]: pulls new builds of the `oci://` plugins entries name, for
+//!   the next rescan to offer.
 //! - [`config`]: the providers file.
 //! - [`capabilities`]: what plugins may use (HTTP, key-value store, logs).
 
@@ -21,6 +23,8 @@ pub mod capabilities;
 pub mod config;
 mod engine;
 mod error;
+pub mod follow;
+mod oci;
 mod plugin;
 mod provider;
 mod registry;
@@ -31,6 +35,7 @@ pub mod watch;
 pub use bindings::CONTRACT_VERSION;
 pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
 pub use error::{ConfigError, LoadError, RollbackError, RuntimeError};
+pub use oci::PullStatus;
 pub use plugin::{PluginRevision, file_digest};
 pub use provider::{PinnedInstance, PluginProvider};
 pub use registry::{EntryState, PendingLoad, PluginLoad, Registry};

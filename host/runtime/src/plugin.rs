@@ -130,6 +130,14 @@ impl Runtime {
     }
 }
 
+/// A plugin's bytes as read (from the plugin directory or the store of
+/// pulled builds), with their [`file_digest`]; `path` names it in errors.
+pub(crate) struct PluginFile {
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) digest: String,
+}
+
 /// sha256 of a component file, lower-case hex: what identifies a revision
 /// (and what a `pin.digest` names).
 pub fn file_digest(bytes: &[u8]) -> String {

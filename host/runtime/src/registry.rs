@@ -25,12 +25,14 @@ use std::time::SystemTime;
 
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{Provider, ProviderError};
+use proxyfleet_oci::PluginReference;
 
 use crate::admission::{Refusal, check_pin_and_grants, refused_by_digest_pins};
 use crate::config::{EntryConfig, ProvidersConfig};
 use crate::engine::Runtime;
 use crate::error::{LoadError, RollbackError, RuntimeError};
-use crate::plugin::{PluginRevision, file_digest};
+use crate::oci::{OciPlugins, StoredBuilds};
+use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
 
@@ -64,11 +66,16 @@ pub enum EntryState {
 /// [`Registry::load_pending`] to compile.
 pub struct PendingLoad {
     files: PluginFiles,
+    /// `oci://` references with no build in the store yet: pulled first.
+    cold: Vec<PluginReference>,
 }
 
 impl std::fmt::Debug for PendingLoad {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingLoad").field("files", &self.files.keys()).finish()
+        f.debug_struct("PendingLoad")
+            .field("files", &self.files.keys())
+            .field("cold", &self.cold)
+            .finish()
     }
 }
 
@@ -76,6 +83,8 @@ impl std::fmt::Debug for PendingLoad {
 pub struct Registry {
     runtime: Runtime,
     plugin_dir: PathBuf,
+    /// The builds of entries that name an `oci://` reference.
+    oci: Option<OciPlugins>,
     kv: Arc<dyn KvStore>,
     configs: BTreeMap<String, EntryConfig>,
     /// The plugin each entry names, loaded or not.
@@ -169,13 +178,6 @@ struct EntryHistory {
     rejections: u64,
 }
 
-/// One `*.wasm` of the plugin directory, read whole.
-struct PluginFile {
-    path: PathBuf,
-    bytes: Vec<u8>,
-    digest: String,
-}
-
 /// What a candidate file turned into.
 enum Candidate {
     Loaded(Arc<PluginRevision>),
@@ -215,12 +217,21 @@ impl Registry {
         plugin_dir: &Path,
         kv: Arc<dyn KvStore>,
     ) -> Result<(Self, PendingLoad), RuntimeError> {
-        let files = read_plugin_dir_blocking(plugin_dir.to_owned()).await?;
+        let oci = OciPlugins::new(runtime, config)?;
+        let stored = oci.as_ref().map(OciPlugins::stored);
+        let files = read_sources_blocking(plugin_dir.to_owned(), stored, BTreeMap::new()).await?;
+        let cold = oci
+            .iter()
+            .flat_map(OciPlugins::references)
+            .filter(|reference| !files.contains_key(reference.as_str()))
+            .cloned()
+            .collect();
         let entries =
             config.entries.iter().map(|e| (e.name.clone(), EntryState::Loading)).collect();
         let registry = Self {
             runtime: runtime.clone(),
             plugin_dir: plugin_dir.to_owned(),
+            oci,
             kv,
             configs: config.entries.iter().map(|e| (e.name.clone(), e.clone())).collect(),
             entry_plugins: config
@@ -233,7 +244,7 @@ impl Registry {
             scanning: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::watch::Sender::new(config.entries.is_empty()),
         };
-        Ok((registry, PendingLoad { files }))
+        Ok((registry, PendingLoad { files, cold }))
     }
 
     /// Compiles the files [`Registry::open`] read, one at a time, and makes
@@ -242,65 +253,12 @@ impl Registry {
     pub async fn load_pending(&self, pending: PendingLoad) {
         let _one_at_a_time = self.scanning.lock().await;
         for (name, file) in pending.files {
-            let using: Vec<&EntryConfig> =
-                self.configs.values().filter(|entry| entry.plugin == name).collect();
-            let mut refused_by_pin = BTreeMap::new();
-            let load = match file {
-                Ok(file) => match refused_by_digest_pins(using.iter().copied(), &file.digest) {
-                    Some(refusals) => {
-                        for (entry, refusal) in refusals {
-                            refused_by_pin.insert(entry.name.clone(), refusal);
-                        }
-                        self.lock().files.insert(name.clone(), file.digest.clone());
-                        PluginLoad::Failed(not_compiled(&file.digest))
-                    }
-                    None => {
-                        let digest = file.digest.clone();
-                        let loaded = self
-                            .runtime
-                            .load_plugin_bytes(&file.path, file.bytes, file.digest)
-                            .await;
-                        let mut state = self.lock();
-                        state.files.insert(name.clone(), digest.clone());
-                        match loaded {
-                            Ok(revision) => {
-                                state.by_digest.insert(digest, Arc::downgrade(&revision));
-                                PluginLoad::Loaded(revision)
-                            }
-                            Err(err) => {
-                                tracing::error!(plugin = %name, "{err}");
-                                PluginLoad::Failed(err.to_string())
-                            }
-                        }
-                    }
-                },
-                Err(err) => {
-                    tracing::error!(plugin = %name, "{err}");
-                    PluginLoad::Failed(err.to_string())
-                }
-            };
-            self.lock().plugins.insert(name.clone(), load.clone());
-            for entry in using {
-                let settled = match (refused_by_pin.get(&entry.name), &load) {
-                    (Some(refusal), _) => {
-                        EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
-                    }
-                    (None, PluginLoad::Failed(reason)) => EntryState::Failed(format!(
-                        "plugin {:?} {}",
-                        entry.plugin,
-                        Refusal::Load(reason.clone())
-                    )),
-                    (None, PluginLoad::Loaded(revision)) => {
-                        match bind(&self.runtime, entry, revision, Arc::clone(&self.kv)).await {
-                            Ok(provider) => EntryState::Ready(Arc::new(provider)),
-                            Err(refusal) => {
-                                EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
-                            }
-                        }
-                    }
-                };
-                self.settle(entry, settled);
-            }
+            self.load_first(&name, file).await;
+        }
+        for reference in pending.cold {
+            let Some(oci) = &self.oci else { break };
+            let file = oci.pull_cold(&reference).await;
+            self.load_first(reference.as_str(), file).await;
         }
         for entry in self.configs.values() {
             if matches!(self.entries.current().get(&entry.name), Some(EntryState::Loading)) {
@@ -314,6 +272,67 @@ impl Registry {
             }
         }
         self.loaded.send_replace(true);
+    }
+
+    /// Compiles one plugin read at load and settles the entries naming it.
+    async fn load_first(&self, name: &str, file: Result<PluginFile, LoadError>) {
+        let using: Vec<&EntryConfig> =
+            self.configs.values().filter(|entry| entry.plugin == name).collect();
+        let mut refused_by_pin = BTreeMap::new();
+        let load = match file {
+            Ok(file) => match refused_by_digest_pins(using.iter().copied(), &file.digest) {
+                Some(refusals) => {
+                    for (entry, refusal) in refusals {
+                        refused_by_pin.insert(entry.name.clone(), refusal);
+                    }
+                    self.lock().files.insert(name.to_owned(), file.digest.clone());
+                    PluginLoad::Failed(not_compiled(&file.digest))
+                }
+                None => {
+                    let digest = file.digest.clone();
+                    let loaded =
+                        self.runtime.load_plugin_bytes(&file.path, file.bytes, file.digest).await;
+                    let mut state = self.lock();
+                    state.files.insert(name.to_owned(), digest.clone());
+                    match loaded {
+                        Ok(revision) => {
+                            state.by_digest.insert(digest, Arc::downgrade(&revision));
+                            PluginLoad::Loaded(revision)
+                        }
+                        Err(err) => {
+                            tracing::error!(plugin = %name, "{err}");
+                            PluginLoad::Failed(err.to_string())
+                        }
+                    }
+                }
+            },
+            Err(err) => {
+                tracing::error!(plugin = %name, "{err}");
+                PluginLoad::Failed(err.to_string())
+            }
+        };
+        self.lock().plugins.insert(name.to_owned(), load.clone());
+        for entry in using {
+            let settled = match (refused_by_pin.get(&entry.name), &load) {
+                (Some(refusal), _) => {
+                    EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                }
+                (None, PluginLoad::Failed(reason)) => EntryState::Failed(format!(
+                    "plugin {:?} {}",
+                    entry.plugin,
+                    Refusal::Load(reason.clone())
+                )),
+                (None, PluginLoad::Loaded(revision)) => {
+                    match bind(&self.runtime, entry, revision, Arc::clone(&self.kv)).await {
+                        Ok(provider) => EntryState::Ready(Arc::new(provider)),
+                        Err(refusal) => {
+                            EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                        }
+                    }
+                }
+            };
+            self.settle(entry, settled);
+        }
     }
 
     /// Publishes the first state of a loading entry.
@@ -401,6 +420,24 @@ impl Registry {
         &self.plugin_dir
     }
 
+    /// The `oci://` references the entries name, once each.
+    pub fn oci_references(&self) -> &[PluginReference] {
+        self.oci.as_ref().map_or(&[], OciPlugins::references)
+    }
+
+    /// Asks `reference`'s registry what it names now and pulls a build the
+    /// store does not hold; true when the store moved, which the next
+    /// [`Registry::rescan`] offers to the entries. See [`crate::follow`].
+    pub async fn poll_reference(
+        &self,
+        reference: &PluginReference,
+    ) -> Result<bool, proxyfleet_oci::OciError> {
+        match &self.oci {
+            Some(oci) => oci.poll(reference).await,
+            None => Ok(false),
+        }
+    }
+
     /// Per entry, in name order: the active and previous revisions and the
     /// refused candidates.
     pub fn revisions(&self) -> Vec<EntryRevisions> {
@@ -435,6 +472,7 @@ impl Registry {
             unavailable,
             swaps: history.swaps,
             rejections: history.rejections,
+            pull: self.oci.as_ref().and_then(|oci| oci.status(&config.plugin)),
         })
     }
 
@@ -482,34 +520,32 @@ impl Registry {
     /// previous revision. An unreadable directory changes nothing.
     pub async fn rescan(&self) {
         let _one_at_a_time = self.scanning.lock().await;
-        let files = match read_plugin_dir_blocking(self.plugin_dir.clone()).await {
-            Ok(files) => files,
-            Err(err) => {
-                tracing::warn!("plugin rescan skipped: {err}");
-                return;
-            }
-        };
-        let (changed, removed) = {
-            let state = self.lock();
-            let removed: Vec<(String, String)> = state
-                .files
-                .iter()
-                .filter(|(name, _)| !files.contains_key(*name))
-                .map(|(name, digest)| (name.clone(), digest.clone()))
-                .collect();
-            let mut changed = Vec::new();
-            for (name, file) in files {
-                match file {
-                    Ok(file) if state.files.get(&name) != Some(&file.digest) => {
-                        changed.push((name, file));
-                    }
-                    Ok(_) => {}
-                    // Left as it was; the next rescan reads it again.
-                    Err(err) => tracing::warn!(plugin = %name, "{err}"),
+        let known = self.lock().files.clone();
+        let stored = self.oci.as_ref().map(OciPlugins::stored);
+        let files =
+            match read_sources_blocking(self.plugin_dir.clone(), stored, known.clone()).await {
+                Ok(files) => files,
+                Err(err) => {
+                    tracing::warn!("plugin rescan skipped: {err}");
+                    return;
                 }
+            };
+        // A pulled build is read only when its digest moved, so an absent
+        // `oci://` name means unchanged, never removed.
+        let removed: Vec<(String, String)> = known
+            .iter()
+            .filter(|(name, _)| !files.contains_key(*name) && !is_oci_name(name))
+            .map(|(name, digest)| (name.clone(), digest.clone()))
+            .collect();
+        let mut changed = Vec::new();
+        for (name, file) in files {
+            match file {
+                Ok(file) if known.get(&name) != Some(&file.digest) => changed.push((name, file)),
+                Ok(_) => {}
+                // Left as it was; the next rescan reads it again.
+                Err(err) => tracing::warn!(plugin = %name, "{err}"),
             }
-            (changed, removed)
-        };
+        }
         for (name, file) in changed {
             self.file_changed(&name, file).await;
         }
@@ -769,15 +805,32 @@ fn refused_contract_version(err: &LoadError) -> Option<String> {
 
 type PluginFiles = BTreeMap<String, Result<PluginFile, LoadError>>;
 
-async fn read_plugin_dir_blocking(dir: PathBuf) -> Result<PluginFiles, RuntimeError> {
+/// Reads the plugin directory and, when given, the pulled builds whose
+/// digest differs from `known`, off the async threads.
+async fn read_sources_blocking(
+    dir: PathBuf,
+    stored: Option<StoredBuilds>,
+    known: BTreeMap<String, String>,
+) -> Result<PluginFiles, RuntimeError> {
     let joined = tokio::task::spawn_blocking({
         let dir = dir.clone();
-        move || read_plugin_dir(&dir)
+        move || {
+            let mut files = read_plugin_dir(&dir)?;
+            if let Some(stored) = stored {
+                files.extend(stored.read_changed(&known).into_iter().map(|(n, f)| (n, Ok(f))));
+            }
+            Ok(files)
+        }
     })
     .await;
     joined.unwrap_or_else(|err| {
         Err(RuntimeError::PluginDir { path: dir, source: std::io::Error::other(err.to_string()) })
     })
+}
+
+/// True for a plugin name that is an `oci://` reference rather than a file.
+fn is_oci_name(name: &str) -> bool {
+    name.starts_with(proxyfleet_oci::SCHEME)
 }
 
 /// Every `*.wasm` directly in `dir` (symbolic links followed, as a mounted

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::admission::RejectionKind;
 use crate::config::Pin;
+use crate::oci::PullStatus;
 use crate::plugin::PluginRevision;
 
 /// One loaded revision of a plugin.
@@ -70,7 +71,8 @@ pub struct RejectedCandidate {
 pub struct EntryRevisions {
     /// The entry's name.
     pub entry: String,
-    /// The plugin file the entry names (without `.wasm`).
+    /// The plugin the entry names: a file without `.wasm`, or an `oci://`
+    /// reference.
     pub plugin: String,
     /// The build the entry is pinned to, if any.
     pub pin: Option<Pin>,
@@ -90,6 +92,9 @@ pub struct EntryRevisions {
     pub swaps: u64,
     /// Candidates refused since load, including those no longer listed.
     pub rejections: u64,
+    /// For an `oci://` plugin: what the last look at its registry found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullStatus>,
 }
 
 pub(crate) fn unix_seconds(time: SystemTime) -> u64 {

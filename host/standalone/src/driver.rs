@@ -18,7 +18,9 @@ use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
 use proxyfleet_metrics::Metrics;
+use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::watch::WatchOptions;
 use proxyfleet_runtime::{EntryState, Registry, RollbackError, Runtime, RuntimeOptions};
 
@@ -37,8 +39,12 @@ pub struct Settings {
     pub providers: ProvidersConfig,
     /// Folder of plugin components.
     pub plugin_dir: PathBuf,
-    /// Folder for precompiled plugins.
+    /// Folder for precompiled plugins and builds pulled from registries.
     pub cache_dir: Option<PathBuf>,
+    /// What a pull of an `oci://` plugin accepts.
+    pub pull_limits: PullLimits,
+    /// How the `oci://` plugins' tags are followed.
+    pub follow: FollowOptions,
     /// Reconciler timing.
     pub policy: Policy,
     /// How often the manifests are read again.
@@ -73,6 +79,8 @@ impl Settings {
             providers,
             plugin_dir,
             cache_dir: None,
+            pull_limits: PullLimits::default(),
+            follow: FollowOptions::default(),
             policy: Policy::default(),
             rescan: Duration::from_secs(2),
             gc_interval: Duration::from_secs(300),
@@ -129,6 +137,7 @@ impl Standalone {
         let metrics = Arc::new(Metrics::new());
         let runtime = Runtime::new(RuntimeOptions {
             cache_dir: settings.cache_dir.clone(),
+            pull_limits: settings.pull_limits,
             observer: Some(Arc::clone(&metrics) as _),
             ..RuntimeOptions::default()
         })?;
@@ -565,6 +574,8 @@ impl Standalone {
         // A new plugin file in the directory is admitted and swapped in
         // while everything keeps running.
         let _watcher = self.registry.watch(WatchOptions::default());
+        // So is a new build behind an `oci://` plugin's tag.
+        let _follower = self.registry.follow(self.settings.follow);
         let prober = self.settings.health.clone().map(|settings| {
             let engine = HealthEngine::new(settings, Arc::clone(&self.fleet));
             tokio::spawn(engine.run(std::future::pending()))

@@ -1,0 +1,167 @@
+//! What can go wrong reaching a registry, reading an artifact or keeping it.
+//!
+//! Every message names the reference (registry and repository) and never
+//! a credential: the registry client's own errors carry URLs and status
+//! texts, and credentials travel only in headers.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::layout::LayoutError;
+
+/// A failed pull, push or store operation.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OciError {
+    /// A file that `registries[]` names could not be read.
+    #[error("registry {registry}: cannot read {field} {}: {source}", path.display())]
+    AccessFile {
+        /// The registry host.
+        registry: String,
+        /// The key naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The registry refused the credentials, or gave none access.
+    #[error(
+        "{reference}: registry {registry} refused access to repository {repository}: check \
+         the credentials its registries item names ({detail})"
+    )]
+    Denied {
+        /// The reference.
+        reference: String,
+        /// The registry host.
+        registry: String,
+        /// The repository.
+        repository: String,
+        /// The registry client's account, which holds no credential.
+        detail: String,
+    },
+    /// The tag or digest does not exist in the repository.
+    #[error("{reference}: not found in registry {registry} ({detail})")]
+    NotFound {
+        /// The reference.
+        reference: String,
+        /// The registry host.
+        registry: String,
+        /// The registry client's account.
+        detail: String,
+    },
+    /// The registry could not be reached or answered with an error.
+    #[error("{reference}: registry {registry}: {source}")]
+    Registry {
+        /// The reference.
+        reference: String,
+        /// The registry host.
+        registry: String,
+        /// The registry client's error.
+        source: oci_client::errors::OciDistributionError,
+    },
+    /// The artifact is not a Wasm component in the Wasm OCI layout.
+    #[error("{reference}: {source}")]
+    Layout {
+        /// The reference.
+        reference: String,
+        /// What is wrong with it.
+        source: LayoutError,
+    },
+    /// The artifact is larger than the host accepts.
+    #[error(
+        "{reference}: the component layer is {size} bytes, over the limit of {limit} bytes \
+         (raise --plugin-max-bytes if this build is meant to be that large)"
+    )]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// What the manifest declared or what arrived, whichever showed first.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Content did not hash to the digest that names it.
+    #[error("{reference}: the {what} does not match its digest: expected {expected}, got {actual}")]
+    Digest {
+        /// The reference.
+        reference: String,
+        /// `manifest`, `config` or `component layer`.
+        what: &'static str,
+        /// The digest that names it.
+        expected: String,
+        /// What the content hashes to.
+        actual: String,
+    },
+    /// The local store could not be read or written.
+    #[error("plugin store {}: {source}", path.display())]
+    Store {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file to push is not a usable component.
+    #[error("{path}: not a WebAssembly component that can be published: {reason}")]
+    Component {
+        /// The file.
+        path: String,
+        /// The decoder's account (the layout crate reports it as text).
+        reason: String,
+    },
+}
+
+/// What a registry client error means to a caller.
+enum Meaning {
+    Denied,
+    NotFound,
+    Other,
+}
+
+fn meaning(source: &oci_client::errors::OciDistributionError) -> Meaning {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+    match source {
+        E::UnauthorizedError { .. }
+        | E::AuthenticationFailure(_)
+        | E::ServerError { code: 401 | 403, .. } => Meaning::Denied,
+        E::ImageManifestNotFoundError(_) | E::ServerError { code: 404, .. } => Meaning::NotFound,
+        E::RegistryError { envelope, .. } => {
+            let codes = || envelope.errors.iter().map(|error| &error.code);
+            if codes().any(|code| matches!(code, C::Unauthorized | C::Denied)) {
+                Meaning::Denied
+            } else if codes().any(|code| {
+                matches!(code, C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound)
+            }) {
+                Meaning::NotFound
+            } else {
+                Meaning::Other
+            }
+        }
+        _ => Meaning::Other,
+    }
+}
+
+impl OciError {
+    /// Sorts a registry client error into the cases callers act on.
+    pub(crate) fn from_client(
+        reference: &crate::PluginReference,
+        source: oci_client::errors::OciDistributionError,
+    ) -> Self {
+        let registry = reference.registry().to_owned();
+        match meaning(&source) {
+            Meaning::Denied => Self::Denied {
+                reference: reference.to_string(),
+                registry,
+                repository: reference.repository().to_owned(),
+                detail: source.to_string(),
+            },
+            Meaning::NotFound => Self::NotFound {
+                reference: reference.to_string(),
+                registry,
+                detail: source.to_string(),
+            },
+            Meaning::Other => Self::Registry { reference: reference.to_string(), registry, source },
+        }
+    }
+}

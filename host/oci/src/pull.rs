@@ -1,0 +1,206 @@
+//! Fetching a plugin build: the manifest, checked against the layout and
+//! its digest; the config, checked against the manifest; the component
+//! layer, streamed under the size limit and checked against its digest.
+//!
+//! Nothing is trusted for being served: every blob is hashed as it
+//! arrives, and the declared size is checked before the layer is read, so
+//! an oversized artifact costs one manifest.
+
+use futures::StreamExt as _;
+use oci_client::manifest::OciDescriptor;
+use sha2::{Digest as _, Sha256};
+
+use crate::access::Registries;
+use crate::error::OciError;
+use crate::layout::{MANIFEST_MEDIA_TYPE, MAX_CONFIG_BYTES, check_config, check_manifest};
+use crate::reference::PluginReference;
+
+/// The default largest component layer accepted: well above the largest
+/// plugin known (a componentize-py provider is about 18 MB).
+pub const DEFAULT_MAX_BYTES: u64 = 128 << 20;
+
+/// What a pull accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullLimits {
+    /// The largest component layer, in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for PullLimits {
+    fn default() -> Self {
+        Self { max_bytes: DEFAULT_MAX_BYTES }
+    }
+}
+
+/// A verified build.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Pulled {
+    /// The manifest's digest, `sha256:…`.
+    pub manifest_digest: String,
+    /// The component layer's digest, `sha256:…`: the component's own
+    /// sha256, as `plugin inspect` and pins name it.
+    pub layer_digest: String,
+    /// The component.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Pulled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pulled")
+            .field("manifest_digest", &self.manifest_digest)
+            .field("layer_digest", &self.layer_digest)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// The manifest digest `reference` names now: its own digest, or what its
+/// tag points at in the registry.
+pub async fn resolve(
+    registries: &Registries,
+    reference: &PluginReference,
+) -> Result<String, OciError> {
+    if let Some(digest) = reference.digest() {
+        return Ok(digest.to_owned());
+    }
+    let access = registries.for_host(reference.registry());
+    let client = access.client()?;
+    let auth = access.auth()?;
+    client
+        .fetch_manifest_digest(&reference.to_client(), &auth)
+        .await
+        .map_err(|err| OciError::from_client(reference, err))
+}
+
+/// Fetches and verifies the build `reference` names, at `manifest_digest`
+/// when given (what [`resolve`] answered, so that a tag moving in between
+/// cannot mix two builds).
+pub async fn pull(
+    registries: &Registries,
+    reference: &PluginReference,
+    manifest_digest: Option<&str>,
+    limits: PullLimits,
+) -> Result<Pulled, OciError> {
+    let access = registries.for_host(reference.registry());
+    let client = access.client()?;
+    let auth = access.auth()?;
+    let expected_manifest = manifest_digest.or(reference.digest());
+    let target = match expected_manifest {
+        Some(digest) => reference.at_digest(digest),
+        None => reference.to_client(),
+    };
+    let (manifest, _) = client
+        .pull_manifest_raw(&target, &auth, &[MANIFEST_MEDIA_TYPE])
+        .await
+        .map_err(|err| OciError::from_client(reference, err))?;
+    let actual = sha256(&manifest);
+    if let Some(expected) = expected_manifest
+        && actual != expected
+    {
+        return Err(OciError::Digest {
+            reference: reference.to_string(),
+            what: "manifest",
+            expected: expected.to_owned(),
+            actual,
+        });
+    }
+    let layout = |source| OciError::Layout { reference: reference.to_string(), source };
+    let checked = check_manifest(&manifest).map_err(layout)?;
+    let declared = u64::try_from(checked.layer.size).unwrap_or(u64::MAX);
+    if declared > limits.max_bytes {
+        return Err(OciError::TooLarge {
+            reference: reference.to_string(),
+            size: declared,
+            limit: limits.max_bytes,
+        });
+    }
+    let config =
+        read_blob(&client, &target, reference, &checked.config, "config", MAX_CONFIG_BYTES).await?;
+    check_config(&config, &checked.layer.digest).map_err(layout)?;
+    let bytes =
+        read_blob(&client, &target, reference, &checked.layer, "component layer", limits.max_bytes)
+            .await?;
+    Ok(Pulled { manifest_digest: actual, layer_digest: checked.layer.digest, bytes })
+}
+
+/// Streams one blob, refusing it once it outgrows `limit` or its declared
+/// size, and checks what arrived against its digest.
+async fn read_blob(
+    client: &oci_client::Client,
+    target: &oci_client::Reference,
+    reference: &PluginReference,
+    descriptor: &OciDescriptor,
+    what: &'static str,
+    limit: u64,
+) -> Result<Vec<u8>, OciError> {
+    let declared = u64::try_from(descriptor.size).unwrap_or(0);
+    let too_large = |size| OciError::TooLarge { reference: reference.to_string(), size, limit };
+    let mut stream = client
+        .pull_blob_stream(target, descriptor)
+        .await
+        .map_err(|err| OciError::from_client(reference, err))?;
+    if let Some(length) = stream.content_length
+        && length > limit.min(declared)
+    {
+        return Err(if length > limit {
+            too_large(length)
+        } else {
+            mismatch(reference, what, descriptor, format!("{length} bytes served"))
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(declared.min(limit)).unwrap_or(0));
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            // The client checks the digest too and fails the stream's end
+            // on a mismatch; a complete blob is judged by its own hash.
+            Err(_) if bytes.len() as u64 == declared => break,
+            Err(source) => {
+                return Err(OciError::Registry {
+                    reference: reference.to_string(),
+                    registry: reference.registry().to_owned(),
+                    source: source.into(),
+                });
+            }
+        };
+        let size = bytes.len() as u64 + chunk.len() as u64;
+        if size > limit {
+            return Err(too_large(size));
+        }
+        if size > declared {
+            return Err(mismatch(
+                reference,
+                what,
+                descriptor,
+                format!("more than {declared} bytes"),
+            ));
+        }
+        hasher.update(&chunk);
+        bytes.extend_from_slice(&chunk);
+    }
+    let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+    if actual != descriptor.digest {
+        return Err(mismatch(reference, what, descriptor, actual));
+    }
+    Ok(bytes)
+}
+
+fn mismatch(
+    reference: &PluginReference,
+    what: &'static str,
+    descriptor: &OciDescriptor,
+    actual: String,
+) -> OciError {
+    OciError::Digest {
+        reference: reference.to_string(),
+        what,
+        expected: descriptor.digest.clone(),
+        actual,
+    }
+}
+
+/// `sha256:` and the hex digest of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}

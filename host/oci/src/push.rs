@@ -1,0 +1,57 @@
+//! Publishing a component in the Wasm OCI layout, as wasm-pkg-tools does:
+//! the config describes the component's world (read from the component by
+//! `oci-wasm`), the only layer is the component.
+
+use oci_client::manifest::OciImageManifest;
+use oci_wasm::{ToConfig as _, WasmConfig};
+
+use crate::access::Registries;
+use crate::error::OciError;
+use crate::layout::MANIFEST_MEDIA_TYPE;
+use crate::pull::sha256;
+use crate::reference::PluginReference;
+
+/// What a push left in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// The manifest's digest: `REF@DIGEST` pins exactly this build.
+    pub manifest_digest: String,
+    /// The component's digest, as `plugin inspect` and pins name it.
+    pub layer_digest: String,
+}
+
+/// Pushes `component` (read from `path`, named in errors) to `reference`.
+/// A reference with a digest is refused: a registry names a pushed
+/// manifest by its content, so only a tag can be pushed to.
+pub async fn push(
+    registries: &Registries,
+    reference: &PluginReference,
+    path: &str,
+    component: Vec<u8>,
+) -> Result<Pushed, OciError> {
+    let component_error = |err: anyhow::Error| OciError::Component {
+        path: path.to_owned(),
+        reason: format!("{err:#}"),
+    };
+    let layer_digest = sha256(&component);
+    // oci-wasm reports with anyhow; its account is kept as text.
+    let (config, layer) =
+        WasmConfig::from_raw_component(component, None).map_err(component_error)?;
+    let config = config.to_config().map_err(component_error)?;
+    let layers = vec![layer];
+    let mut manifest = OciImageManifest::build(&layers, &config, None);
+    manifest.media_type = Some(MANIFEST_MEDIA_TYPE.to_owned());
+    let access = registries.for_host(reference.registry());
+    let client = access.client()?;
+    let auth = access.auth()?;
+    let target = reference.to_client();
+    client
+        .push(&target, &layers, config, &auth, Some(manifest))
+        .await
+        .map_err(|err| OciError::from_client(reference, err))?;
+    let manifest_digest = client
+        .fetch_manifest_digest(&target, &auth)
+        .await
+        .map_err(|err| OciError::from_client(reference, err))?;
+    Ok(Pushed { manifest_digest, layer_digest })
+}

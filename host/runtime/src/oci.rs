@@ -1,0 +1,256 @@
+//! Plugins that entries name by `oci://` reference: the builds pulled into
+//! the store beside the precompiled cache, as the registry reads them, and
+//! one poll of one reference.
+//!
+//! To [`crate::Registry`] a reference is a plugin file named by its text:
+//! its content is whatever the store holds for it, read and hashed like a
+//! file, and offered to the entries through the same admission. A poll
+//! moves the store; the registry's next rescan sees the new build. So a
+//! pulled build is treated exactly like a file dropped into the directory,
+//! and a registry that is down changes nothing the store already holds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use proxyfleet_oci::{OciError, PluginReference, PullLimits, Registries, Store};
+use serde::Serialize;
+
+use crate::config::ProvidersConfig;
+use crate::engine::Runtime;
+use crate::error::{LoadError, RuntimeError};
+use crate::plugin::PluginFile;
+use crate::revisions::unix_seconds;
+
+/// What the last look at a reference's registry found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullStatus {
+    /// The reference.
+    pub reference: String,
+    /// The manifest digest the store holds for it.
+    pub manifest_digest: Option<String>,
+    /// When the registry last answered, in Unix seconds.
+    pub checked_at: Option<u64>,
+    /// Why the last look failed, if it did; the store keeps serving.
+    pub error: Option<String>,
+    /// Looks that failed in a row.
+    pub failures: u32,
+}
+
+/// The `oci://` plugins of a registry.
+pub(crate) struct OciPlugins {
+    store: Store,
+    registries: Registries,
+    limits: PullLimits,
+    references: Vec<PluginReference>,
+    status: Mutex<BTreeMap<String, PullStatus>>,
+    /// Holds the store when no cache directory was given; removed on drop.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for OciPlugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OciPlugins")
+            .field("store", &self.store.dir())
+            .field("references", &self.references)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OciPlugins {
+    /// The `oci://` plugins `config` names; `None` when it names none.
+    pub(crate) fn new(
+        runtime: &Runtime,
+        config: &ProvidersConfig,
+    ) -> Result<Option<Self>, RuntimeError> {
+        let mut references: Vec<PluginReference> =
+            config.entries.iter().filter_map(|entry| entry.oci.clone()).collect();
+        references.sort();
+        references.dedup();
+        if references.is_empty() {
+            return Ok(None);
+        }
+        let store_error = |path: PathBuf, err: OciError| RuntimeError::Cache {
+            path,
+            source: std::io::Error::other(err.to_string()),
+        };
+        let (store, scratch) = match &runtime.inner.oci_store_dir {
+            Some(dir) => (Store::open(dir).map_err(|err| store_error(dir.clone(), err))?, None),
+            None => {
+                let scratch = tempfile::Builder::new()
+                    .prefix("proxyfleet-oci-")
+                    .tempdir()
+                    .map_err(|source| RuntimeError::Cache { path: std::env::temp_dir(), source })?;
+                tracing::warn!(
+                    "no plugin cache directory: builds pulled from registries are kept in {} \
+                     only while this process runs, and a restart needs the registries",
+                    scratch.path().display()
+                );
+                let store = Store::open(scratch.path())
+                    .map_err(|err| store_error(scratch.path().to_owned(), err))?;
+                (store, Some(scratch))
+            }
+        };
+        let status = references
+            .iter()
+            .map(|reference| {
+                let status =
+                    PullStatus { reference: reference.to_string(), ..PullStatus::default() };
+                (reference.to_string(), status)
+            })
+            .collect();
+        Ok(Some(Self {
+            store,
+            registries: config.registries.clone(),
+            limits: runtime.inner.pull_limits,
+            references,
+            status: Mutex::new(status),
+            _scratch: scratch,
+        }))
+    }
+
+    /// Every reference, once each.
+    pub(crate) fn references(&self) -> &[PluginReference] {
+        &self.references
+    }
+
+    /// A reader of what the store holds for every reference, to move to a
+    /// blocking thread.
+    pub(crate) fn stored(&self) -> StoredBuilds {
+        StoredBuilds { store: self.store.clone(), references: self.references.clone() }
+    }
+
+    /// Pulls `reference` into the store now, for an entry whose cache is
+    /// cold, and answers the build.
+    pub(crate) async fn pull_cold(
+        &self,
+        reference: &PluginReference,
+    ) -> Result<PluginFile, LoadError> {
+        self.poll(reference).await.map_err(|source| LoadError::Pull { source })?;
+        let only = StoredBuilds { store: self.store.clone(), references: vec![reference.clone()] };
+        let name = reference.to_string();
+        let read = tokio::task::spawn_blocking(move || only.read_changed(&BTreeMap::new())).await;
+        read.ok().and_then(|mut files| files.remove(&name)).ok_or_else(|| LoadError::Read {
+            path: PathBuf::from(&name),
+            source: std::io::Error::other("the pulled build could not be read back from the store"),
+        })
+    }
+
+    /// Asks the registry what `reference` names now and pulls it into the
+    /// store if the store holds another build; true when the store moved.
+    /// A digest reference already in the store is not asked about again.
+    pub(crate) async fn poll(&self, reference: &PluginReference) -> Result<bool, OciError> {
+        let outcome = self.poll_once(reference).await;
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = status.entry(reference.to_string()).or_default();
+        match &outcome {
+            Ok((_, manifest_digest)) => {
+                entry.manifest_digest = Some(manifest_digest.clone());
+                entry.checked_at = Some(unix_seconds(SystemTime::now()));
+                entry.error = None;
+                entry.failures = 0;
+            }
+            Err(err) => {
+                entry.error = Some(err.to_string());
+                entry.failures = entry.failures.saturating_add(1);
+            }
+        }
+        outcome.map(|(moved, _)| moved)
+    }
+
+    async fn poll_once(&self, reference: &PluginReference) -> Result<(bool, String), OciError> {
+        let current = {
+            let store = self.store.clone();
+            let reference = reference.clone();
+            tokio::task::spawn_blocking(move || store.current(&reference)).await.map_err(
+                |err| OciError::Store {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other(err.to_string()),
+                },
+            )??
+        };
+        if let Some(current) = &current
+            && !reference.follows_tag()
+        {
+            return Ok((false, current.manifest_digest.clone()));
+        }
+        let manifest_digest = proxyfleet_oci::resolve(&self.registries, reference).await?;
+        if current.as_ref().is_some_and(|current| current.manifest_digest == manifest_digest) {
+            return Ok((false, manifest_digest));
+        }
+        let pulled =
+            proxyfleet_oci::pull(&self.registries, reference, Some(&manifest_digest), self.limits)
+                .await?;
+        tracing::info!(
+            plugin = %reference,
+            manifest = %pulled.manifest_digest,
+            digest = %hex_of(&pulled.layer_digest),
+            bytes = pulled.bytes.len(),
+            "pulled a plugin build"
+        );
+        let store = self.store.clone();
+        let reference = reference.clone();
+        let now = unix_seconds(SystemTime::now());
+        tokio::task::spawn_blocking(move || store.put(&reference, &pulled, now)).await.map_err(
+            |err| OciError::Store {
+                path: PathBuf::new(),
+                source: std::io::Error::other(err.to_string()),
+            },
+        )??;
+        Ok((true, manifest_digest))
+    }
+
+    /// The pull status of `reference`.
+    pub(crate) fn status(&self, reference: &str) -> Option<PullStatus> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).get(reference).cloned()
+    }
+}
+
+/// What the store holds for a set of references.
+pub(crate) struct StoredBuilds {
+    store: Store,
+    references: Vec<PluginReference>,
+}
+
+impl StoredBuilds {
+    /// The build of every reference whose digest differs from `known` (the
+    /// digest each name was last read with), read and checked; a reference
+    /// never pulled, or whose build cannot be read, is absent. Blocking.
+    pub(crate) fn read_changed(
+        &self,
+        known: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, PluginFile> {
+        let mut files = BTreeMap::new();
+        for reference in &self.references {
+            let name = reference.to_string();
+            let stored = match self.store.current(reference) {
+                Ok(Some(stored)) => stored,
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::warn!(plugin = %name, "{err}");
+                    continue;
+                }
+            };
+            let digest = hex_of(&stored.layer_digest);
+            if known.get(&name).map(String::as_str) == Some(digest) {
+                continue;
+            }
+            match self.store.read(&stored.layer_digest) {
+                Ok(bytes) => {
+                    let path = PathBuf::from(&name);
+                    files.insert(name, PluginFile { path, bytes, digest: digest.to_owned() });
+                }
+                // The store removed it; the next poll pulls it again.
+                Err(err) => tracing::warn!(plugin = %name, "{err}"),
+            }
+        }
+        files
+    }
+}
+
+/// The hex of a `sha256:` digest, as revisions and pins name builds.
+fn hex_of(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}

@@ -1,0 +1,148 @@
+//! A real OCI registry on loopback: Debian's `docker-registry` (the CNCF
+//! distribution registry 2.8) with TLS from a test CA and htpasswd
+//! (bcrypt) users, its storage and access log in a temporary directory.
+//! Stopped when dropped; [`OciRegistry::stop`] and [`OciRegistry::start_again`]
+//! take it down and bring it back on the same port with the same content.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ports::free_port;
+
+/// Debian's registry binary (package `docker-registry`).
+const BINARY: &str = "/usr/bin/docker-registry";
+
+/// A running registry.
+#[derive(Debug)]
+pub struct OciRegistry {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    addr: SocketAddr,
+    /// `localhost:PORT`, as references name it (the certificate's name).
+    pub host: String,
+    /// The test CA, PEM, for `registries[].caFile`.
+    pub ca_file: PathBuf,
+}
+
+/// The user every registry accepts, and its password.
+pub const USER: &str = "puller";
+/// The password of [`USER`]; tests check that it never shows.
+pub const PASSWORD: &str = "s3cret-registry-password-7f2a";
+
+impl OciRegistry {
+    /// Starts a TLS registry that wants [`USER`] and [`PASSWORD`].
+    ///
+    /// # Panics
+    /// When the registry binary is missing or does not come up.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let (ca, cert, key) = crate::localhost_tls();
+        // A folder of its own: skopeo's --cert-dir reads every file in it.
+        std::fs::create_dir(dir.path().join("ca")).expect("CA folder");
+        let ca_file = dir.path().join("ca/ca.crt");
+        std::fs::write(&ca_file, ca).expect("write the CA");
+        std::fs::write(dir.path().join("server.crt"), cert).expect("write the certificate");
+        std::fs::write(dir.path().join("server.key"), key).expect("write the key");
+        let hash = bcrypt::hash(PASSWORD, 5).expect("bcrypt");
+        std::fs::write(dir.path().join("htpasswd"), format!("{USER}:{hash}\n")).expect("htpasswd");
+        std::fs::create_dir_all(dir.path().join("storage")).expect("storage");
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        let root = dir.path().display();
+        std::fs::write(
+            dir.path().join("config.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    \
+                 rootdirectory: {root}/storage\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n  \
+                 tls:\n    certificate: {root}/server.crt\n    key: {root}/server.key\n\
+                 auth:\n  htpasswd:\n    realm: proxyfleet-test\n    path: {root}/htpasswd\n"
+            ),
+        )
+        .expect("write the config");
+        let mut registry =
+            Self { child: None, host: format!("localhost:{}", addr.port()), ca_file, addr, dir };
+        registry.start_again();
+        registry
+    }
+
+    /// Starts the registry again after [`OciRegistry::stop`].
+    ///
+    /// # Panics
+    /// When it does not come up within 20 s.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the registry runs already");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("registry.log"))
+            .expect("registry log");
+        let child = Command::new(BINARY)
+            .arg("serve")
+            .arg(self.dir.path().join("config.yml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!("cannot start {BINARY} (apt-get install docker-registry): {err}")
+            });
+        self.child = Some(child);
+        let started = Instant::now();
+        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the registry did not listen on {} within 20 s:\n{}",
+                self.addr,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the registry; its content stays.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `oci://HOST/REPOSITORY:TAG`.
+    pub fn reference(&self, repository: &str, tag: &str) -> String {
+        format!("oci://{}/{repository}:{tag}", self.host)
+    }
+
+    /// The `registries[]` item that reaches this registry with
+    /// `password_file` holding the password (YAML flow style).
+    pub fn registries_item(&self, password_file: &Path) -> String {
+        format!(
+            "{{ host: '{}', username: {USER}, passwordFile: '{}', caFile: '{}' }}",
+            self.host,
+            password_file.display(),
+            self.ca_file.display()
+        )
+    }
+
+    /// The file the registry keeps blob `digest` (`sha256:…`) in.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.dir
+            .path()
+            .join("storage/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Everything the registry logged, its access log included.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for OciRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,501 @@
+//! Plugins from a real OCI registry: Debian's `docker-registry` on loopback
+//! with TLS from a test CA and htpasswd auth. Builds are pushed with
+//! `proxyfleet_oci::push` (what `proxyfleet plugin push` runs), checked
+//! against the Wasm OCI layout with skopeo, pulled by tag and by digest,
+//! followed as tags move, and refused when wrong.
+//!
+//! The `answer` fixtures answer `get` with their version (`answer 1.0.0`,
+//! `answer 2.0.0`; `answer 3.0.0` asks for an HTTP destination).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_oci::{OciError, PluginReference, PullLimits, RawRegistry, Registries};
+use proxyfleet_runtime::admission::RejectionKind;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::follow::FollowOptions;
+use proxyfleet_runtime::{EntryState, Registry, RejectedCandidate, Runtime, RuntimeOptions};
+use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
+use proxyfleet_tests::{CapturedLogs, plugin, wait_for};
+
+/// How long a swap or a recovery may take on a loaded machine before the
+/// test fails; what it takes is printed, not asserted.
+const PATIENCE: Duration = Duration::from_secs(30);
+/// The poll interval of the tests that follow a tag.
+const POLL: Duration = Duration::from_millis(200);
+
+const V1: &str = "answer 1.0.0";
+const V2: &str = "answer 2.0.0";
+
+/// A registry, a password file for it, and a folder for plugin
+/// directories and caches.
+struct Setup {
+    registry: OciRegistry,
+    password_file: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let registry = OciRegistry::start();
+        let dir = tempfile::tempdir().unwrap();
+        let password_file = dir.path().join("registry-password");
+        std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+        std::fs::create_dir(dir.path().join("plugins")).unwrap();
+        Self { registry, password_file, dir }
+    }
+
+    fn registries(&self) -> Registries {
+        Registries::validate(vec![RawRegistry {
+            host: self.registry.host.clone(),
+            username: Some(USER.to_owned()),
+            password_file: Some(self.password_file.clone()),
+            ca_file: Some(self.registry.ca_file.clone()),
+            ..RawRegistry::default()
+        }])
+        .unwrap()
+    }
+
+    fn reference(&self, repository: &str, tag: &str) -> PluginReference {
+        PluginReference::parse(&self.registry.reference(repository, tag)).unwrap()
+    }
+
+    /// Pushes fixture or plugin `name` to `repository:tag`; answers the
+    /// pinned reference.
+    async fn push(&self, name: &str, repository: &str, tag: &str) -> String {
+        let reference = self.reference(repository, tag);
+        let bytes = std::fs::read(plugin(name)).unwrap();
+        let pushed =
+            proxyfleet_oci::push(&self.registries(), &reference, name, bytes).await.unwrap();
+        format!("oci://{}/{repository}@{}", self.registry.host, pushed.manifest_digest)
+    }
+
+    /// A providers file with this registry's item and `entries` (YAML list
+    /// items, indented by two).
+    fn providers(&self, entries: &str) -> ProvidersConfig {
+        let text = format!(
+            "registries:\n  - {}\nproviders:\n{entries}",
+            self.registry.registries_item(&self.password_file)
+        );
+        ProvidersConfig::parse(&text).expect("valid providers file")
+    }
+
+    fn cache(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn plugin_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+}
+
+async fn load(config: &ProvidersConfig, plugin_dir: &Path, cache: &Path) -> Arc<Registry> {
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache.to_owned()),
+        ..RuntimeOptions::default()
+    })
+    .expect("runtime");
+    Arc::new(
+        Registry::load(&runtime, config, plugin_dir, Arc::new(MemoryKv::new()))
+            .await
+            .expect("plugin directory readable"),
+    )
+}
+
+async fn answer(registry: &Registry, entry: &str) -> String {
+    let provider = registry.provider(entry).expect("the entry serves");
+    provider.get("probe").await.expect("get answers").name
+}
+
+fn unavailable(registry: &Registry, entry: &str) -> String {
+    match &registry.entries()[entry] {
+        EntryState::Failed(reason) => reason.clone(),
+        other => panic!("{entry} should be unavailable: {other:?}"),
+    }
+}
+
+async fn until_answer(registry: &Registry, entry: &str, expected: &str) -> Duration {
+    let started = Instant::now();
+    let answered = wait_for(PATIENCE, || async {
+        let provider = registry.provider(entry).ok()?;
+        let name = provider.get("probe").await.ok()?.name;
+        (name == expected).then_some(())
+    })
+    .await;
+    assert!(answered.is_some(), "{entry} did not answer {expected:?} within {PATIENCE:?}");
+    started.elapsed()
+}
+
+async fn until_rejected(registry: &Registry, entry: &str, count: u64) -> RejectedCandidate {
+    let rejected = wait_for(PATIENCE, || async {
+        let revisions = registry.revisions_of(entry)?;
+        (revisions.rejections >= count).then(|| revisions.rejected.last().cloned()).flatten()
+    })
+    .await;
+    rejected.unwrap_or_else(|| {
+        panic!("{entry} did not refuse {count} candidates: {:#?}", registry.revisions_of(entry))
+    })
+}
+
+fn skopeo(setup: &Setup, args: &[&str], reference: &str) -> serde_json::Value {
+    let cert_dir = setup.registry.ca_file.parent().unwrap();
+    let output = std::process::Command::new("skopeo")
+        .args(args)
+        .arg("--cert-dir")
+        .arg(cert_dir)
+        .arg("--creds")
+        .arg(format!("{USER}:{PASSWORD}"))
+        .arg(format!("docker://{}", reference.trim_start_matches("oci://")))
+        .output()
+        .expect("skopeo runs (apt-get install skopeo)");
+    assert!(output.status.success(), "skopeo: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("skopeo prints JSON")
+}
+
+#[tokio::test]
+async fn pushed_builds_follow_the_wasm_oci_layout_and_pull_by_tag_and_by_digest() {
+    let setup = Setup::new();
+    let pinned = setup.push("static", "plugins/static", "1.0").await;
+    let component = std::fs::read(plugin("static")).unwrap();
+    let layer = format!("sha256:{}", proxyfleet_runtime::file_digest(&component));
+
+    // What skopeo reads from the registry, checked against the layout.
+    let tagged = setup.registry.reference("plugins/static", "1.0");
+    let manifest = skopeo(&setup, &["inspect", "--raw"], &tagged);
+    assert_eq!(manifest["schemaVersion"], 2);
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/wasm");
+    assert_eq!(layers[0]["digest"], layer.as_str());
+    assert_eq!(layers[0]["size"], component.len());
+    let config = skopeo(&setup, &["inspect", "--config", "--raw"], &tagged);
+    assert_eq!(config["architecture"], "wasm");
+    assert_eq!(config["os"], "wasip2");
+    assert_eq!(config["layerDigests"], serde_json::json!([layer]));
+    assert!(config["component"]["exports"].is_array(), "the config describes the world: {config}");
+
+    let by_tag = proxyfleet_oci::pull(
+        &setup.registries(),
+        &setup.reference("plugins/static", "1.0"),
+        None,
+        PullLimits::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_tag.bytes, component);
+    assert_eq!(by_tag.layer_digest, layer);
+    let by_digest = PluginReference::parse(&pinned).unwrap();
+    let pulled = proxyfleet_oci::pull(&setup.registries(), &by_digest, None, PullLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(pulled, by_tag);
+    assert_eq!(Some(pulled.manifest_digest.as_str()), by_digest.digest());
+}
+
+#[tokio::test]
+async fn entries_serve_pulled_builds_and_a_registry_outage_fails_only_cold_entries() {
+    let mut setup = Setup::new();
+    let pinned = setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    std::fs::copy(plugin("fixtures/answer-v1"), setup.plugin_dir().join("answer.wasm")).unwrap();
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!(
+        "  - {{ name: tagged, plugin: '{tagged}' }}\n  - {{ name: pinned, plugin: '{pinned}' }}\n  \
+         - {{ name: local, plugin: answer }}\n"
+    ));
+
+    let warm = setup.cache("warm");
+    let first = load(&config, &setup.plugin_dir(), &warm).await;
+    for entry in ["tagged", "pinned", "local"] {
+        assert_eq!(answer(&first, entry).await, V1, "{entry}");
+    }
+    let shown = serde_json::to_value(first.revisions_of("tagged").unwrap()).unwrap();
+    assert_eq!(shown["plugin"], tagged.as_str());
+    assert!(shown["pull"]["manifestDigest"].is_string(), "{shown}");
+    drop(first);
+
+    setup.registry.stop();
+    let restarted = load(&config, &setup.plugin_dir(), &warm).await;
+    for entry in ["tagged", "pinned", "local"] {
+        assert_eq!(answer(&restarted, entry).await, V1, "{entry} serves from the cache");
+    }
+
+    let cold = load(&config, &setup.plugin_dir(), &setup.cache("cold")).await;
+    assert_eq!(answer(&cold, "local").await, V1, "a file entry does not need the registry");
+    for (entry, reference) in [("tagged", &tagged), ("pinned", &pinned)] {
+        let reason = unavailable(&cold, entry);
+        assert!(reason.contains(reference.as_str()), "names the reference: {reason}");
+        assert!(reason.contains("no build of it in the plugin cache"), "{reason}");
+        assert!(!reason.contains(PASSWORD), "{reason}");
+    }
+
+    // The registry comes back: followed references become available.
+    setup.registry.start_again();
+    let _follow = cold.follow(FollowOptions { poll_interval: POLL });
+    let took = until_answer(&cold, "tagged", V1).await;
+    until_answer(&cold, "pinned", V1).await;
+    eprintln!("cold entries available {took:?} after the registry came back");
+}
+
+/// Calls `get` until told to stop; answers each call's outcome.
+async fn call_until_stopped(
+    provider: Arc<dyn proxyfleet_core::Provider>,
+    stop: Arc<AtomicBool>,
+) -> Vec<Result<String, String>> {
+    let mut calls = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        calls.push(provider.get("probe").await.map(|i| i.name).map_err(|e| e.to_string()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_is_swapped_within_the_poll_interval_and_no_call_fails() {
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
+    assert_eq!(answer(&registry, "tagged").await, V1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let provider = registry.provider("tagged").unwrap();
+    let callers: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(call_until_stopped(Arc::clone(&provider), Arc::clone(&stop))))
+        .collect();
+    let pushed_at = Instant::now();
+    setup.push("fixtures/answer-v2", "plugins/answer", "stable").await;
+    let swapped = until_answer(&registry, "tagged", V2).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = Vec::new();
+    for caller in callers {
+        calls.extend(caller.await.unwrap());
+    }
+    let failed: Vec<_> = calls.iter().filter(|call| call.is_err()).collect();
+    assert!(failed.is_empty(), "{} of {} calls failed: {failed:?}", failed.len(), calls.len());
+    assert!(calls.iter().any(|call| call.as_deref() == Ok(V2)), "calls reached the new build");
+    let revisions = registry.revisions_of("tagged").unwrap();
+    assert_eq!(revisions.previous.map(|p| p.version).as_deref(), Some("1.0.0"));
+    eprintln!(
+        "swap {:?} after the push ended ({:?} after it started), poll {POLL:?}; {} calls, 0 failed",
+        swapped,
+        pushed_at.elapsed(),
+        calls.len()
+    );
+}
+
+#[tokio::test]
+async fn a_tag_moved_to_a_refused_build_leaves_the_serving_one() {
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
+    assert_eq!(answer(&registry, "tagged").await, V1);
+
+    setup.push("fixtures/wrong-major", "plugins/answer", "stable").await;
+    let wrong_major = until_rejected(&registry, "tagged", 1).await;
+    assert_eq!(wrong_major.kind, RejectionKind::Load);
+    assert_eq!(wrong_major.contract_version.as_deref(), Some("0.2.0"));
+    assert!(wrong_major.reason.contains(tagged.as_str()), "{}", wrong_major.reason);
+    assert_eq!(answer(&registry, "tagged").await, V1);
+
+    setup.push("fixtures/answer-wide", "plugins/answer", "stable").await;
+    let widening = until_rejected(&registry, "tagged", 2).await;
+    assert_eq!(widening.kind, RejectionKind::Capabilities);
+    assert!(widening.reason.contains("grants.http"), "{}", widening.reason);
+    assert_eq!(answer(&registry, "tagged").await, V1);
+    let revisions = registry.revisions_of("tagged").unwrap();
+    assert_eq!((revisions.swaps, revisions.rejections), (0, 2));
+}
+
+#[tokio::test]
+async fn wrong_credentials_name_the_registry_and_repository_and_never_the_secret() {
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let wrong = "wrong-password-9c1e";
+    std::fs::write(&setup.password_file, wrong).unwrap();
+    let logs = CapturedLogs::default();
+    let _guard = logs.install();
+
+    let err = proxyfleet_oci::pull(
+        &setup.registries(),
+        &setup.reference("plugins/answer", "stable"),
+        None,
+        PullLimits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, OciError::Denied { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&setup.registry.host), "{message}");
+    assert!(message.contains("plugins/answer"), "{message}");
+
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let reason = unavailable(&registry, "tagged");
+    assert!(reason.contains("refused access to repository plugins/answer"), "{reason}");
+    let shown = serde_json::to_string(&registry.revisions()).unwrap();
+    for text in [&message, &reason, &shown, &logs.text()] {
+        assert!(!text.contains(wrong) && !text.contains(PASSWORD), "a secret leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_layer_that_does_not_match_its_digest_is_refused() {
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let layer = format!(
+        "sha256:{}",
+        proxyfleet_runtime::file_digest(&std::fs::read(plugin("fixtures/answer-v1")).unwrap())
+    );
+    // The registry serves a blob from its storage as it is; swap the bytes.
+    std::fs::copy(plugin("fixtures/answer-v2"), setup.registry.blob_file(&layer)).unwrap();
+
+    let err = proxyfleet_oci::pull(
+        &setup.registries(),
+        &setup.reference("plugins/answer", "stable"),
+        None,
+        PullLimits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, OciError::Digest { what: "component layer", .. }), "{err:?}");
+    assert!(err.to_string().contains(&layer), "{err}");
+
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let reason = unavailable(&registry, "tagged");
+    assert!(reason.contains("does not match its digest"), "{reason}");
+}
+
+#[tokio::test]
+async fn an_oversized_artifact_is_refused_before_its_layer_is_read() {
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let layer = format!("sha256:{}", proxyfleet_runtime::file_digest(&component));
+    let limit = 4096;
+    let err = proxyfleet_oci::pull(
+        &setup.registries(),
+        &setup.reference("plugins/answer", "stable"),
+        None,
+        PullLimits { max_bytes: limit },
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        OciError::TooLarge { size, limit: said, .. } => {
+            assert_eq!((*size, *said), (component.len() as u64, limit));
+        }
+        other => panic!("expected TooLarge: {other:?}"),
+    }
+    assert!(err.to_string().contains("--plugin-max-bytes"), "the message names the fix: {err}");
+    let fetched = format!("GET /v2/plugins/answer/blobs/{layer}");
+    let log = setup.registry.log();
+    assert!(
+        log.contains("GET /v2/plugins/answer/manifests/stable"),
+        "the access log shows requests"
+    );
+    assert!(!log.contains(&fetched), "the layer was requested: {log}");
+}
+
+#[tokio::test]
+async fn artifacts_laid_out_by_other_tools_load_and_other_kinds_are_refused_by_name() {
+    use oci_client::client::{Config, ImageLayer};
+    use oci_client::manifest::OciImageManifest;
+
+    let setup = Setup::new();
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        extra_root_certificates: vec![oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data: std::fs::read(&setup.registry.ca_file).unwrap(),
+        }],
+        ..Default::default()
+    });
+    let auth = oci_client::secrets::RegistryAuth::Basic(USER.to_owned(), PASSWORD.to_owned());
+    let publish = |repository: &'static str, config: Config, layers: Vec<ImageLayer>| {
+        let client = &client;
+        let auth = &auth;
+        let target = oci_client::Reference::with_tag(
+            setup.registry.host.clone(),
+            repository.to_owned(),
+            "1".to_owned(),
+        );
+        async move {
+            let mut manifest = OciImageManifest::build(&layers, &config, None);
+            manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_owned());
+            client.push(&target, &layers, config, auth, Some(manifest)).await.unwrap();
+        }
+    };
+    let titled = |bytes: Vec<u8>, media_type: &str| {
+        let mut annotations = std::collections::BTreeMap::new();
+        annotations.insert("org.opencontainers.image.title".to_owned(), "answer.wasm".to_owned());
+        ImageLayer::new(bytes, media_type.to_owned(), Some(annotations))
+    };
+    // As `oras push REF --config config.json:application/vnd.wasm.config.v0+json
+    // answer.wasm:application/wasm` lays it out: an empty config, a titled layer.
+    let empty_config =
+        Config::new(b"{}".to_vec(), "application/vnd.wasm.config.v0+json".to_owned(), None);
+    publish(
+        "oras/answer",
+        empty_config.clone(),
+        vec![titled(component.clone(), "application/wasm")],
+    )
+    .await;
+    let pulled = proxyfleet_oci::pull(
+        &setup.registries(),
+        &setup.reference("oras/answer", "1"),
+        None,
+        PullLimits::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pulled.bytes, component);
+
+    let image_config = Config::new(
+        b"{\"architecture\":\"amd64\",\"os\":\"linux\"}".to_vec(),
+        "application/vnd.oci.image.config.v1+json".to_owned(),
+        None,
+    );
+    publish(
+        "images/answer",
+        image_config,
+        vec![titled(b"not a layer of ours".to_vec(), "application/vnd.oci.image.layer.v1.tar")],
+    )
+    .await;
+    publish(
+        "two/answer",
+        empty_config,
+        vec![
+            titled(component.clone(), "application/wasm"),
+            titled(b"x".to_vec(), "application/wasm"),
+        ],
+    )
+    .await;
+    for (repository, expected) in [
+        ("images/answer", "application/vnd.oci.image.config.v1+json"),
+        ("two/answer", "has 2 layers"),
+    ] {
+        let err = proxyfleet_oci::pull(
+            &setup.registries(),
+            &setup.reference(repository, "1"),
+            None,
+            PullLimits::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, OciError::Layout { .. }), "{repository}: {err:?}");
+        assert!(err.to_string().contains(expected), "{repository}: {err}");
+    }
+}
