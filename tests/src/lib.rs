@@ -185,6 +185,11 @@ fn answer(
 /// A CA and a server certificate for `localhost` signed by it, as PEM:
 /// (ca certificate, server certificate, server key).
 pub fn localhost_tls() -> (String, String, String) {
+    tls_for("localhost")
+}
+
+/// [`localhost_tls`] for `name`, a DNS name or an IP address.
+pub fn tls_for(name: &str) -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -192,7 +197,7 @@ pub fn localhost_tls() -> (String, String, String) {
     let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
     let issuer = Issuer::new(ca_params, ca_key);
     let server_key = KeyPair::generate().expect("server key");
-    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])
+    let server_cert = CertificateParams::new(vec![name.to_owned()])
         .expect("server params")
         .signed_by(&server_key, &issuer)
         .expect("server certificate");

@@ -4,7 +4,7 @@
 //! Stopped when dropped; [`OciRegistry::stop`] and [`OciRegistry::start_again`]
 //! take it down and bring it back on the same port with the same content.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +20,8 @@ pub struct OciRegistry {
     child: Option<Child>,
     dir: tempfile::TempDir,
     addr: SocketAddr,
-    /// `localhost:PORT`, as references name it (the certificate's name).
+    /// `localhost:PORT` on loopback, `IP:PORT` elsewhere: as references
+    /// name it, and as its certificate does.
     pub host: String,
     /// The test CA, PEM, for `registries[].caFile`.
     pub ca_file: PathBuf,
@@ -37,8 +38,18 @@ impl OciRegistry {
     /// # Panics
     /// When the registry binary is missing or does not come up.
     pub fn start() -> Self {
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// [`OciRegistry::start`] listening on `ip`, e.g. a bridge address the
+    /// test cluster's pods reach; its certificate names the address.
+    ///
+    /// # Panics
+    /// As [`OciRegistry::start`].
+    pub fn start_on(ip: IpAddr) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let (ca, cert, key) = crate::localhost_tls();
+        let name = if ip.is_loopback() { "localhost".to_owned() } else { ip.to_string() };
+        let (ca, cert, key) = crate::tls_for(&name);
         // A folder of its own: skopeo's --cert-dir reads every file in it.
         std::fs::create_dir(dir.path().join("ca")).expect("CA folder");
         let ca_file = dir.path().join("ca/ca.crt");
@@ -48,7 +59,7 @@ impl OciRegistry {
         let hash = bcrypt::hash(PASSWORD, 5).expect("bcrypt");
         std::fs::write(dir.path().join("htpasswd"), format!("{USER}:{hash}\n")).expect("htpasswd");
         std::fs::create_dir_all(dir.path().join("storage")).expect("storage");
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        let addr = SocketAddr::from((ip, free_port()));
         let root = dir.path().display();
         std::fs::write(
             dir.path().join("config.yml"),
@@ -61,7 +72,7 @@ impl OciRegistry {
         )
         .expect("write the config");
         let mut registry =
-            Self { child: None, host: format!("localhost:{}", addr.port()), ca_file, addr, dir };
+            Self { child: None, host: format!("{name}:{}", addr.port()), ca_file, addr, dir };
         registry.start_again();
         registry
     }

@@ -1,6 +1,8 @@
 //! The operator as a platform engineer installs it: the Helm chart on a
 //! real one-node cluster (`deploy/dev/node`), two replicas from the
-//! project's own image, proxies as tinyproxy pods of the kubernetes plugin,
+//! project's own image, the kubernetes plugin pulled from a registry on the
+//! node's bridge (TLS from a test CA, htpasswd auth, the credentials in a
+//! Secret), proxies as tinyproxy pods of that plugin,
 //! probed by the health engine and handed to a crawler on the host through
 //! the chart's Service; the leader's pod deleted, the pool scaled, the pool
 //! deleted.
@@ -17,10 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
+use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
+use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
 use proxyfleet_tests::wait_for;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -94,14 +98,22 @@ fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/proxyfleet")
 }
 
+/// The Secret mounted as `credentials/registry`: the registry's password
+/// and CA.
+const REGISTRY_SECRET: &str = "plugin-registry";
+
 /// The chart's values for this cluster: the project's images as imported
-/// (never pulled), one kubernetes entry talking to the API server through
+/// (never pulled), one kubernetes entry whose plugin is `plugin` (an
+/// `oci://` reference into `registry`) talking to the API server through
 /// the `kubernetes` Service with the pod's token, quick probes.
-fn values(api_ip: &str) -> String {
+fn values(api_ip: &str, registry: &str, plugin: &str) -> String {
     format!(
         r#"image:
   pullPolicy: Never
 replicaCount: 2
+credentials:
+  - name: registry
+    secretName: {REGISTRY_SECRET}
 leaderElection:
   leaseDuration: {lease}s
 kubernetesPlugin:
@@ -111,9 +123,14 @@ extraArgs:
   - --health-timeout=2s
   - --gc-interval=5s
 providers:
+  registries:
+    - host: "{registry}"
+      username: {USER}
+      passwordFile: /etc/proxyfleet/credentials/registry/password
+      caFile: /etc/proxyfleet/credentials/registry/ca.crt
   providers:
     - name: pods
-      plugin: kubernetes
+      plugin: "{plugin}"
       config:
         apiServer: https://{api_ip}
         namespace: {PROXIES}
@@ -311,9 +328,41 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         .spec
         .and_then(|spec| spec.cluster_ip)
         .expect("the kubernetes Service has a ClusterIP");
+    // The kubernetes plugin, published to a registry the pods reach.
+    let node_ip: std::net::IpAddr = node.var("KUBE_NODE_IP").parse().unwrap();
+    let registry = OciRegistry::start_on(node_ip);
+    let plugin = registry.reference("proxyfleet/kubernetes", "e2e");
+    let component = std::fs::read(proxyfleet_tests::plugin("kubernetes")).unwrap();
+    let layer = format!("sha256:{}", proxyfleet_runtime::file_digest(&component));
     let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, PASSWORD).unwrap();
+    let access = Registries::validate(vec![RawRegistry {
+        host: registry.host.clone(),
+        username: Some(USER.to_owned()),
+        password_file: Some(password_file),
+        ca_file: Some(registry.ca_file.clone()),
+        ..RawRegistry::default()
+    }])
+    .unwrap();
+    let reference = PluginReference::parse(&plugin).unwrap();
+    proxyfleet_oci::push(&access, &reference, "kubernetes.wasm", component).await.unwrap();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(REGISTRY_SECRET.to_owned()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("password".to_owned(), PASSWORD.to_owned()),
+            ("ca.crt".to_owned(), std::fs::read_to_string(&registry.ca_file).unwrap()),
+        ])),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let _ = secrets.delete(REGISTRY_SECRET, &DeleteParams::default()).await;
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
     let values_file = dir.path().join("values.yaml");
-    std::fs::write(&values_file, values(&api_ip)).unwrap();
+    std::fs::write(&values_file, values(&api_ip, &registry.host, &plugin)).unwrap();
 
     // Install and wait for both replicas to be ready.
     let started = Instant::now();
@@ -358,6 +407,21 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     let service = Api::<Service>::namespaced(client.clone(), NAMESPACE).get(RELEASE).await.unwrap();
     let service_ip = service.spec.and_then(|spec| spec.cluster_ip).unwrap();
     let api = format!("http://{service_ip}:8480");
+
+    // The entry serves the build pulled from the registry: both replicas
+    // fetched its layer there.
+    let (status, providers) = get(&api, "/v1/providers").await.expect("the Service answers");
+    assert_eq!(status, 200, "{providers}");
+    let providers: serde_json::Value = serde_json::from_str(&providers).unwrap();
+    let pods_entry = providers["revisions"]
+        .as_array()
+        .and_then(|entries| entries.iter().find(|entry| entry["entry"] == "pods"))
+        .unwrap_or_else(|| panic!("the pods entry is listed: {providers}"));
+    assert_eq!(pods_entry["plugin"], plugin.as_str(), "{pods_entry}");
+    assert_eq!(pods_entry["active"]["digest"], layer.trim_start_matches("sha256:"), "{pods_entry}");
+    let fetched = format!("GET /v2/proxyfleet/kubernetes/blobs/{layer}");
+    let pulls = registry.log().matches(&fetched).count();
+    assert!(pulls >= 2, "each replica pulled the plugin from the registry ({pulls} pulls)");
     let origin = origin(node.var("KUBE_NODE_IP")).await;
     let page = format!("http://{origin}/hello.txt");
     let mut handed = Vec::new();

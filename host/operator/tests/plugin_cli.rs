@@ -1,5 +1,6 @@
-//! `proxyfleet plugin inspect` and `proxyfleet plugin validate` on real
-//! components.
+//! `proxyfleet plugin inspect`, `validate`, `push` and `pull` on real
+//! components (and a real registry: Debian's `docker-registry` on
+//! loopback, TLS and htpasswd).
 
 use std::process::{Command, Output};
 
@@ -72,4 +73,55 @@ fn validate_runs_the_plugins_config_check() {
         proxyfleet(&["plugin", "validate", &path("static"), "--config", typo.to_str().unwrap()]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("confg"), "unknown keys are named");
+}
+
+#[test]
+fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
+    use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
+
+    let registry = OciRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    let access = [
+        "--username",
+        USER,
+        "--password-file",
+        password.to_str().unwrap(),
+        "--ca-file",
+        registry.ca_file.to_str().unwrap(),
+    ];
+    let tagged = format!("{}/plugins/static:1.0", registry.host);
+    let file = path("static");
+    let mut push = vec!["plugin", "push", &file, &tagged];
+    push.extend(access);
+    let output = proxyfleet(&push);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let pushed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let component = std::fs::read(plugin("static")).unwrap();
+    assert_eq!(pushed["sha256"], proxyfleet_runtime::file_digest(&component));
+    assert_eq!(pushed["reference"], format!("oci://{tagged}"));
+    let pinned = pushed["pinned"].as_str().unwrap().to_owned();
+
+    let out = dir.path().join("pulled.wasm");
+    let mut pull = vec!["plugin", "pull", &pinned, "-o", out.to_str().unwrap()];
+    pull.extend(access);
+    let output = proxyfleet(&pull);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), component);
+    let pulled: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(pulled["manifestDigest"], pushed["manifestDigest"]);
+
+    // A flag error names the flag; a refused login never shows the secret.
+    let output = proxyfleet(&["plugin", "pull", &tagged, "--username", USER]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--password-file"), "{stderr}");
+    std::fs::write(&password, "not-the-password").unwrap();
+    let mut denied = vec!["plugin", "pull", &tagged, "-o", out.to_str().unwrap()];
+    denied.extend(access);
+    let output = proxyfleet(&denied);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("refused access to repository plugins/static"), "{stderr}");
+    assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD), "{stderr}");
 }

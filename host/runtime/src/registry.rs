@@ -290,8 +290,17 @@ impl Registry {
                 }
                 None => {
                     let digest = file.digest.clone();
-                    let loaded =
-                        self.runtime.load_plugin_bytes(&file.path, file.bytes, file.digest).await;
+                    // The same build under two names (a file and a pulled
+                    // reference) is compiled once.
+                    let known = self.lock().by_digest.get(&digest).and_then(Weak::upgrade);
+                    let loaded = match known {
+                        Some(revision) => Ok(revision),
+                        None => {
+                            self.runtime
+                                .load_plugin_bytes(&file.path, file.bytes, file.digest)
+                                .await
+                        }
+                    };
                     let mut state = self.lock();
                     state.files.insert(name.to_owned(), digest.clone());
                     match loaded {
