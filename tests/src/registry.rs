@@ -14,6 +14,20 @@ use crate::ports::free_port;
 /// Debian's registry binary (package `docker-registry`).
 const BINARY: &str = "/usr/bin/docker-registry";
 
+/// How a registry authenticates its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryAuth {
+    /// Basic auth against an htpasswd file holding [`USER`].
+    Htpasswd,
+    /// Bearer tokens: JWTs that [`OciRegistry::token`] signs, as a token
+    /// server would.
+    Token,
+}
+
+/// The `service` (audience) and `issuer` of the registry's tokens.
+const TOKEN_SERVICE: &str = "proxyfleet-test-registry";
+const TOKEN_ISSUER: &str = "proxyfleet-test-issuer";
+
 /// A running registry.
 #[derive(Debug)]
 pub struct OciRegistry {
@@ -41,12 +55,26 @@ impl OciRegistry {
         Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
     }
 
+    /// [`OciRegistry::start_on`], authenticating as `auth` says.
+    ///
+    /// # Panics
+    /// As [`OciRegistry::start`].
+    pub fn start_with(ip: IpAddr, auth: RegistryAuth) -> Self {
+        let mut registry = Self::configure(ip, auth);
+        registry.start_again();
+        registry
+    }
+
     /// [`OciRegistry::start`] listening on `ip`, e.g. a bridge address the
     /// test cluster's pods reach; its certificate names the address.
     ///
     /// # Panics
     /// As [`OciRegistry::start`].
     pub fn start_on(ip: IpAddr) -> Self {
+        Self::start_with(ip, RegistryAuth::Htpasswd)
+    }
+
+    fn configure(ip: IpAddr, auth: RegistryAuth) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let name = if ip.is_loopback() { "localhost".to_owned() } else { ip.to_string() };
         let (ca, cert, key) = crate::tls_for(&name);
@@ -56,25 +84,69 @@ impl OciRegistry {
         std::fs::write(&ca_file, ca).expect("write the CA");
         std::fs::write(dir.path().join("server.crt"), cert).expect("write the certificate");
         std::fs::write(dir.path().join("server.key"), key).expect("write the key");
-        let hash = bcrypt::hash(PASSWORD, 5).expect("bcrypt");
-        std::fs::write(dir.path().join("htpasswd"), format!("{USER}:{hash}\n")).expect("htpasswd");
+        let root = dir.path().display().to_string();
+        let auth = match auth {
+            RegistryAuth::Htpasswd => {
+                let hash = bcrypt::hash(PASSWORD, 5).expect("bcrypt");
+                std::fs::write(dir.path().join("htpasswd"), format!("{USER}:{hash}\n"))
+                    .expect("htpasswd");
+                format!("  htpasswd:\n    realm: proxyfleet-test\n    path: {root}/htpasswd\n")
+            }
+            RegistryAuth::Token => {
+                let (signer_cert, signer_key) = token_signer();
+                std::fs::write(dir.path().join("token-signer.crt"), signer_cert).expect("signer");
+                std::fs::write(dir.path().join("token-signer.key"), signer_key).expect("signer");
+                // The realm is where a client would fetch tokens; these
+                // tests hand them out themselves, so it is never asked.
+                format!(
+                    "  token:\n    realm: https://127.0.0.1:9/token\n    service: {TOKEN_SERVICE}\n    \
+                     issuer: {TOKEN_ISSUER}\n    rootcertbundle: {root}/token-signer.crt\n"
+                )
+            }
+        };
         std::fs::create_dir_all(dir.path().join("storage")).expect("storage");
         let addr = SocketAddr::from((ip, free_port()));
-        let root = dir.path().display();
         std::fs::write(
             dir.path().join("config.yml"),
             format!(
                 "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    \
                  rootdirectory: {root}/storage\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n  \
                  tls:\n    certificate: {root}/server.crt\n    key: {root}/server.key\n\
-                 auth:\n  htpasswd:\n    realm: proxyfleet-test\n    path: {root}/htpasswd\n"
+                 auth:\n{auth}"
             ),
         )
         .expect("write the config");
-        let mut registry =
-            Self { child: None, host: format!("{name}:{}", addr.port()), ca_file, addr, dir };
-        registry.start_again();
-        registry
+        Self { child: None, host: format!("{name}:{}", addr.port()), ca_file, addr, dir }
+    }
+
+    /// A bearer token a [`RegistryAuth::Token`] registry accepts, granting
+    /// `actions` (`pull`, `push`) on `repository` for an hour.
+    ///
+    /// # Panics
+    /// When the registry was started with another kind of auth.
+    pub fn token(&self, repository: &str, actions: &[&str]) -> String {
+        let key = std::fs::read(self.dir.path().join("token-signer.key"))
+            .expect("a registry with token auth");
+        let cert = std::fs::read_to_string(self.dir.path().join("token-signer.crt")).unwrap();
+        let der: String = cert.lines().filter(|line| !line.starts_with("-----")).collect();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.x5c = Some(vec![der]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        let claims = serde_json::json!({
+            "iss": TOKEN_ISSUER,
+            "sub": USER,
+            "aud": TOKEN_SERVICE,
+            "iat": now - 60,
+            "nbf": now - 60,
+            "exp": now + 3600,
+            "jti": format!("{now}-{repository}-{}", actions.join(",")),
+            "access": [{ "type": "repository", "name": repository, "actions": actions }],
+        });
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(&key).expect("the signer's key");
+        jsonwebtoken::encode(&header, &claims, &key).expect("a signed token")
     }
 
     /// Starts the registry again after [`OciRegistry::stop`].
@@ -156,4 +228,14 @@ impl Drop for OciRegistry {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A self-signed certificate and its P-256 key (PEM) for signing tokens.
+fn token_signer() -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("signer key");
+    let cert = rcgen::CertificateParams::new(vec!["token-signer".to_owned()])
+        .expect("signer params")
+        .self_signed(&key)
+        .expect("signer certificate");
+    (cert.pem(), key.serialize_pem())
 }

@@ -499,3 +499,43 @@ async fn artifacts_laid_out_by_other_tools_load_and_other_kinds_are_refused_by_n
         assert!(err.to_string().contains(expected), "{repository}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_bearer_token_from_a_file_is_read_on_every_use_and_never_shown() {
+    use proxyfleet_tests::registry::RegistryAuth;
+
+    let registry =
+        OciRegistry::start_with(std::net::Ipv4Addr::LOCALHOST.into(), RegistryAuth::Token);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let registries = Registries::validate(vec![RawRegistry {
+        host: registry.host.clone(),
+        token_file: Some(token_file.clone()),
+        ca_file: Some(registry.ca_file.clone()),
+        ..RawRegistry::default()
+    }])
+    .unwrap();
+    let reference = PluginReference::parse(&registry.reference("plugins/answer", "1")).unwrap();
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+
+    let push_and_pull = registry.token("plugins/answer", &["pull", "push"]);
+    std::fs::write(&token_file, format!("{push_and_pull}\n")).unwrap();
+    proxyfleet_oci::push(&registries, &reference, "answer-v1", component.clone()).await.unwrap();
+    let pulled =
+        proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default()).await.unwrap();
+    assert_eq!(pulled.bytes, component);
+
+    // The file now holds a token for another repository: the next pull
+    // reads it and is refused, naming the registry and the repository.
+    let elsewhere = registry.token("plugins/other", &["pull"]);
+    std::fs::write(&token_file, &elsewhere).unwrap();
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OciError::Denied { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&registry.host) && message.contains("plugins/answer"), "{message}");
+    for token in [&push_and_pull, &elsewhere] {
+        assert!(!message.contains(token.as_str()), "the token leaked: {message}");
+    }
+}
