@@ -115,3 +115,37 @@ async fn an_opened_registry_serves_each_entry_once_its_plugin_has_loaded() {
     };
     assert!(reason.contains("no missing.wasm"), "{reason}");
 }
+
+#[tokio::test]
+async fn plugin_files_no_entry_names_are_never_compiled() {
+    use std::sync::Arc;
+
+    use proxyfleet_core::kv::MemoryKv;
+    use proxyfleet_runtime::config::ProvidersConfig;
+    use proxyfleet_runtime::{EntryState, PluginLoad, Registry};
+    use proxyfleet_tests::replace_file;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    for name in ["noop", "answer-v1"] {
+        std::fs::copy(plugin(&format!("fixtures/{name}")), dir.path().join(format!("{name}.wasm")))
+            .unwrap();
+    }
+    let config = ProvidersConfig::parse("providers:\n  - { name: here, plugin: noop }\n").unwrap();
+    let options = RuntimeOptions { cache_dir: Some(cache.path().to_owned()), ..Default::default() };
+    let runtime = Runtime::new(options).unwrap();
+    let registry = Arc::new(
+        Registry::load(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap(),
+    );
+    assert!(matches!(registry.entries()["here"], EntryState::Ready(_)));
+    let plugins = registry.plugins();
+    assert!(matches!(plugins["noop"], PluginLoad::Loaded(_)));
+    assert!(matches!(plugins["answer-v1"], PluginLoad::Unused), "{:?}", plugins["answer-v1"]);
+    assert_eq!(cwasm_files(cache.path()).len(), 1, "only the named plugin was compiled");
+
+    // A new build of the unused file is not compiled either.
+    replace_file(&plugin("fixtures/answer-v2"), &dir.path().join("answer-v1.wasm"));
+    registry.rescan().await;
+    assert!(matches!(registry.plugins()["answer-v1"], PluginLoad::Unused));
+    assert_eq!(cwasm_files(cache.path()).len(), 1);
+}

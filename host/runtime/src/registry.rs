@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::SystemTime;
 
+use futures::StreamExt as _;
+
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_oci::PluginReference;
@@ -49,6 +51,8 @@ pub enum PluginLoad {
     Loaded(Arc<PluginRevision>),
     /// Refused, with the reason.
     Failed(String),
+    /// Read and hashed but not compiled: no entry names it.
+    Unused,
 }
 
 /// What became of one provider entry.
@@ -252,13 +256,20 @@ impl Registry {
     /// is compiled and bound. Rescans wait until it is done.
     pub async fn load_pending(&self, pending: PendingLoad) {
         let _one_at_a_time = self.scanning.lock().await;
-        for (name, file) in pending.files {
-            self.load_first(&name, file).await;
-        }
-        for reference in pending.cold {
-            let Some(oci) = &self.oci else { break };
-            let file = oci.pull_cold(&reference).await;
-            self.load_first(reference.as_str(), file).await;
+        // Plugins compile side by side: an entry waits for its own plugin,
+        // not for every one before it.
+        futures::stream::iter(pending.files)
+            .for_each_concurrent(load_concurrency(), |(name, file)| async move {
+                self.load_first(&name, file).await;
+            })
+            .await;
+        if let Some(oci) = &self.oci {
+            futures::stream::iter(pending.cold)
+                .for_each_concurrent(load_concurrency(), |reference| async move {
+                    let file = oci.pull_cold(&reference).await;
+                    self.load_first(reference.as_str(), file).await;
+                })
+                .await;
         }
         for entry in self.configs.values() {
             if matches!(self.entries.current().get(&entry.name), Some(EntryState::Loading)) {
@@ -278,6 +289,10 @@ impl Registry {
     async fn load_first(&self, name: &str, file: Result<PluginFile, LoadError>) {
         let using: Vec<&EntryConfig> =
             self.configs.values().filter(|entry| entry.plugin == name).collect();
+        if using.is_empty() {
+            self.not_used(name, file.ok().map(|file| file.digest));
+            return;
+        }
         let mut refused_by_pin = BTreeMap::new();
         let load = match file {
             Ok(file) => match refused_by_digest_pins(using.iter().copied(), &file.digest) {
@@ -325,6 +340,10 @@ impl Registry {
             let settled = match (refused_by_pin.get(&entry.name), &load) {
                 (Some(refusal), _) => {
                     EntryState::Failed(format!("plugin {:?} {refusal}", entry.plugin))
+                }
+                // Only a file no entry names is left uncompiled.
+                (None, PluginLoad::Unused) => {
+                    EntryState::Failed(format!("plugin {:?} was not compiled", entry.plugin))
                 }
                 (None, PluginLoad::Failed(reason)) => EntryState::Failed(format!(
                     "plugin {:?} {}",
@@ -563,7 +582,21 @@ impl Registry {
         }
     }
 
+    /// Records a plugin file no entry names: hashed, so a rescan sees it
+    /// as unchanged, but never compiled.
+    fn not_used(&self, name: &str, digest: Option<String>) {
+        tracing::debug!(plugin = %name, "no entry names this plugin file: not compiled");
+        let mut state = self.lock();
+        if let Some(digest) = digest {
+            state.files.insert(name.to_owned(), digest);
+        }
+        state.plugins.insert(name.to_owned(), PluginLoad::Unused);
+    }
+
     async fn file_changed(&self, name: &str, file: PluginFile) {
+        if !self.configs.values().any(|entry| entry.plugin == name) {
+            return self.not_used(name, Some(file.digest));
+        }
         let using = self.configs.values().filter(|entry| entry.plugin == name);
         if let Some(refusals) = refused_by_digest_pins(using, &file.digest) {
             let reason = not_compiled(&file.digest);
@@ -794,6 +827,12 @@ async fn bind(
     PluginProvider::new(runtime, entry.clone(), Arc::clone(revision), kv)
         .await
         .map_err(|err| Refusal::Config(err.to_string()))
+}
+
+/// Plugins compiled at once during a load: the machine's cores (each
+/// compile is parallel inside as well, so more would only queue).
+fn load_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
 }
 
 /// What became of a file that every entry using it refused by digest.
