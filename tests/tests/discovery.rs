@@ -220,6 +220,38 @@ async fn tokens_guard_the_api_and_the_list_can_stay_open() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn without_tokens_reads_are_open_and_requests_that_change_state_are_refused() {
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    fleet.publish(members(1));
+    verdicts(&fleet, &["p0"], &[]);
+    let addr = serve(&fleet, ApiAuth::reads_only()).await;
+    for read in ["/v1/proxies", "/v1/proxies/next", "/v1/proxies/p0", "/v1/leases", "/v1/providers"]
+    {
+        assert_eq!(call(addr, "GET", read, "", None).await.0, 200, "{read}");
+    }
+    let writes = [
+        ("POST", "/v1/proxies/p0/report", r#"{"kind":"ban"}"#),
+        ("POST", "/v1/leases", r#"{"ttlSeconds":60}"#),
+        ("POST", "/v1/leases/l1/renew", ""),
+        ("DELETE", "/v1/leases/l1", ""),
+        ("POST", "/v1/providers/lab/rollback", ""),
+    ];
+    for (method, path, body) in writes {
+        let (status, answer) = call(addr, method, path, body, Some("anything")).await;
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        assert!(
+            answer.contains("--api-token-file") && answer.contains("--api-open-writes"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        fleet.get("p0").unwrap().quarantined_until,
+        None,
+        "the refused report changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_requests_name_the_field() {
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
     let addr = serve(&fleet, ApiAuth::open()).await;

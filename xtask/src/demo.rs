@@ -70,6 +70,8 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
                 .arg("--cache-dir")
                 .arg(repo.root.join("target/plugin-cache"))
                 .args(["--api-addr", DEMO_API, "--metrics-addr", "127.0.0.1:0"])
+                // The demo takes a lease without tokens; its API is on loopback.
+                .arg("--api-open-writes")
                 .args(["--health-interval", "2s", "--health-timeout", "2s"]),
             &work,
         )?;

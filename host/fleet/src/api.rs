@@ -169,6 +169,7 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let access = match (&method, segments.as_slice()) {
         (_, ["healthz" | "readyz" | "metrics"] | ["v1", "echo"]) => Access::Public,
+        (method, _) if method != Method::GET && method != Method::HEAD => Access::Write,
         (&Method::GET, ["v1", "proxies"] | ["v1", "proxies", _] | ["v1", "providers"])
             if segments.get(2) != Some(&"next") =>
         {
@@ -178,6 +179,15 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
     };
     let authorization = request.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
     if !api.auth.allows(access, authorization) {
+        if !api.auth.has_tokens() {
+            // No token could help: say how the operator is set up instead.
+            return error_response(&ApiError::new(
+                StatusCode::FORBIDDEN,
+                "this request changes state, and this operator has no API tokens: start it \
+                 with --api-token-file (then send `Authorization: Bearer <token>`), or with \
+                 --api-open-writes to let anyone who reaches the API make such requests",
+            ));
+        }
         let mut response = error_response(&ApiError::new(
             StatusCode::UNAUTHORIZED,
             "this request needs `Authorization: Bearer <token>` with a token from the API token file",

@@ -20,6 +20,8 @@ pub struct ApiAuth {
     tokens: ArcSwap<Vec<Vec<u8>>>,
     file: Option<PathBuf>,
     open_read: bool,
+    /// Without a token file: whether requests that change state are open.
+    open_writes: bool,
 }
 
 /// What a request needs.
@@ -29,20 +31,36 @@ pub enum Access {
     Public,
     /// Reading the proxy list: open when configured so.
     ReadList,
-    /// Everything else.
+    /// Other reads (handing out a proxy, listing leases).
     Token,
+    /// Requests that change state: reports, leases, rollbacks. Without a
+    /// token file they are refused unless opened on purpose.
+    Write,
 }
 
 impl ApiAuth {
-    /// No authentication: every request is allowed.
+    /// No authentication, and every request allowed, writes included
+    /// (`--api-open-writes`).
     pub fn open() -> Self {
-        Self { tokens: ArcSwap::default(), file: None, open_read: true }
+        Self { tokens: ArcSwap::default(), file: None, open_read: true, open_writes: true }
+    }
+
+    /// No authentication for reads; requests that change state are refused,
+    /// since nothing could authorize them. The default without a token file.
+    pub fn reads_only() -> Self {
+        Self { tokens: ArcSwap::default(), file: None, open_read: true, open_writes: false }
+    }
+
+    /// Whether tokens guard the API (a token file was given).
+    pub fn has_tokens(&self) -> bool {
+        self.file.is_some()
     }
 
     /// Tokens from `file`; `open_read` leaves the proxy list readable
     /// without one. Fails when the file cannot be read or holds no token.
     pub fn from_file(file: PathBuf, open_read: bool) -> Result<Self> {
-        let auth = Self { tokens: ArcSwap::default(), file: Some(file), open_read };
+        let auth =
+            Self { tokens: ArcSwap::default(), file: Some(file), open_read, open_writes: false };
         auth.reload()?;
         Ok(auth)
     }
@@ -83,10 +101,13 @@ impl ApiAuth {
 
     /// Whether a request with `authorization` may do what needs `access`.
     pub fn allows(&self, access: Access, authorization: Option<&[u8]>) -> bool {
-        if self.file.is_none()
-            || access == Access::Public
-            || access == Access::ReadList && self.open_read
-        {
+        if access == Access::Public {
+            return true;
+        }
+        if self.file.is_none() {
+            return access != Access::Write || self.open_writes;
+        }
+        if access == Access::ReadList && self.open_read {
             return true;
         }
         let Some(token) = authorization.and_then(|value| value.strip_prefix(b"Bearer ")) else {
@@ -118,6 +139,8 @@ mod tests {
         assert!(auth.allows(Access::Public, None));
         assert!(auth.allows(Access::ReadList, None));
         assert!(!auth.allows(Access::Token, None));
+        assert!(!auth.allows(Access::Write, None));
+        assert!(auth.allows(Access::Write, Some(b"Bearer s3cret")));
         assert!(!auth.allows(Access::Token, Some(b"Bearer wrong")));
         assert!(!auth.allows(Access::Token, Some(b"s3cret")));
         assert!(auth.allows(Access::Token, Some(b"Bearer s3cret")));
@@ -137,7 +160,13 @@ mod tests {
     }
 
     #[test]
-    fn without_a_file_everything_is_open() {
-        assert!(ApiAuth::open().allows(Access::Token, None));
+    fn without_a_file_reads_are_open_and_writes_only_when_opened_on_purpose() {
+        let default = ApiAuth::reads_only();
+        for access in [Access::Public, Access::ReadList, Access::Token] {
+            assert!(default.allows(access, None), "{access:?}");
+        }
+        assert!(!default.allows(Access::Write, None));
+        assert!(!default.allows(Access::Write, Some(b"Bearer anything")));
+        assert!(ApiAuth::open().allows(Access::Write, None));
     }
 }

@@ -19,9 +19,14 @@ pub struct FleetArgs {
     #[arg(long, default_value = "127.0.0.1:8480")]
     pub api_addr: SocketAddr,
     /// A file of API bearer tokens, one per line (a mounted Secret key);
-    /// read again every 30 s. Without it the API is open.
+    /// read again every 30 s. Without it reads are open and requests that
+    /// change state (reports, leases, rollbacks) are refused.
     #[arg(long)]
     pub api_token_file: Option<PathBuf>,
+    /// Without --api-token-file: let anyone who reaches the API make
+    /// requests that change state (reports, leases, rollbacks).
+    #[arg(long, conflicts_with = "api_token_file")]
+    pub api_open_writes: bool,
     /// With --api-token-file: leave the read-only proxy list open.
     #[arg(long)]
     pub api_open_read: bool,
@@ -129,7 +134,8 @@ impl FleetArgs {
                 auth.spawn_reloader(Duration::from_secs(30));
                 auth
             }
-            None => Arc::new(ApiAuth::open()),
+            None if self.api_open_writes => Arc::new(ApiAuth::open()),
+            None => Arc::new(ApiAuth::reads_only()),
         };
         Ok(FleetSetup { fleet, health, auth, listener })
     }

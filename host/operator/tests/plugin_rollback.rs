@@ -33,7 +33,14 @@ async fn a_dropped_in_build_is_swapped_in_and_rolled_back_from_the_command_line(
     let api = format!("http://127.0.0.1:{}", free_port());
     let _operator = site.standalone(
         Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
-        &["--metrics-addr", "127.0.0.1:0", "--api-addr", api.trim_start_matches("http://")],
+        // A rollback changes state: without tokens it has to be opened.
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            api.trim_start_matches("http://"),
+            "--api-open-writes",
+        ],
     );
     let wait = Duration::from_secs(60);
     let version = |want: &'static str| {
