@@ -539,3 +539,73 @@ async fn a_bearer_token_from_a_file_is_read_on_every_use_and_never_shown() {
         assert!(!message.contains(token.as_str()), "the token leaked: {message}");
     }
 }
+
+#[tokio::test]
+async fn regression_a_damaged_stored_build_is_pulled_again_instead_of_failing_for_good() {
+    let setup = Setup::new();
+    let pinned = setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let config = setup.providers(&format!("  - {{ name: pinned, plugin: '{pinned}' }}\n"));
+    let cache = setup.cache("cache");
+    drop(load(&config, &setup.plugin_dir(), &cache).await);
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let stored = cache.join("oci/blobs/sha256").join(proxyfleet_runtime::file_digest(&component));
+    std::fs::write(&stored, b"damaged on disk").unwrap();
+
+    let restarted = load(&config, &setup.plugin_dir(), &cache).await;
+    assert_eq!(answer(&restarted, "pinned").await, V1, "pulled again from the registry");
+    assert_eq!(std::fs::read(&stored).unwrap(), component, "the store holds the build again");
+}
+
+#[tokio::test]
+async fn a_tag_moved_to_an_artifact_of_another_kind_is_listed_as_refused_once() {
+    use oci_client::client::{Config, ImageLayer};
+    use oci_client::manifest::OciImageManifest;
+
+    let setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
+
+    // A container image lands on the tag.
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        extra_root_certificates: vec![oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data: std::fs::read(&setup.registry.ca_file).unwrap(),
+        }],
+        ..Default::default()
+    });
+    let auth = oci_client::secrets::RegistryAuth::Basic(USER.to_owned(), PASSWORD.to_owned());
+    let layers = vec![ImageLayer::new(
+        b"a tar".to_vec(),
+        "application/vnd.oci.image.layer.v1.tar".to_owned(),
+        None,
+    )];
+    let image_config = Config::new(
+        b"{\"architecture\":\"amd64\",\"os\":\"linux\"}".to_vec(),
+        "application/vnd.oci.image.config.v1+json".to_owned(),
+        None,
+    );
+    let manifest = OciImageManifest::build(&layers, &image_config, None);
+    let target = oci_client::Reference::with_tag(
+        setup.registry.host.clone(),
+        "plugins/answer".to_owned(),
+        "stable".to_owned(),
+    );
+    client.push(&target, &layers, image_config, &auth, Some(manifest)).await.unwrap();
+
+    let refused = until_rejected(&registry, "tagged", 1).await;
+    assert_eq!(refused.kind, RejectionKind::Load);
+    assert!(
+        refused.reason.contains("application/vnd.oci.image.config.v1+json"),
+        "{}",
+        refused.reason
+    );
+    assert_eq!(answer(&registry, "tagged").await, V1, "the serving build stays");
+    // Several polls later it is still refused once: not pulled again.
+    tokio::time::sleep(POLL * 5).await;
+    assert_eq!(registry.revisions_of("tagged").unwrap().rejections, 1);
+    let status = registry.revisions_of("tagged").unwrap().pull.unwrap();
+    assert_eq!((status.error, status.failures), (None, 0), "the registry itself answered");
+}

@@ -61,6 +61,14 @@ pub enum OciError {
         /// The registry client's error.
         source: oci_client::errors::OciDistributionError,
     },
+    /// The registry took longer than a pull or a look may take.
+    #[error("{reference}: the registry did not finish within {after:?}")]
+    TimedOut {
+        /// The reference.
+        reference: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
     /// The artifact is not a Wasm component in the Wasm OCI layout.
     #[error("{reference}: {source}")]
     Layout {
@@ -143,6 +151,13 @@ fn meaning(source: &oci_client::errors::OciDistributionError) -> Meaning {
 }
 
 impl OciError {
+    /// True when the build itself is refused (its layout, its size, its
+    /// digests), so asking again for the same manifest cannot help; false
+    /// for what may pass (the registry, credentials, the store).
+    pub fn refuses_the_build(&self) -> bool {
+        matches!(self, Self::Layout { .. } | Self::TooLarge { .. } | Self::Digest { .. })
+    }
+
     /// Sorts a registry client error into the cases callers act on.
     pub(crate) fn from_client(
         reference: &crate::PluginReference,

@@ -68,6 +68,16 @@ pub enum LayoutError {
         /// As declared.
         digest: String,
     },
+    /// A descriptor names other places to fetch its blob from, which the
+    /// registry client would follow to any host, over any scheme.
+    #[error(
+        "the {what} lists urls to fetch it from elsewhere; a plugin is pulled only from the \
+         registry its reference names"
+    )]
+    ForeignUrls {
+        /// `config` or `layer`.
+        what: &'static str,
+    },
     /// The config is larger than any config of this layout.
     #[error(
         "the config declares {size} bytes; a Wasm config is read only up to {MAX_CONFIG_BYTES}"
@@ -132,6 +142,9 @@ pub fn check_manifest(bytes: &[u8]) -> Result<CheckedManifest, LayoutError> {
     for (what, descriptor) in [("config", &manifest.config), ("layer", &layer)] {
         if !crate::reference::is_sha256(&descriptor.digest) {
             return Err(LayoutError::DigestAlgorithm { what, digest: descriptor.digest.clone() });
+        }
+        if descriptor.urls.as_ref().is_some_and(|urls| !urls.is_empty()) {
+            return Err(LayoutError::ForeignUrls { what });
         }
     }
     if manifest.config.size < 0 || manifest.config.size.unsigned_abs() > MAX_CONFIG_BYTES {
@@ -208,6 +221,14 @@ mod tests {
         let index = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
         let err = check_manifest(index).unwrap_err();
         assert!(err.to_string().contains("image.index"), "{err}");
+        let mut elsewhere: serde_json::Value =
+            serde_json::from_slice(&manifest(CONFIG_MEDIA_TYPE, &[(LAYER_MEDIA_TYPE, LAYER)]))
+                .unwrap();
+        elsewhere["layers"][0]["urls"] = serde_json::json!(["http://10.0.0.1/blob"]);
+        assert_eq!(
+            check_manifest(&serde_json::to_vec(&elsewhere).unwrap()).unwrap_err(),
+            LayoutError::ForeignUrls { what: "layer" }
+        );
         let sha512 = manifest(CONFIG_MEDIA_TYPE, &[(LAYER_MEDIA_TYPE, "sha512:00")]);
         assert!(matches!(
             check_manifest(&sha512).unwrap_err(),

@@ -6,6 +6,8 @@
 //! arrives, and the declared size is checked before the layer is read, so
 //! an oversized artifact costs one manifest.
 
+use std::time::Duration;
+
 use futures::StreamExt as _;
 use oci_client::manifest::OciDescriptor;
 use sha2::{Digest as _, Sha256};
@@ -54,6 +56,12 @@ impl std::fmt::Debug for Pulled {
     }
 }
 
+/// How long resolving a tag may take in all.
+const RESOLVE_DEADLINE: Duration = Duration::from_secs(60);
+/// A pull's deadline: this, plus a second per MiB the limit allows, so a
+/// registry that trickles cannot hold a pull (and a cold start) for hours.
+const PULL_DEADLINE_BASE: Duration = Duration::from_secs(60);
+
 /// The manifest digest `reference` names now: its own digest, or what its
 /// tag points at in the registry.
 pub async fn resolve(
@@ -66,16 +74,34 @@ pub async fn resolve(
     let access = registries.for_host(reference.registry());
     let client = access.client()?;
     let auth = access.auth()?;
-    client
-        .fetch_manifest_digest(&reference.to_client(), &auth)
-        .await
-        .map_err(|err| OciError::from_client(reference, err))
+    let resolved = tokio::time::timeout(
+        RESOLVE_DEADLINE,
+        client.fetch_manifest_digest(&reference.to_client(), &auth),
+    )
+    .await
+    .map_err(|_| OciError::TimedOut {
+        reference: reference.to_string(),
+        after: RESOLVE_DEADLINE,
+    })?;
+    resolved.map_err(|err| OciError::from_client(reference, err))
 }
 
 /// Fetches and verifies the build `reference` names, at `manifest_digest`
 /// when given (what [`resolve`] answered, so that a tag moving in between
 /// cannot mix two builds).
 pub async fn pull(
+    registries: &Registries,
+    reference: &PluginReference,
+    manifest_digest: Option<&str>,
+    limits: PullLimits,
+) -> Result<Pulled, OciError> {
+    let deadline = PULL_DEADLINE_BASE + Duration::from_secs(limits.max_bytes >> 20);
+    tokio::time::timeout(deadline, pull_now(registries, reference, manifest_digest, limits))
+        .await
+        .map_err(|_| OciError::TimedOut { reference: reference.to_string(), after: deadline })?
+}
+
+async fn pull_now(
     registries: &Registries,
     reference: &PluginReference,
     manifest_digest: Option<&str>,

@@ -2,8 +2,10 @@
 //! the config describes the component's world (read from the component by
 //! `oci-wasm`), the only layer is the component.
 
+use oci_client::RegistryOperation;
 use oci_client::manifest::OciImageManifest;
 use oci_wasm::{ToConfig as _, WasmConfig};
+use reqwest_oci::header::HeaderValue;
 
 use crate::access::Registries;
 use crate::error::OciError;
@@ -38,20 +40,31 @@ pub async fn push(
     let (config, layer) =
         WasmConfig::from_raw_component(component, None).map_err(component_error)?;
     let config = config.to_config().map_err(component_error)?;
-    let layers = vec![layer];
-    let mut manifest = OciImageManifest::build(&layers, &config, None);
+    let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
     manifest.media_type = Some(MANIFEST_MEDIA_TYPE.to_owned());
+    // Serialized here, so the digest printed is the one of the bytes pushed,
+    // whatever else lands on the tag meanwhile.
+    let manifest = serde_json::to_vec(&manifest).map_err(|err| OciError::Component {
+        path: path.to_owned(),
+        reason: format!("the manifest cannot be written: {err}"),
+    })?;
     let access = registries.for_host(reference.registry());
     let client = access.client()?;
     let auth = access.auth()?;
     let target = reference.to_client();
+    let registry_error = |err| OciError::from_client(reference, err);
+    client.auth(&target, &auth, RegistryOperation::Push).await.map_err(registry_error)?;
     client
-        .push(&target, &layers, config, &auth, Some(manifest))
+        .push_blob(&target, layer.data.clone(), &layer.sha256_digest())
         .await
-        .map_err(|err| OciError::from_client(reference, err))?;
-    let manifest_digest = client
-        .fetch_manifest_digest(&target, &auth)
+        .map_err(registry_error)?;
+    client
+        .push_blob(&target, config.data.clone(), &config.sha256_digest())
         .await
-        .map_err(|err| OciError::from_client(reference, err))?;
-    Ok(Pushed { manifest_digest, layer_digest })
+        .map_err(registry_error)?;
+    client
+        .push_manifest_raw(&target, manifest.clone(), HeaderValue::from_static(MANIFEST_MEDIA_TYPE))
+        .await
+        .map_err(registry_error)?;
+    Ok(Pushed { manifest_digest: sha256(&manifest), layer_digest })
 }

@@ -4,16 +4,22 @@
 //! ```text
 //! DIR/blobs/sha256/HEX     a component, named by its sha256
 //! DIR/refs/HEX.json        what a reference last resolved to (HEX: sha256 of the reference)
+//! DIR/tmp/                 files being written
 //! ```
 //!
 //! A blob is checked against its name on every read: a damaged or planted
-//! file is refused (and removed) rather than compiled. Each reference keeps
-//! its current build and the one before; other blobs are removed whenever a
-//! reference moves. Files are written whole and renamed into place, so a
-//! crash leaves the old record or the new one, never half of one.
+//! file is refused (and removed) rather than compiled, and the reference
+//! counts as not held, so the next poll pulls it again. A reference keeps
+//! only its current build; other blobs are removed whenever a reference
+//! moves. Files are written whole in `tmp/` and renamed into place, so a
+//! crash leaves the old record or the new one, never half of one. One
+//! process writes at a time through a [`Store`] and its clones: writes and
+//! the clean-up after them hold one lock, so a clean-up never sees a blob
+//! whose record is still being written.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +27,11 @@ use crate::error::OciError;
 use crate::pull::{Pulled, sha256};
 use crate::reference::{PluginReference, is_sha256};
 
-/// A store directory.
+/// A store directory; clones share its write lock.
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    writing: Arc<Mutex<()>>,
 }
 
 /// What a reference last resolved to.
@@ -37,9 +44,6 @@ pub struct StoredRef {
     pub manifest_digest: String,
     /// Its component's digest.
     pub layer_digest: String,
-    /// The component it replaced, kept for a rollback after a restart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_layer_digest: Option<String>,
     /// When it was pulled, in Unix seconds.
     pub pulled_at: u64,
 }
@@ -48,11 +52,11 @@ impl Store {
     /// Opens (creating) a store in `dir`.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, OciError> {
         let dir = dir.into();
-        for sub in [dir.join("blobs/sha256"), dir.join("refs")] {
+        for sub in [dir.join("blobs/sha256"), dir.join("refs"), dir.join("tmp")] {
             std::fs::create_dir_all(&sub)
                 .map_err(|source| OciError::Store { path: sub, source })?;
         }
-        Ok(Self { dir })
+        Ok(Self { dir, writing: Arc::default() })
     }
 
     /// The store's directory.
@@ -103,30 +107,28 @@ impl Store {
         Ok(bytes)
     }
 
-    /// Records `pulled` as what `reference` resolves to now, keeping the
-    /// build it replaces as the previous one, and removes blobs no
-    /// reference keeps.
+    /// True when the build `layer_digest` names is on disk (unchecked).
+    pub fn holds(&self, layer_digest: &str) -> bool {
+        self.blob_path(layer_digest).is_ok_and(|path| path.is_file())
+    }
+
+    /// Records `pulled` as what `reference` resolves to now and removes
+    /// blobs no reference names any more.
     pub fn put(
         &self,
         reference: &PluginReference,
         pulled: &Pulled,
         now_unix: u64,
     ) -> Result<StoredRef, OciError> {
+        let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let blob = self.blob_path(&pulled.layer_digest)?;
         if !blob.is_file() {
             self.write_atomic(&blob, &pulled.bytes)?;
         }
-        let before = self.current(reference).ok().flatten();
-        let previous_layer_digest = match before {
-            Some(before) if before.layer_digest != pulled.layer_digest => Some(before.layer_digest),
-            Some(before) => before.previous_layer_digest,
-            None => None,
-        };
         let stored = StoredRef {
             reference: reference.as_str().to_owned(),
             manifest_digest: pulled.manifest_digest.clone(),
             layer_digest: pulled.layer_digest.clone(),
-            previous_layer_digest,
             pulled_at: now_unix,
         };
         let record = serde_json::to_vec_pretty(&stored).map_err(|err| OciError::Store {
@@ -139,7 +141,7 @@ impl Store {
     }
 
     /// Removes blobs that no record names; a failure leaves files behind,
-    /// which costs disk, not correctness.
+    /// which costs disk, not correctness. Callers hold the write lock.
     fn collect_garbage(&self) {
         let Ok(records) = std::fs::read_dir(self.dir.join("refs")) else { return };
         let mut kept = std::collections::BTreeSet::new();
@@ -148,13 +150,15 @@ impl Store {
             // An unreadable record may still name blobs: keep everything.
             let Ok(stored) = serde_json::from_slice::<StoredRef>(&text) else { return };
             kept.insert(stored.layer_digest);
-            kept.extend(stored.previous_layer_digest);
         }
         let Ok(blobs) = std::fs::read_dir(self.dir.join("blobs/sha256")) else { return };
         for blob in blobs.flatten() {
             let name = blob.file_name();
             let Some(hex) = name.to_str() else { continue };
-            if !kept.contains(&format!("sha256:{hex}"))
+            let digest = format!("sha256:{hex}");
+            // Only what this store names by digest is its to remove.
+            if is_sha256(&digest)
+                && !kept.contains(&digest)
                 && let Err(err) = std::fs::remove_file(blob.path())
             {
                 tracing::debug!(path = %blob.path().display(), "cannot remove an unused plugin blob: {err}");
@@ -182,8 +186,7 @@ impl Store {
 
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
         let error = |source| OciError::Store { path: path.to_owned(), source };
-        let parent = path.parent().unwrap_or(&self.dir);
-        let mut file = tempfile::NamedTempFile::new_in(parent).map_err(error)?;
+        let mut file = tempfile::NamedTempFile::new_in(self.dir.join("tmp")).map_err(error)?;
         file.write_all(bytes).map_err(error)?;
         file.as_file().sync_all().map_err(error)?;
         file.persist(path).map_err(|err| error(err.error))?;
@@ -204,7 +207,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reference_keeps_its_current_and_previous_build_and_nothing_else() {
+    fn a_reference_keeps_its_current_build_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let reference = PluginReference::parse("oci://r.io/p:1").unwrap();
@@ -214,14 +217,15 @@ mod tests {
         }
         let current = store.current(&reference).unwrap().unwrap();
         assert_eq!(current.layer_digest, sha256(b"three"));
-        assert_eq!(current.previous_layer_digest, Some(sha256(b"two")));
         assert_eq!(store.read(&sha256(b"three")).unwrap(), b"three");
-        assert_eq!(store.read(&sha256(b"two")).unwrap(), b"two");
-        assert!(store.read(&sha256(b"one")).is_err(), "the build before the previous is removed");
-        // Pulling the same build again keeps the previous one.
-        store.put(&reference, &pulled(b"three"), 2).unwrap();
-        let again = store.current(&reference).unwrap().unwrap();
-        assert_eq!(again.previous_layer_digest, Some(sha256(b"two")));
+        assert!(store.holds(&sha256(b"three")));
+        assert!(!store.holds(&sha256(b"two")), "a replaced build is removed");
+        // Another reference's build stays.
+        let other = PluginReference::parse("oci://r.io/q:1").unwrap();
+        store.put(&other, &pulled(b"other"), 3).unwrap();
+        store.put(&reference, &pulled(b"four"), 4).unwrap();
+        assert!(store.holds(&sha256(b"other")) && store.holds(&sha256(b"four")));
+        assert!(!store.holds(&sha256(b"three")));
     }
 
     #[test]

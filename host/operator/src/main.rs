@@ -226,12 +226,23 @@ struct Setup {
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// How often the tag of each `oci://` plugin is resolved again.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = poll_interval)]
     plugin_poll_interval: Duration,
     /// The largest plugin build accepted from a registry, in bytes; a
     /// larger one is refused before it is downloaded.
     #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
     plugin_max_bytes: u64,
+}
+
+/// `--plugin-poll-interval`: a duration of at least a second.
+fn poll_interval(text: &str) -> Result<Duration, String> {
+    let interval = humantime::parse_duration(text).map_err(|err| err.to_string())?;
+    if interval < Duration::from_secs(1) {
+        return Err(format!(
+            "{text} is under a second, which would only load the registries: use 1s or more"
+        ));
+    }
+    Ok(interval)
 }
 
 impl Setup {

@@ -41,6 +41,9 @@ impl Drop for Guard {
     }
 }
 
+/// Caps the registry client's logs, which carry bearer tokens at debug.
+const QUIET_REGISTRY_CLIENT: &str = "oci_client=info";
+
 /// Installs the global subscriber: logs on stderr as JSON lines (`json`) or
 /// text, at info, debug (`verbose` 1) or trace (2 and more) unless
 /// `RUST_LOG` says otherwise, and, with `otlp_endpoint` (a base URL such as
@@ -57,6 +60,9 @@ pub fn init(json: bool, verbose: u8, otlp_endpoint: Option<&str>) -> anyhow::Res
     let filter = || {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+            // The registry client logs a token server's whole answer (the
+            // token) at debug: never below info, whatever was asked for.
+            .add_directive(QUIET_REGISTRY_CLIENT.parse().expect("a valid directive"))
     };
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let stderr = if json { stderr.json().boxed() } else { stderr.boxed() };

@@ -145,6 +145,9 @@ pub enum RuntimeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The store of builds pulled from registries cannot be used.
+    #[error("cannot use the store of pulled plugins: {0}")]
+    PluginStore(#[source] proxyfleet_oci::OciError),
     /// The providers file is wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),

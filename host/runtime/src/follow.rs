@@ -5,13 +5,17 @@
 //!
 //! A failed look is retried sooner, doubling from one second up to the poll
 //! interval (at most five minutes), and changes nothing that serves: the
-//! store keeps the last build, and an entry keeps its active revision.
+//! store keeps the last build, and an entry keeps its active revision. A
+//! build refused before it is read (its layout, size or digests) is listed
+//! among the entries' refused candidates and not pulled again until the
+//! tag moves.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use proxyfleet_oci::PluginReference;
 
+use crate::oci::PollError;
 use crate::registry::Registry;
 
 /// The default time between two looks at a tag.
@@ -88,7 +92,20 @@ async fn follow(registry: Arc<Registry>, reference: PluginReference, options: Fo
                 }
                 options.poll_interval
             }
-            Err(err) => {
+            Err(PollError::Refused { manifest_digest, source }) => {
+                tracing::warn!(
+                    plugin = %reference,
+                    manifest = %manifest_digest,
+                    "refused the build the reference names; what serves keeps serving: {source}"
+                );
+                registry.reject_pulled(&reference, &manifest_digest, &source.to_string());
+                failures = 0;
+                if !reference.follows_tag() {
+                    return;
+                }
+                options.poll_interval
+            }
+            Err(PollError::Registry(err)) => {
                 failures = failures.saturating_add(1);
                 let wait = retry_after(failures, options.poll_interval);
                 tracing::warn!(

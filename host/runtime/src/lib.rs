@@ -35,7 +35,7 @@ pub mod watch;
 pub use bindings::CONTRACT_VERSION;
 pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
 pub use error::{ConfigError, LoadError, RollbackError, RuntimeError};
-pub use oci::PullStatus;
+pub use oci::{PollError, PullStatus};
 pub use plugin::{PluginRevision, file_digest};
 pub use provider::{PinnedInstance, PluginProvider};
 pub use registry::{EntryState, PendingLoad, PluginLoad, Registry};

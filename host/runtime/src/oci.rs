@@ -23,6 +23,33 @@ use crate::error::{LoadError, RuntimeError};
 use crate::plugin::PluginFile;
 use crate::revisions::unix_seconds;
 
+/// A poll that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    /// The registry could not be asked, or the store could not be used;
+    /// the next look may succeed.
+    #[error(transparent)]
+    Registry(#[from] OciError),
+    /// The registry answered with a build that is refused (its layout, its
+    /// size, its digests); it is not pulled again until the tag moves.
+    #[error("{source}")]
+    Refused {
+        /// The manifest the reference named.
+        manifest_digest: String,
+        /// Why the build is refused.
+        source: OciError,
+    },
+}
+
+impl PollError {
+    /// The underlying error.
+    pub fn into_source(self) -> OciError {
+        match self {
+            Self::Registry(source) | Self::Refused { source, .. } => source,
+        }
+    }
+}
+
 /// What the last look at a reference's registry found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -46,6 +73,8 @@ pub(crate) struct OciPlugins {
     limits: PullLimits,
     references: Vec<PluginReference>,
     status: Mutex<BTreeMap<String, PullStatus>>,
+    /// The manifest each reference named when its build was refused.
+    refused: Mutex<BTreeMap<String, String>>,
     /// Holds the store when no cache directory was given; removed on drop.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -72,12 +101,8 @@ impl OciPlugins {
         if references.is_empty() {
             return Ok(None);
         }
-        let store_error = |path: PathBuf, err: OciError| RuntimeError::Cache {
-            path,
-            source: std::io::Error::other(err.to_string()),
-        };
         let (store, scratch) = match &runtime.inner.oci_store_dir {
-            Some(dir) => (Store::open(dir).map_err(|err| store_error(dir.clone(), err))?, None),
+            Some(dir) => (Store::open(dir).map_err(RuntimeError::PluginStore)?, None),
             None => {
                 let scratch = tempfile::Builder::new()
                     .prefix("proxyfleet-oci-")
@@ -88,8 +113,7 @@ impl OciPlugins {
                      only while this process runs, and a restart needs the registries",
                     scratch.path().display()
                 );
-                let store = Store::open(scratch.path())
-                    .map_err(|err| store_error(scratch.path().to_owned(), err))?;
+                let store = Store::open(scratch.path()).map_err(RuntimeError::PluginStore)?;
                 (store, Some(scratch))
             }
         };
@@ -107,6 +131,7 @@ impl OciPlugins {
             limits: runtime.inner.pull_limits,
             references,
             status: Mutex::new(status),
+            refused: Mutex::default(),
             _scratch: scratch,
         }))
     }
@@ -128,20 +153,43 @@ impl OciPlugins {
         &self,
         reference: &PluginReference,
     ) -> Result<PluginFile, LoadError> {
-        self.poll(reference).await.map_err(|source| LoadError::Pull { source })?;
-        let only = StoredBuilds { store: self.store.clone(), references: vec![reference.clone()] };
-        let name = reference.to_string();
-        let read = tokio::task::spawn_blocking(move || only.read_changed(&BTreeMap::new())).await;
-        read.ok().and_then(|mut files| files.remove(&name)).ok_or_else(|| LoadError::Read {
-            path: PathBuf::from(&name),
-            source: std::io::Error::other("the pulled build could not be read back from the store"),
+        self.poll(reference).await.map_err(|err| LoadError::Pull { source: err.into_source() })?;
+        let store = self.store.clone();
+        let only = reference.clone();
+        let read = self.blocking(move || read_stored(&store, &only)).await;
+        match read {
+            Ok(Some(file)) => Ok(file),
+            Ok(None) => Err(LoadError::Pull {
+                source: OciError::Store {
+                    path: self.store.dir().to_owned(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("{reference} was pulled but its record is gone"),
+                    ),
+                },
+            }),
+            Err(source) => Err(LoadError::Pull { source }),
+        }
+    }
+
+    /// Runs store I/O off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, OciError> + Send + 'static,
+    ) -> Result<T, OciError> {
+        tokio::task::spawn_blocking(work).await.unwrap_or_else(|err| {
+            Err(OciError::Store {
+                path: self.store.dir().to_owned(),
+                source: std::io::Error::other(err.to_string()),
+            })
         })
     }
 
     /// Asks the registry what `reference` names now and pulls it into the
-    /// store if the store holds another build; true when the store moved.
-    /// A digest reference already in the store is not asked about again.
-    pub(crate) async fn poll(&self, reference: &PluginReference) -> Result<bool, OciError> {
+    /// store if the store does not hold that build; true when the store
+    /// moved. A digest reference already held is not asked about again,
+    /// and a build refused once is not pulled again until the tag moves.
+    pub(crate) async fn poll(&self, reference: &PluginReference) -> Result<bool, PollError> {
         let outcome = self.poll_once(reference).await;
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = status.entry(reference.to_string()).or_default();
@@ -152,7 +200,12 @@ impl OciPlugins {
                 entry.error = None;
                 entry.failures = 0;
             }
-            Err(err) => {
+            // The registry answered; the build is what failed, and it is
+            // listed among the refused candidates.
+            Err(PollError::Refused { .. }) => {
+                entry.checked_at = Some(unix_seconds(SystemTime::now()));
+            }
+            Err(PollError::Registry(err)) => {
                 entry.error = Some(err.to_string());
                 entry.failures = entry.failures.saturating_add(1);
             }
@@ -160,16 +213,16 @@ impl OciPlugins {
         outcome.map(|(moved, _)| moved)
     }
 
-    async fn poll_once(&self, reference: &PluginReference) -> Result<(bool, String), OciError> {
+    async fn poll_once(&self, reference: &PluginReference) -> Result<(bool, String), PollError> {
         let current = {
             let store = self.store.clone();
             let reference = reference.clone();
-            tokio::task::spawn_blocking(move || store.current(&reference)).await.map_err(
-                |err| OciError::Store {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other(err.to_string()),
-                },
-            )??
+            self.blocking(move || {
+                // A record whose build is gone (removed as damaged) is not
+                // held: the build is pulled again.
+                Ok(store.current(&reference)?.filter(|stored| store.holds(&stored.layer_digest)))
+            })
+            .await?
         };
         if let Some(current) = &current
             && !reference.follows_tag()
@@ -180,9 +233,33 @@ impl OciPlugins {
         if current.as_ref().is_some_and(|current| current.manifest_digest == manifest_digest) {
             return Ok((false, manifest_digest));
         }
-        let pulled =
-            proxyfleet_oci::pull(&self.registries, reference, Some(&manifest_digest), self.limits)
-                .await?;
+        let refused_before = self
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reference.as_str())
+            .is_some_and(|refused| *refused == manifest_digest);
+        if refused_before {
+            return Ok((false, manifest_digest));
+        }
+        let pulled = match proxyfleet_oci::pull(
+            &self.registries,
+            reference,
+            Some(&manifest_digest),
+            self.limits,
+        )
+        .await
+        {
+            Ok(pulled) => pulled,
+            Err(source) if source.refuses_the_build() => {
+                self.refused
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(reference.to_string(), manifest_digest.clone());
+                return Err(PollError::Refused { manifest_digest, source });
+            }
+            Err(source) => return Err(PollError::Registry(source)),
+        };
         tracing::info!(
             plugin = %reference,
             manifest = %pulled.manifest_digest,
@@ -193,12 +270,7 @@ impl OciPlugins {
         let store = self.store.clone();
         let reference = reference.clone();
         let now = unix_seconds(SystemTime::now());
-        tokio::task::spawn_blocking(move || store.put(&reference, &pulled, now)).await.map_err(
-            |err| OciError::Store {
-                path: PathBuf::new(),
-                source: std::io::Error::other(err.to_string()),
-            },
-        )??;
+        self.blocking(move || store.put(&reference, &pulled, now)).await?;
         Ok((true, manifest_digest))
     }
 
@@ -225,6 +297,7 @@ impl StoredBuilds {
         let mut files = BTreeMap::new();
         for reference in &self.references {
             let name = reference.to_string();
+            let known = known.get(&name).map(String::as_str);
             let stored = match self.store.current(reference) {
                 Ok(Some(stored)) => stored,
                 Ok(None) => continue,
@@ -233,21 +306,29 @@ impl StoredBuilds {
                     continue;
                 }
             };
-            let digest = hex_of(&stored.layer_digest);
-            if known.get(&name).map(String::as_str) == Some(digest) {
+            if known == Some(hex_of(&stored.layer_digest)) {
                 continue;
             }
-            match self.store.read(&stored.layer_digest) {
-                Ok(bytes) => {
-                    let path = PathBuf::from(&name);
-                    files.insert(name, PluginFile { path, bytes, digest: digest.to_owned() });
+            match read_stored(&self.store, reference) {
+                Ok(Some(file)) => {
+                    files.insert(name, file);
                 }
-                // The store removed it; the next poll pulls it again.
+                Ok(None) => {}
+                // Removed by the store as damaged: the reference is not
+                // held any more, and the next poll pulls it again.
                 Err(err) => tracing::warn!(plugin = %name, "{err}"),
             }
         }
         files
     }
+}
+
+/// The build the store holds for `reference`, read and checked. Blocking.
+fn read_stored(store: &Store, reference: &PluginReference) -> Result<Option<PluginFile>, OciError> {
+    let Some(stored) = store.current(reference)? else { return Ok(None) };
+    let bytes = store.read(&stored.layer_digest)?;
+    let digest = hex_of(&stored.layer_digest).to_owned();
+    Ok(Some(PluginFile { path: PathBuf::from(reference.as_str()), bytes, digest }))
 }
 
 /// The hex of a `sha256:` digest, as revisions and pins name builds.

@@ -33,7 +33,7 @@ use crate::admission::{Refusal, check_pin_and_grants, refused_by_digest_pins};
 use crate::config::{EntryConfig, ProvidersConfig};
 use crate::engine::Runtime;
 use crate::error::{LoadError, RollbackError, RuntimeError};
-use crate::oci::{OciPlugins, StoredBuilds};
+use crate::oci::{OciPlugins, PollError, StoredBuilds};
 use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
@@ -456,13 +456,25 @@ impl Registry {
     /// Asks `reference`'s registry what it names now and pulls a build the
     /// store does not hold; true when the store moved, which the next
     /// [`Registry::rescan`] offers to the entries. See [`crate::follow`].
-    pub async fn poll_reference(
-        &self,
-        reference: &PluginReference,
-    ) -> Result<bool, proxyfleet_oci::OciError> {
+    pub async fn poll_reference(&self, reference: &PluginReference) -> Result<bool, PollError> {
         match &self.oci {
             Some(oci) => oci.poll(reference).await,
             None => Ok(false),
+        }
+    }
+
+    /// Records, for every entry naming `reference`, a build the poll
+    /// refused before it was read (its layout, size or digests), as a
+    /// refused candidate: listed, counted and reported as a refused file
+    /// is. The candidate's digest is its manifest's.
+    pub fn reject_pulled(&self, reference: &PluginReference, manifest_digest: &str, reason: &str) {
+        let candidate = Candidate::Failed {
+            digest: manifest_digest.trim_start_matches("sha256:").to_owned(),
+            reason: reason.to_owned(),
+            contract_version: None,
+        };
+        for entry in self.configs.values().filter(|entry| entry.plugin == reference.as_str()) {
+            self.reject(entry, &candidate, &Refusal::Load(reason.to_owned()));
         }
     }
 
