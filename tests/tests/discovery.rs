@@ -249,6 +249,10 @@ async fn without_tokens_reads_are_open_and_requests_that_change_state_are_refuse
         None,
         "the refused report changed nothing"
     );
+    // A route that does not exist is not a write: it is not found.
+    for method in ["PUT", "POST", "OPTIONS"] {
+        assert_eq!(call(addr, method, "/v1/nowhere", "", None).await.0, 404, "{method}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -556,19 +556,12 @@ async fn regression_a_damaged_stored_build_is_pulled_again_instead_of_failing_fo
     assert_eq!(std::fs::read(&stored).unwrap(), component, "the store holds the build again");
 }
 
-#[tokio::test]
-async fn a_tag_moved_to_an_artifact_of_another_kind_is_listed_as_refused_once() {
+/// Pushes a container image (not a component) to `repository:tag` as
+/// another tool would; answers its manifest digest.
+async fn push_container_image(setup: &Setup, repository: &str, tag: &str) -> String {
     use oci_client::client::{Config, ImageLayer};
     use oci_client::manifest::OciImageManifest;
 
-    let setup = Setup::new();
-    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
-    let tagged = setup.registry.reference("plugins/answer", "stable");
-    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
-    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
-    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
-
-    // A container image lands on the tag.
     let client = oci_client::Client::new(oci_client::client::ClientConfig {
         extra_root_certificates: vec![oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,
@@ -590,22 +583,61 @@ async fn a_tag_moved_to_an_artifact_of_another_kind_is_listed_as_refused_once() 
     let manifest = OciImageManifest::build(&layers, &image_config, None);
     let target = oci_client::Reference::with_tag(
         setup.registry.host.clone(),
-        "plugins/answer".to_owned(),
-        "stable".to_owned(),
+        repository.to_owned(),
+        tag.to_owned(),
     );
     client.push(&target, &layers, image_config, &auth, Some(manifest)).await.unwrap();
+    client.fetch_manifest_digest(&target, &auth).await.unwrap()
+}
 
+#[tokio::test]
+async fn a_tag_moved_to_an_artifact_of_another_kind_is_listed_as_refused_once() {
+    let setup = Setup::new();
+    let pinned = setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let held = pinned.rsplit_once('@').unwrap().1.to_owned();
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
+
+    let image = push_container_image(&setup, "plugins/answer", "stable").await;
     let refused = until_rejected(&registry, "tagged", 1).await;
     assert_eq!(refused.kind, RejectionKind::Load);
+    assert_eq!(refused.digest, image.trim_start_matches("sha256:"), "named by its manifest");
     assert!(
         refused.reason.contains("application/vnd.oci.image.config.v1+json"),
         "{}",
         refused.reason
     );
     assert_eq!(answer(&registry, "tagged").await, V1, "the serving build stays");
-    // Several polls later it is still refused once: not pulled again.
+    // Several polls later it is still refused once: not pulled again, and
+    // the status names what the store holds.
     tokio::time::sleep(POLL * 5).await;
-    assert_eq!(registry.revisions_of("tagged").unwrap().rejections, 1);
-    let status = registry.revisions_of("tagged").unwrap().pull.unwrap();
+    let revisions = registry.revisions_of("tagged").unwrap();
+    assert_eq!(revisions.rejections, 1);
+    let status = revisions.pull.unwrap();
     assert_eq!((status.error, status.failures), (None, 0), "the registry itself answered");
+    assert_eq!(status.manifest_digest.as_deref(), Some(held.as_str()));
+
+    // The tag moves on to a good build and back: the move back is refused
+    // (and listed) again.
+    setup.push("fixtures/answer-v2", "plugins/answer", "stable").await;
+    until_answer(&registry, "tagged", V2).await;
+    push_container_image(&setup, "plugins/answer", "stable").await;
+    until_rejected(&registry, "tagged", 2).await;
+    assert_eq!(answer(&registry, "tagged").await, V2);
+}
+
+#[tokio::test]
+async fn a_refused_build_at_a_cold_start_is_listed_and_its_entry_unavailable() {
+    let setup = Setup::new();
+    let image = push_container_image(&setup, "plugins/image", "1").await;
+    let pinned = format!("oci://{}/plugins/image@{image}", setup.registry.host);
+    let config = setup.providers(&format!("  - {{ name: pinned, plugin: '{pinned}' }}\n"));
+    let registry = load(&config, &setup.plugin_dir(), &setup.cache("cache")).await;
+    let reason = unavailable(&registry, "pinned");
+    assert!(reason.contains("application/vnd.oci.image.config.v1+json"), "{reason}");
+    let revisions = registry.revisions_of("pinned").unwrap();
+    assert_eq!(revisions.rejections, 1, "{revisions:?}");
+    assert_eq!(revisions.rejected[0].kind, RejectionKind::Load);
 }

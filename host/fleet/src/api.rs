@@ -169,7 +169,9 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let access = match (&method, segments.as_slice()) {
         (_, ["healthz" | "readyz" | "metrics"] | ["v1", "echo"]) => Access::Public,
-        (method, _) if method != Method::GET && method != Method::HEAD => Access::Write,
+        (&Method::POST, ["v1", "proxies", _, "report"] | ["v1", "leases"])
+        | (&Method::POST, ["v1", "leases", _, "renew"] | ["v1", "providers", _, "rollback"])
+        | (&Method::DELETE, ["v1", "leases", _]) => Access::Write,
         (&Method::GET, ["v1", "proxies"] | ["v1", "proxies", _] | ["v1", "providers"])
             if segments.get(2) != Some(&"next") =>
         {

@@ -56,6 +56,12 @@ impl Store {
             std::fs::create_dir_all(&sub)
                 .map_err(|source| OciError::Store { path: sub, source })?;
         }
+        // What a crash left half-written is of no use to anyone.
+        if let Ok(leftovers) = std::fs::read_dir(dir.join("tmp")) {
+            for leftover in leftovers.flatten() {
+                let _ = std::fs::remove_file(leftover.path());
+            }
+        }
         Ok(Self { dir, writing: Arc::default() })
     }
 
@@ -96,7 +102,12 @@ impl Store {
             .map_err(|source| OciError::Store { path: path.clone(), source })?;
         let actual = sha256(&bytes);
         if actual != layer_digest {
-            let _ = std::fs::remove_file(&path);
+            // Under the write lock, and only if it is still the bad copy: a
+            // put may have renamed a good one in meanwhile.
+            let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::fs::read(&path).is_ok_and(|now| sha256(&now) != layer_digest) {
+                let _ = std::fs::remove_file(&path);
+            }
             return Err(OciError::Digest {
                 reference: path.display().to_string(),
                 what: "stored component",

@@ -58,11 +58,18 @@ pub fn init(json: bool, verbose: u8, otlp_endpoint: Option<&str>) -> anyhow::Res
         _ => "trace",
     };
     let filter = || {
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
-            // The registry client logs a token server's whole answer (the
-            // token) at debug: never below info, whatever was asked for.
-            .add_directive(QUIET_REGISTRY_CLIENT.parse().expect("a valid directive"))
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        // The registry client logs a token server's whole answer (the
+        // token) at debug: capped at info whenever anything asks for more.
+        let verbose = filter
+            .max_level_hint()
+            .is_none_or(|level| level > tracing_subscriber::filter::LevelFilter::INFO);
+        if verbose {
+            filter.add_directive(QUIET_REGISTRY_CLIENT.parse().expect("a valid directive"))
+        } else {
+            filter
+        }
     };
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let stderr = if json { stderr.json().boxed() } else { stderr.boxed() };

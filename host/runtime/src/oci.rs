@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::config::ProvidersConfig;
 use crate::engine::Runtime;
-use crate::error::{LoadError, RuntimeError};
+use crate::error::RuntimeError;
 use crate::plugin::PluginFile;
 use crate::revisions::unix_seconds;
 
@@ -152,23 +152,21 @@ impl OciPlugins {
     pub(crate) async fn pull_cold(
         &self,
         reference: &PluginReference,
-    ) -> Result<PluginFile, LoadError> {
-        self.poll(reference).await.map_err(|err| LoadError::Pull { source: err.into_source() })?;
+    ) -> Result<PluginFile, PollError> {
+        self.poll(reference).await?;
         let store = self.store.clone();
         let only = reference.clone();
         let read = self.blocking(move || read_stored(&store, &only)).await;
         match read {
             Ok(Some(file)) => Ok(file),
-            Ok(None) => Err(LoadError::Pull {
-                source: OciError::Store {
-                    path: self.store.dir().to_owned(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        format!("{reference} was pulled but its record is gone"),
-                    ),
-                },
-            }),
-            Err(source) => Err(LoadError::Pull { source }),
+            Ok(None) => Err(PollError::Registry(OciError::Store {
+                path: self.store.dir().to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{reference} was pulled but its record is gone"),
+                ),
+            })),
+            Err(source) => Err(PollError::Registry(source)),
         }
     }
 
@@ -195,7 +193,8 @@ impl OciPlugins {
         let entry = status.entry(reference.to_string()).or_default();
         match &outcome {
             Ok((_, manifest_digest)) => {
-                entry.manifest_digest = Some(manifest_digest.clone());
+                entry.manifest_digest =
+                    Some(manifest_digest.clone()).filter(|digest| !digest.is_empty());
                 entry.checked_at = Some(unix_seconds(SystemTime::now()));
                 entry.error = None;
                 entry.failures = 0;
@@ -240,7 +239,9 @@ impl OciPlugins {
             .get(reference.as_str())
             .is_some_and(|refused| *refused == manifest_digest);
         if refused_before {
-            return Ok((false, manifest_digest));
+            // Nothing new: the status keeps naming what the store holds.
+            let held = current.map(|current| current.manifest_digest).unwrap_or_default();
+            return Ok((false, held));
         }
         let pulled = match proxyfleet_oci::pull(
             &self.registries,
@@ -270,7 +271,11 @@ impl OciPlugins {
         let store = self.store.clone();
         let reference = reference.clone();
         let now = unix_seconds(SystemTime::now());
+        let refused_key = reference.to_string();
         self.blocking(move || store.put(&reference, &pulled, now)).await?;
+        // The tag moved on to a build that passed: a later move back to the
+        // refused one is a move like any other.
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).remove(&refused_key);
         Ok((true, manifest_digest))
     }
 

@@ -251,22 +251,40 @@ impl Registry {
         Ok((registry, PendingLoad { files, cold }))
     }
 
-    /// Compiles the files [`Registry::open`] read, one at a time, and makes
+    /// Compiles the files [`Registry::open`] read that entries name, side by
+    /// side, then pulls the references the store does not hold, and makes
     /// each entry ready (or failed, with the reason) as soon as its plugin
     /// is compiled and bound. Rescans wait until it is done.
     pub async fn load_pending(&self, pending: PendingLoad) {
         let _one_at_a_time = self.scanning.lock().await;
         // Plugins compile side by side: an entry waits for its own plugin,
-        // not for every one before it.
-        futures::stream::iter(pending.files)
-            .for_each_concurrent(load_concurrency(), |(name, file)| async move {
-                self.load_first(&name, file).await;
-            })
-            .await;
+        // not for every one before it. A build under a second name (two
+        // equal files, a file and a pulled reference) waits for the first
+        // to compile and takes its revision.
+        let mut seen = std::collections::HashSet::new();
+        let (firsts, repeats): (Vec<_>, Vec<_>) =
+            pending.files.into_iter().partition(|(_, file)| match file {
+                Ok(file) => seen.insert(file.digest.clone()),
+                Err(_) => true,
+            });
+        for batch in [firsts, repeats] {
+            futures::stream::iter(batch)
+                .for_each_concurrent(load_concurrency(), |(name, file)| async move {
+                    self.load_first(&name, file).await;
+                })
+                .await;
+        }
         if let Some(oci) = &self.oci {
             futures::stream::iter(pending.cold)
                 .for_each_concurrent(load_concurrency(), |reference| async move {
-                    let file = oci.pull_cold(&reference).await;
+                    let file = match oci.pull_cold(&reference).await {
+                        Ok(file) => Ok(file),
+                        Err(PollError::Refused { manifest_digest, source }) => {
+                            self.reject_pulled(&reference, &manifest_digest, &source.to_string());
+                            Err(LoadError::Pull { source })
+                        }
+                        Err(PollError::Registry(source)) => Err(LoadError::Pull { source }),
+                    };
                     self.load_first(reference.as_str(), file).await;
                 })
                 .await;
@@ -290,7 +308,14 @@ impl Registry {
         let using: Vec<&EntryConfig> =
             self.configs.values().filter(|entry| entry.plugin == name).collect();
         if using.is_empty() {
-            self.not_used(name, file.ok().map(|file| file.digest));
+            match file {
+                Ok(file) => self.not_used(name, Some(file.digest)),
+                Err(err) => {
+                    self.lock()
+                        .plugins
+                        .insert(name.to_owned(), PluginLoad::Failed(err.to_string()));
+                }
+            }
             return;
         }
         let mut refused_by_pin = BTreeMap::new();
