@@ -2,13 +2,12 @@
 //! records in the embedded store, and runs the core reconciler, orphan
 //! collection and provider checks on them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt as _;
 use proxyfleet_core::gc::{GcReport, collect_orphans};
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::pool::{self, Member};
@@ -25,7 +24,8 @@ use proxyfleet_runtime::watch::WatchOptions;
 use proxyfleet_runtime::{EntryState, Registry, RollbackError, Runtime, RuntimeOptions};
 
 use crate::desired;
-use crate::error::Result;
+use crate::dispatch::{Dispatch, UNKNOWN_ENTRY_CONCURRENCY};
+use crate::error::{Error, Result};
 use crate::store::{ProxyRecord, Store, record_key};
 
 /// How a standalone installation runs.
@@ -57,8 +57,6 @@ pub struct Settings {
     pub gc_dry_run: bool,
     /// How often providers are checked.
     pub check_interval: Duration,
-    /// Proxies reconciled at once.
-    pub concurrency: usize,
     /// Quarantine, replacement and lease settings of the discovery catalog.
     pub fleet: FleetSettings,
     /// Health probes; `None` runs none, so no Proxy is ever handed out.
@@ -87,7 +85,6 @@ impl Settings {
             gc_min_age: Duration::from_secs(600),
             gc_dry_run: false,
             check_interval: Duration::from_secs(60),
-            concurrency: 16,
             fleet: FleetSettings::default(),
             health: None,
         }
@@ -389,29 +386,68 @@ impl Standalone {
     }
 
     /// Runs a pass for every record that is due; returns how many ran.
+    ///
+    /// Each entry has at most its `limits.concurrency` passes in flight
+    /// ([`Dispatch`]): the pass runs at the speed each entry's limits allow,
+    /// and a slow entry takes only its own slots.
     pub async fn reconcile_due(&self) -> usize {
         let now = Instant::now();
         let due: Vec<String> =
             self.schedule().iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
-        let count = due.len();
-        futures::stream::iter(due)
-            .map(|key| async move {
-                if let Err(err) = self.reconcile_one(&key).await {
-                    tracing::error!(proxy = %key, "reconcile failed: {err}");
-                    self.schedule().insert(key, Instant::now() + self.settings.policy.backoff_base);
+        // Due records by entry, each queue in the order it became due.
+        let mut waiting: BTreeMap<String, VecDeque<(String, ProxyRecord)>> = BTreeMap::new();
+        let mut count = 0;
+        for key in due {
+            match self.store.record(&key) {
+                Ok(Some(record)) => {
+                    count += 1;
+                    let queue = waiting.entry(record.desired.provider.clone()).or_default();
+                    queue.push_back((key, record));
                 }
-            })
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect::<()>()
-            .await;
+                Ok(None) => {
+                    self.schedule().remove(&key);
+                }
+                Err(err) => self.reconcile_failed(&key, &err),
+            }
+        }
+        let mut dispatch = Dispatch::new();
+        loop {
+            for (entry, queue) in &mut waiting {
+                let limit = self.entry_concurrency(entry);
+                while dispatch.has_room(entry, limit) {
+                    let Some((key, record)) = queue.pop_front() else { break };
+                    dispatch.start(key.clone(), entry.clone(), async move {
+                        if let Err(err) = self.reconcile_record(&key, record).await {
+                            self.reconcile_failed(&key, &err);
+                        }
+                    });
+                }
+            }
+            waiting.retain(|_, queue| !queue.is_empty());
+            if dispatch.next().await.is_none() {
+                break;
+            }
+        }
         count
     }
 
-    async fn reconcile_one(&self, key: &str) -> Result<()> {
-        let Some(mut record) = self.store.record(key)? else {
-            self.schedule().remove(key);
-            return Ok(());
-        };
+    /// How many passes of Proxies on `entry` may be in flight at once: its
+    /// `limits.concurrency`, as many as its plugin may have calls open.
+    fn entry_concurrency(&self, entry: &str) -> usize {
+        self.settings
+            .providers
+            .entries
+            .iter()
+            .find(|candidate| candidate.name == entry)
+            .map_or(UNKNOWN_ENTRY_CONCURRENCY, |found| found.limits.concurrency)
+    }
+
+    fn reconcile_failed(&self, key: &str, err: &Error) {
+        tracing::error!(proxy = %key, "reconcile failed: {err}");
+        self.schedule().insert(key.to_owned(), Instant::now() + self.settings.policy.backoff_base);
+    }
+
+    async fn reconcile_record(&self, key: &str, mut record: ProxyRecord) -> Result<()> {
         let provider = self.registry.provider(&record.desired.provider);
         let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
             Ok(provider) => Ok(provider.as_ref()),

@@ -6,6 +6,7 @@
 //! collection and provider checks the Kubernetes mode runs.
 
 pub mod desired;
+mod dispatch;
 mod driver;
 mod error;
 pub mod store;
