@@ -274,7 +274,13 @@ impl Request {
     pub fn send(self) -> Result<Response> {
         let (method, url) = (self.method, self.url.clone());
         let response = self.send_any_status()?;
-        match classify_status(method, &url, response.status, &response.body) {
+        match classify_answer(
+            method,
+            &url,
+            response.status,
+            response.reason_phrase(),
+            &response.body,
+        ) {
             Some(error) => Err(error),
             None => Ok(response),
         }
@@ -310,7 +316,12 @@ impl Request {
             // Enough of the body for the error message; the rest is dropped.
             let body = open.read_prefix(ERROR_BODY_BYTES);
             let status = open.status;
-            return Err(classify_status(open.method, &open.url, status, &body)
+            let reason = open
+                .headers
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(REASON_PHRASE_HEADER))
+                .map(|(_, value)| value.as_str());
+            return Err(classify_answer(open.method, &open.url, status, reason, &body)
                 .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {status}"))));
         }
         open.check_upload()?;
@@ -622,6 +633,12 @@ impl Response {
             .map(|(_, value)| value.as_str())
     }
 
+    /// The status line's reason phrase, when it was not the standard one
+    /// for the code ([`REASON_PHRASE_HEADER`]).
+    pub fn reason_phrase(&self) -> Option<&str> {
+        self.header(REASON_PHRASE_HEADER)
+    }
+
     /// The body as text, with invalid UTF-8 replaced.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -662,26 +679,63 @@ pub fn encode_component(text: &str) -> String {
     out
 }
 
+/// The response header in which the host hands over the status line's
+/// reason phrase when it is not the standard one for the code: `wasi:http`
+/// has no field for it, and some backends (Proxmox VE before 8.4) put their
+/// error text only there. The host sets it and drops one the backend sent.
+pub const REASON_PHRASE_HEADER: &str = "proxyfleet-reason-phrase";
+
 /// The error for an HTTP `status`, or `None` below 400.
 ///
 /// 401/403 → Unauthorized, 404 → NotFound, 409/423 → Conflict, 429 and 5xx →
 /// Transient, other 4xx → Permanent. The message holds the method, URL,
-/// status and a short excerpt of the body.
+/// status and a short excerpt of the body. [`classify_answer`] adds the
+/// reason phrase.
 pub fn classify_status(
     method: Method,
     url: &str,
     status: u16,
     body: &[u8],
 ) -> Option<ProviderError> {
+    classify_answer(method, url, status, None, body)
+}
+
+/// [`classify_status`], with the status line's `reason` phrase (see
+/// [`REASON_PHRASE_HEADER`]) after the status in the message.
+///
+/// ```
+/// use proxyfleet_sdk::http::{Method, classify_answer};
+/// let error = classify_answer(
+///     Method::Put,
+///     "https://pve:8006/api2/json/nodes/pve1/qemu/101/config",
+///     500,
+///     Some("VM 101 is locked (clone)"),
+///     br#"{"data":null}"#,
+/// )
+/// .expect("an error");
+/// assert!(error.message().contains("HTTP 500 VM 101 is locked (clone)"));
+/// ```
+pub fn classify_answer(
+    method: Method,
+    url: &str,
+    status: u16,
+    reason: Option<&str>,
+    body: &[u8],
+) -> Option<ProviderError> {
     if status < 400 {
         return None;
     }
     let excerpt = excerpt(body);
-    let message = if excerpt.is_empty() {
-        format!("{method} {}: HTTP {status}", redact_userinfo(url))
-    } else {
-        format!("{method} {}: HTTP {status}: {excerpt}", redact_userinfo(url))
-    };
+    let reason = reason.map(excerpt_text).filter(|reason| !reason.is_empty());
+    let mut message = format!("{method} {}: HTTP {status}", redact_userinfo(url));
+    if let Some(reason) = reason {
+        message.push(' ');
+        message.push_str(&reason);
+    }
+    if !excerpt.is_empty() {
+        message.push_str(": ");
+        message.push_str(&excerpt);
+    }
     Some(match status {
         401 | 403 => ProviderError::Unauthorized(message),
         404 => ProviderError::NotFound(message),
@@ -693,7 +747,11 @@ pub fn classify_status(
 
 /// The start of `body` as one line of text.
 fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
+    excerpt_text(&String::from_utf8_lossy(body))
+}
+
+/// The start of `text` as one line.
+fn excerpt_text(text: &str) -> String {
     let mut words = text.split_whitespace();
     let mut out = String::new();
     let mut chars = 0;

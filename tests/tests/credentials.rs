@@ -37,6 +37,10 @@ async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
     fetch.get(&url).await.unwrap();
     assert_eq!(server.seen()[1].header("authorization"), Some("Bearer s3cret-token-2"));
 
+    // Each request is one debug line with its path; a credential-like
+    // query value is not logged.
+    fetch.get(&format!("{url}?access_token=abc123xyz&page=2")).await.unwrap();
+
     // A backend that echoes the credential: the plugin quotes the body in
     // its error, and the host redacts it.
     server
@@ -49,4 +53,16 @@ async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
     let logged = logs.text();
     assert!(logged.contains("plugin.http{"), "requests are logged in spans: {logged}");
     assert!(!logged.contains("s3cret"), "the logs leak the secret:\n{logged}");
+    let answered: Vec<&str> = logged.lines().filter(|line| line.contains(" answered ")).collect();
+    assert_eq!(answered.len(), 4, "one line per request:\n{logged}");
+    assert!(
+        answered[0].contains("path=\"/api\"") && answered[0].contains("status=200"),
+        "{logged}"
+    );
+    assert!(answered[2].contains("path=\"/api?access_token=[redacted]&page=2\""), "{logged}");
+    assert!(answered[3].contains("status=401"), "{logged}");
+    // The fixture's provider ID is the URL itself, so the call's span shows
+    // it; the request's own fields do not.
+    let fields = answered[2].split(" answered ").nth(1).unwrap_or_default();
+    assert!(!fields.contains("abc123xyz"), "the request's line leaks a query token: {fields}");
 }

@@ -25,8 +25,9 @@ struct Fixture {
     sim: Simulator,
     provider: Arc<dyn Provider>,
     kv: Arc<MemoryKv>,
+    variant: Variant,
     _registry: Registry,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 #[derive(Clone, Copy)]
@@ -43,16 +44,29 @@ impl Setup {
     }
 }
 
-/// What a fixture gets wrong on purpose.
+/// What a fixture gets wrong on purpose, or does differently.
 #[derive(Clone, Copy)]
 struct Variant {
     token_in_file: Option<&'static str>,
     iso_storage: &'static str,
     trust_another_ca: bool,
+    /// The cluster's nodes, all in the entry's `nodes`; the template is on
+    /// the first.
+    nodes: &'static [&'static str],
+    /// More lines for the entry's config, indented as its keys.
+    extra_config: &'static str,
+    /// The PVE version the simulator answers as.
+    version: &'static str,
 }
 
-const CORRECT: Variant =
-    Variant { token_in_file: Some(TOKEN), iso_storage: "local", trust_another_ca: false };
+const CORRECT: Variant = Variant {
+    token_in_file: Some(TOKEN),
+    iso_storage: "local",
+    trust_another_ca: false,
+    nodes: &[NODE],
+    extra_config: "",
+    version: "8.4.1",
+};
 
 async fn fixture(setup: Setup) -> Fixture {
     fixture_with(setup, CORRECT).await
@@ -61,27 +75,39 @@ async fn fixture(setup: Setup) -> Fixture {
 async fn fixture_with(setup: Setup, variant: Variant) -> Fixture {
     let (ca, cert, key) = localhost_tls();
     let ca = if variant.trust_another_ca { localhost_tls().0 } else { ca };
-    let iso_storage = variant.iso_storage;
     let options = SimOptions {
         token: TOKEN.to_owned(),
-        nodes: vec![NODE.to_owned()],
+        nodes: variant.nodes.iter().map(|node| (*node).to_owned()).collect(),
         iso_storages: vec!["local".to_owned()],
+        version: variant.version.to_owned(),
         clone_duration: Duration::from_millis(setup.clone_ms),
         task_duration: Duration::from_millis(50),
         agent_delay: Duration::from_millis(200),
         ..SimOptions::default()
     };
     let sim = Simulator::start(options, &cert, &key).await.expect("simulator starts");
-    sim.add_template(NODE, TEMPLATE, "debian-12", 8);
+    sim.add_template(variant.nodes[0], TEMPLATE, "debian-12", 8);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin("proxmox"), dir.path().join("proxmox.wasm")).unwrap();
-    let ca_file = dir.path().join("pve-ca.pem");
-    std::fs::write(&ca_file, ca).unwrap();
-    let token_file = dir.path().join("pve-token");
+    std::fs::write(dir.path().join("pve-ca.pem"), ca).unwrap();
     if let Some(token) = variant.token_in_file {
-        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        std::fs::write(dir.path().join("pve-token"), format!("{token}\n")).unwrap();
     }
+    let kv = Arc::new(MemoryKv::new());
+    let (registry, provider) = load(&sim, &kv, dir.path(), setup, variant).await;
+    Fixture { sim, provider, kv, variant, _registry: registry, dir }
+}
+
+/// Loads the `pve` entry for `setup` against `sim`, its CA and token files
+/// in `dir`.
+async fn load(
+    sim: &Simulator,
+    kv: &Arc<MemoryKv>,
+    dir: &std::path::Path,
+    setup: Setup,
+    variant: Variant,
+) -> (Registry, Arc<dyn Provider>) {
     let port = sim.addr().port();
     let yaml = format!(
         "providers:
@@ -90,12 +116,12 @@ async fn fixture_with(setup: Setup, variant: Variant) -> Fixture {
     proxyAddresses: ['127.0.0.0/8']
     config:
       url: https://localhost:{port}
-      nodes: [{NODE}]
+      nodes: [{nodes}]
       templates: {{ debian-12: {TEMPLATE} }}
       isoStorage: {iso_storage}
       vmidRange: {{ first: {first}, last: {last} }}
       taskPollMs: 50
-    limits: {{ timeout: {timeout}s, concurrency: 20 }}
+{extra}    limits: {{ timeout: {timeout}s, concurrency: 20 }}
     grants:
       caFile: {ca}
       http:
@@ -103,24 +129,34 @@ async fn fixture_with(setup: Setup, variant: Variant) -> Fixture {
           allowAddresses: [127.0.0.1, '::1']
           credential: {{ header: Authorization, valueTemplate: 'PVEAPIToken={{secret}}', secretFile: {token} }}
 ",
+        nodes = variant.nodes.join(", "),
+        iso_storage = variant.iso_storage,
+        extra = variant.extra_config,
         first = setup.first,
         last = setup.last,
         timeout = setup.timeout_secs,
-        ca = ca_file.display(),
-        token = token_file.display(),
+        ca = dir.join("pve-ca.pem").display(),
+        token = dir.join("pve-token").display(),
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let kv = Arc::new(MemoryKv::new());
-    let registry =
-        Registry::load(&runtime, &config, dir.path(), Arc::clone(&kv) as Arc<dyn KvStore>)
-            .await
-            .expect("plugin directory readable");
+    let registry = Registry::load(&runtime, &config, dir, Arc::clone(kv) as Arc<dyn KvStore>)
+        .await
+        .expect("plugin directory readable");
     let provider = registry.provider("pve").expect("the pve entry is ready");
-    Fixture { sim, provider, kv, _registry: registry, _dir: dir }
+    (registry, provider)
 }
 
 impl Fixture {
+    /// Loads the entry again with `setup` (a `vmidRange` edit, say), over
+    /// the same cluster and key-value store.
+    async fn reload(&mut self, setup: Setup) {
+        let (registry, provider) =
+            load(&self.sim, &self.kv, self.dir.path(), setup, self.variant).await;
+        self._registry = registry;
+        self.provider = provider;
+    }
+
     fn spec(&self, name: &str) -> ProxySpec {
         SpecBuilder::new(name).port(self.sim.proxy_port()).build()
     }
@@ -473,6 +509,184 @@ async fn a_slow_cluster_times_out_and_the_retry_converges() {
     f.delete_and_assert_gone(&instance.provider_id).await;
     assert!(f.sim.isos(NODE, "local").is_empty());
     assert_eq!(f.claims().await, 0);
+}
+
+/// Requests that change something (anything but `GET`) naming `vmid`.
+fn mutations_on(f: &Fixture, vmid: u32) -> Vec<String> {
+    f.sim
+        .requests()
+        .into_iter()
+        .filter(|line| !line.starts_with("GET") && line.contains(&format!("/{vmid}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_our_hibernated_vm_is_a_permanent_error_and_not_a_conflict_forever() {
+    let f = fixture(Setup::range(180_000, 180_999)).await;
+    let spec = f.spec("sleeper");
+    let instance = f.provider.create(&spec).await.expect("create");
+    let vmid: u32 = instance.provider_id.parse().unwrap();
+    f.sim.hibernate(vmid);
+    let before = mutations_on(&f, vmid).len();
+    for _ in 0..2 {
+        let err = f.provider.create(&spec).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+        assert!(err.message.contains("hibernated") && err.message.contains("qm start"), "{err}");
+    }
+    assert_eq!(mutations_on(&f, vmid).len(), before, "a hibernated VM is left as it is");
+    assert_eq!(f.sim.vm(vmid).unwrap().lock.as_deref(), Some("suspended"));
+    assert_eq!(f.sim.clones_started(), 1, "and never replaced by a second clone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_template_without_the_boot_disk_is_refused_before_any_clone() {
+    let virtio = Variant { extra_config: "      bootDisk: virtio0\n", ..CORRECT };
+    let f = fixture_with(Setup::range(181_000, 181_999), virtio).await;
+    for _ in 0..2 {
+        let err = f.provider.create(&f.spec("shapeless")).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidConfig, "{err}");
+        assert!(err.message.contains("`bootDisk`") && err.message.contains("virtio0"), "{err}");
+    }
+    assert_eq!(f.sim.clones_started(), 0, "nothing is cloned from a template of the wrong shape");
+    assert!(f.vm_ids().is_empty());
+    assert_eq!(f.claims().await, 0, "no VMID is claimed for it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_adopting_our_vm_needs_no_template() {
+    let f = fixture(Setup::range(182_000, 182_999)).await;
+    let spec = f.spec("kept");
+    let instance = f.provider.create(&spec).await.expect("create");
+    f.sim.remove_vm(TEMPLATE);
+    let again = f.provider.create(&spec).await.expect("a retry adopts with the template gone");
+    assert_eq!(again.provider_id, instance.provider_id);
+    // A new Proxy does need it, and nothing is claimed or cloned for it.
+    let err = f.provider.create(&f.spec("new")).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidConfig, "{err}");
+    assert!(err.message.contains("templates.debian-12"), "{err}");
+    assert_eq!(f.sim.clones_started(), 1);
+    assert_eq!(f.claims().await, 1);
+    f.delete_and_assert_gone(&instance.provider_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_offline_node_fails_neither_list_nor_deleting_a_proxy_whose_vm_is_gone() {
+    let two_nodes = Variant { nodes: &[NODE, "pve2"], ..CORRECT };
+    let f = fixture_with(Setup::range(183_000, 183_999), two_nodes).await;
+    let create_on = |name: &'static str, node: &'static str| {
+        let spec = SpecBuilder::new(name).port(f.sim.proxy_port()).placement("node", node).build();
+        let provider = Arc::clone(&f.provider);
+        async move { provider.create(&spec).await.expect("create") }
+    };
+    let here = create_on("here", NODE).await;
+    let gone = create_on("gone", NODE).await;
+    let away = create_on("away", "pve2").await;
+    let gone_vmid: u32 = gone.provider_id.parse().unwrap();
+    f.sim.remove_vm(gone_vmid);
+
+    f.sim.set_faults(Faults { offline_nodes: vec!["pve2".to_owned()], ..Faults::default() });
+    let listed = f.provider.list().await.expect("list works with a node offline");
+    let ids: BTreeSet<String> = listed.iter().map(|i| i.provider_id.clone()).collect();
+    assert_eq!(ids, BTreeSet::from([here.provider_id.clone(), away.provider_id.clone()]));
+    let on_pve2 = listed.iter().find(|i| i.provider_id == away.provider_id).unwrap();
+    assert_eq!(
+        on_pve2.mark.as_ref().map(|m| m.uid.as_str()),
+        away.mark.as_ref().map(|m| m.uid.as_str()),
+        "our VM on the offline node is known by its claim"
+    );
+
+    // pveproxy's 595 carries its reason only in the status line.
+    let health = f.provider.check().await;
+    assert!(
+        health.issues.iter().any(|issue| issue.message.contains("pve2")
+            && issue.message.contains("HTTP 595 No route to host")),
+        "{health:?}"
+    );
+
+    f.provider.delete(&gone.provider_id).await.expect("a VM already gone is deleted");
+    f.delete_and_assert_gone(&here.provider_id).await;
+    let err = f.provider.delete(&away.provider_id).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    assert!(err.message.contains("offline"), "{err}");
+
+    f.sim.set_faults(Faults::default());
+    f.provider.delete(&away.provider_id).await.expect("deleted once its node is back");
+    assert!(f.vm_ids().is_empty());
+    for node in [NODE, "pve2"] {
+        assert!(f.sim.isos(node, "local").is_empty(), "{node}: {:?}", f.sim.isos(node, "local"));
+    }
+    assert_eq!(f.claims().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_half_made_vm_is_adopted_after_a_vmid_range_edit() {
+    let mut f = fixture(Setup::range(184_000, 184_999)).await;
+    let spec = f.spec("halfway");
+    // The clone lands, then the upload of its seed fails: the VM has our
+    // name and mark, but no tag and no seed.
+    f.sim.set_faults(Faults { drop_upload: true, ..Faults::default() });
+    let err = f.provider.create(&spec).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    f.sim.set_faults(Faults::default());
+    let half_made = *f.vm_ids().first().expect("the clone landed");
+
+    f.reload(Setup::range(185_000, 185_999)).await;
+    let listed = f.provider.list().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].provider_id, half_made.to_string());
+    let instance = f.provider.create(&spec).await.expect("the retry adopts");
+    assert_eq!(instance.provider_id, half_made.to_string());
+    assert_eq!(f.sim.clones_started(), 1, "no duplicate is cloned");
+    f.wait_running(&instance.provider_id).await;
+    f.delete_and_assert_gone(&instance.provider_id).await;
+    assert_eq!(f.claims().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_clone_still_running_is_adopted_after_a_vmid_range_edit() {
+    let mut f = fixture(Setup { clone_ms: 1500, ..Setup::range(186_000, 186_999) }).await;
+    let spec = f.spec("inflight");
+    let first = {
+        let (provider, spec) = (Arc::clone(&f.provider), spec.clone());
+        tokio::spawn(async move { provider.create(&spec).await })
+    };
+    let started = Instant::now();
+    while !f.sim.vms().iter().any(|vm| vm.lock.as_deref() == Some("clone")) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the clone never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f.reload(Setup::range(187_000, 187_999)).await;
+    let during = f.provider.create(&spec).await.expect("a create during the clone adopts");
+    let first = first.await.unwrap().expect("the first create finishes");
+    assert_eq!(during.provider_id, first.provider_id);
+    assert_eq!(f.sim.clones_started(), 1, "no duplicate is cloned");
+    f.delete_and_assert_gone(&first.provider_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pve_error_texts_are_recognised_in_the_reason_phrase_and_in_the_body() {
+    // Before 8.4 the text is only in the status line's reason phrase.
+    for version in ["8.3.2", "8.4.1", "9.0.3"] {
+        let variant = Variant { version, ..CORRECT };
+        let f = fixture_with(Setup::range(188_000, 188_999), variant).await;
+        // Right after the start the guest agent is not running yet: that is
+        // provisioning, not a failed create.
+        let instance = f.provider.create(&f.spec("texts")).await.expect(version);
+        let vmid: u32 = instance.provider_id.parse().unwrap();
+
+        f.sim.set_faults(Faults { lock_timeout: true, ..Faults::default() });
+        let err = f.provider.create(&f.spec("lock-timeout")).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Conflict, "{version}: {err}");
+        assert!(err.message.contains("got timeout"), "{version}: {err}");
+        f.sim.set_faults(Faults::default());
+
+        f.sim.set_lock(vmid, Some("backup"));
+        let err = f.provider.delete(&instance.provider_id).await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Conflict, "{version}: {err}");
+        assert!(err.message.contains("is locked (backup)"), "{version}: {err}");
+        f.sim.set_lock(vmid, None);
+        f.delete_and_assert_gone(&instance.provider_id).await;
+    }
 }
 
 /// The lifecycle against a real cluster. Needs `PROXMOX_TEST_URL`

@@ -4,7 +4,7 @@
 //! then collects the answers. The host still applies the entry's grants,
 //! address policy, credential and limits to each request.
 
-use proxyfleet_sdk::http::{Method, classify_status};
+use proxyfleet_sdk::http::{Method, REASON_PHRASE_HEADER, classify_answer};
 use proxyfleet_sdk::{ProviderError, Result};
 use serde_json::Value;
 use wasip2::http::outgoing_handler;
@@ -78,12 +78,17 @@ fn receive(future: &FutureIncomingResponse, url: &str) -> Result<Value> {
         _ => return Err(ProviderError::Transient(format!("GET {url}: no response"))),
     };
     let status = response.status();
+    let reason = response
+        .headers()
+        .get(REASON_PHRASE_HEADER)
+        .first()
+        .map(|value| String::from_utf8_lossy(value).into_owned());
     let incoming = response.consume().map_err(|()| {
         ProviderError::Transient(format!("GET {url}: response body already taken"))
     })?;
     let body = read(&incoming, url)?;
     drop(IncomingBody::finish(incoming));
-    if let Some(error) = classify_status(Method::Get, url, status, &body) {
+    if let Some(error) = classify_answer(Method::Get, url, status, reason.as_deref(), &body) {
         return Err(error);
     }
     let envelope: Value = serde_json::from_slice(&body).map_err(|error| {

@@ -8,26 +8,33 @@
 //!   entry's key-value store, so concurrent creates never pick the same
 //!   one and a VM still being cloned (no name, no mark yet: PVE writes a
 //!   temporary config holding only `lock: clone`) can be recognised as ours.
-//! - A taken VMID is inspected, lock first: a clone in progress is ours when
-//!   our claim says so, anything else is ours only when its description
-//!   carries our ownership mark for this UID; someone else's VM is skipped
-//!   without waiting on its lock.
+//! - A create first looks for our VM anywhere in the cluster: by its name
+//!   and our ownership mark for this UID once cloned, by our claim while
+//!   the clone runs. So a retry adopts, also after `vmidRange` was edited.
+//!   Only then are the template (its boot disk too) and the ISO storage
+//!   checked and a free VMID claimed: adopting needs no template, and a bad
+//!   template never leaves a half-made clone.
+//! - A hibernated VM of ours (`lock: suspended`) is a permanent error: it
+//!   was hibernated on purpose, and nothing a retry does would change it.
+//! - An offline node fails only what needs it: `list` tells our VMs there
+//!   by the claims on their VMIDs (their configs cannot be read), and a
+//!   delete whose VM is gone skips the node when looking for the seed.
 //! - After the clone: the NoCloud seed ISO is uploaded, cores, memory,
 //!   agent, `ide2`, `net0` and the `proxyfleet` tag are set, the boot disk
 //!   grows to `diskGiB` (never shrinks), and the VM starts.
 //!
 //! See `docs/providers/proxmox.md` for the config and the PVE role.
 
+mod claim;
 mod config;
 mod fanout;
 mod pve;
 mod vm;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proxyfleet_sdk::http::{Method, encode_component};
-use proxyfleet_sdk::kv::{self, CasOutcome};
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
     PluginInfo, Provider, ProviderError, ProxySpec, Result, export_provider, iso, log,
@@ -72,93 +79,109 @@ fn vm_config(client: &Client, node: &str, vmid: u32) -> Result<Value> {
     client.get(&format!("{}/config", vm_path(node, vmid)), &[])
 }
 
-fn claim_key(vmid: u32) -> String {
-    format!("vmid/{vmid}")
-}
-
-/// The UID holding the claim on `vmid`, if any.
-fn claim_holder(vmid: u32) -> Result<Option<String>> {
-    Ok(kv::get(&claim_key(vmid))?.map(|entry| String::from_utf8_lossy(&entry.value).into_owned()))
-}
-
-/// Claims `vmid` for `uid`; false when another UID holds it.
-fn claim(vmid: u32, uid: &str) -> Result<bool> {
-    match kv::compare_and_swap(&claim_key(vmid), None, Some(uid.as_bytes()))? {
-        CasOutcome::Applied(_) => Ok(true),
-        CasOutcome::Conflict(Some(entry)) => Ok(entry.value == uid.as_bytes()),
-        // Deleted between the two looks: nobody holds it, but let the next
-        // round decide rather than loop here.
-        CasOutcome::Conflict(None) => Ok(false),
+/// Whether `vm` is our VM for `uid`: it carries our name and, in its
+/// config, our mark for that UID. The name is in the cluster listing, so a
+/// VM with another name (on an unreachable node too) is settled without
+/// reading its config.
+fn is_ours(client: &Client, vm: &VmEntry, uid: &str, name: &str) -> Result<bool> {
+    if vm.template || vm.name.as_deref() != Some(name) {
+        return Ok(false);
     }
-}
-
-fn release(vmid: u32) -> Result<()> {
-    if let Some(entry) = kv::get(&claim_key(vmid))? {
-        let _ = kv::compare_and_swap(&entry.key, Some(entry.version), None)?;
-    }
-    Ok(())
-}
-
-/// What a candidate VMID holds, for a create of `uid`.
-enum Candidate {
-    Ours { cloning: bool },
-    Foreign,
-}
-
-fn inspect(client: &Client, vm: &VmEntry, uid: &str) -> Result<Candidate> {
-    if vm.template {
-        return Ok(Candidate::Foreign);
-    }
-    // The lock comes first: a VM being cloned has neither name nor mark.
-    if let Some(lock) = &vm.lock
-        && vm::is_creation_lock(lock)
-    {
-        let ours = claim_holder(vm.vmid)?.as_deref() == Some(uid);
-        return Ok(if ours { Candidate::Ours { cloning: true } } else { Candidate::Foreign });
+    if vm.status == "unknown" {
+        return Err(ProviderError::Transient(format!(
+            "VM {} with this Proxy's name is on node {}, which is offline; the create carries \
+             on once the node is back",
+            vm.vmid, vm.node
+        )));
     }
     let config = vm_config(client, &vm.node, vm.vmid)?;
-    Ok(match vm::mark_of(&config) {
-        Some(mark) if mark.uid == uid => Candidate::Ours { cloning: false },
-        _ => Candidate::Foreign,
-    })
+    Ok(vm::mark_of(&config).is_some_and(|mark| mark.uid == uid))
 }
 
-/// Where a create goes.
-enum Slot {
-    /// Our VM already exists (maybe still being cloned).
-    Adopt { vmid: u32, cloning: bool },
-    /// Claimed for us and free: clone into it.
-    Free(u32),
+/// Our VM for a UID, as a create finds it.
+struct Found {
+    vmid: u32,
+    /// Still being cloned: no name and no mark yet.
+    cloning: bool,
 }
 
-fn find_slot(
+/// Our VM for `uid` wherever it is in the cluster: by its name once cloned,
+/// by our claim on its VMID while the clone runs (it has no name yet).
+/// Looking beyond the UID's candidates in the current `vmidRange` keeps a
+/// VM made before the range was edited from being cloned a second time.
+fn find_ours(
     client: &Client,
-    config: &Config,
     uid: &str,
+    name: &str,
     vms: &BTreeMap<u32, VmEntry>,
-) -> Result<Slot> {
+) -> Result<Option<Found>> {
+    for vm in vms.values() {
+        if vm.lock.as_deref().is_some_and(vm::is_creation_lock) {
+            // Clones in flight are few; only they need a look at the claims.
+            if !vm.template && claim::get(vm.vmid)?.is_some_and(|claim| claim.uid == uid) {
+                return Ok(Some(Found { vmid: vm.vmid, cloning: true }));
+            }
+        } else if is_ours(client, vm, uid, name)? {
+            return Ok(Some(Found { vmid: vm.vmid, cloning: false }));
+        }
+    }
+    Ok(None)
+}
+
+/// The first of the UID's candidate VMIDs that holds no VM and that we
+/// could claim, with the mark its clone is to carry.
+fn claim_free(
+    config: &Config,
+    mark: &OwnershipMark,
+    vms: &BTreeMap<u32, VmEntry>,
+) -> Result<(u32, OwnershipMark)> {
     let range = config.vmid_range.first..=config.vmid_range.last;
     for attempt in 0..PROBES {
-        let Some(vmid) = proxyfleet_sdk::derive_number(uid, range.clone(), attempt) else { break };
-        match vms.get(&vmid) {
-            Some(vm) => match inspect(client, vm, uid)? {
-                Candidate::Ours { cloning } => return Ok(Slot::Adopt { vmid, cloning }),
-                Candidate::Foreign => {
-                    log::debug!("VMID taken by another VM, trying the next", vmid = vmid)
-                }
-            },
-            None => {
-                if claim(vmid, uid)? {
-                    return Ok(Slot::Free(vmid));
-                }
-                log::debug!("VMID claimed by another proxy, trying the next", vmid = vmid);
-            }
+        let Some(vmid) = proxyfleet_sdk::derive_number(&mark.uid, range.clone(), attempt) else {
+            break;
+        };
+        if vms.contains_key(&vmid) {
+            log::debug!("VMID taken by another VM, trying the next", vmid = vmid);
+        } else if let Some(mark) = claim::take(vmid, mark)? {
+            return Ok((vmid, mark));
+        } else {
+            log::debug!("VMID claimed by another proxy, trying the next", vmid = vmid);
         }
     }
     Err(ProviderError::QuotaExceeded(format!(
         "no free VMID among the first {PROBES} candidates in vmidRange {}..={}; widen config key `vmidRange`",
         config.vmid_range.first, config.vmid_range.last
     )))
+}
+
+/// The template for a new clone, checked before any clone exists: it must
+/// be a template on the cluster, and its boot disk must have a size for
+/// `diskGiB` to grow. Returns its node.
+fn template_for_clone(
+    client: &Client,
+    config: &Config,
+    image: &str,
+    template: u32,
+    vms: &BTreeMap<u32, VmEntry>,
+) -> Result<String> {
+    let node = match vms.get(&template) {
+        Some(vm) if vm.template => vm.node.clone(),
+        _ => {
+            return Err(ProviderError::InvalidConfig(format!(
+                "config key `templates.{image}`: VM {template} is not a template on the cluster"
+            )));
+        }
+    };
+    let template_config = vm_config(client, &node, template)?;
+    let boot_disk = template_config.get(&config.boot_disk).and_then(Value::as_str);
+    if boot_disk.and_then(vm::disk_size_gib).is_none() {
+        return Err(ProviderError::InvalidConfig(format!(
+            "config key `bootDisk`: template VM {template} (`templates.{image}`) has no disk `{}` \
+             with a size; set `bootDisk` to the template's boot disk (e.g. scsi0, virtio0)",
+            config.boot_disk
+        )));
+    }
+    Ok(node)
 }
 
 /// Waits until `vmid` loses its lock; `None` when it vanished (a failed
@@ -216,26 +239,21 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
 
     for _ in 0..ROUNDS {
         let vms = list_vms(&client)?;
-        let template_node = match vms.get(&template) {
-            Some(vm) if vm.template => vm.node.clone(),
-            _ => {
-                return Err(ProviderError::InvalidConfig(format!(
-                    "config key `templates.{}`: VM {template} is not a template on the cluster",
-                    spec.image
-                )));
-            }
-        };
-        let vmid = match find_slot(&client, &config, &spec.uid, &vms)? {
-            Slot::Adopt { vmid, cloning } => {
+        let vmid = match find_ours(&client, &spec.uid, &name, &vms)? {
+            Some(Found { vmid, cloning }) => {
+                // Adopting needs nothing of the template: it may be gone.
                 log::info!("adopting our VM", vmid = vmid, cloning = cloning);
                 if cloning && wait_unlocked(&client, vmid)?.is_none() {
                     continue;
                 }
                 vmid
             }
-            Slot::Free(vmid) => {
-                // A missing ISO storage would only show after the clone, and
-                // leave a VM that cannot be finished; ask first.
+            None => {
+                // What a clone needs is checked before a VMID is claimed or
+                // a clone exists: a bad template or a missing ISO storage
+                // would otherwise leave a VM that cannot be finished.
+                let template_node =
+                    template_for_clone(&client, &config, &spec.image, template, &vms)?;
                 let storage_path = format!(
                     "/nodes/{}/storage/{}/status",
                     encode_component(&node),
@@ -243,6 +261,7 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
                 );
                 client.get(&storage_path, &[])?;
                 let mark = OwnershipMark::for_spec(spec, proxyfleet_sdk::now_unix());
+                let (vmid, mark) = claim_free(&config, &mark, &vms)?;
                 let mut params = vec![
                     ("newid", vmid.to_string()),
                     ("name", name.clone()),
@@ -264,7 +283,7 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
                     Ok(()) => vmid,
                     Err(error) if pve::recognise(error.message()) == Some(Fault::VmidTaken) => {
                         // Someone outside this entry took it since we looked.
-                        release(vmid)?;
+                        claim::release(vmid)?;
                         continue;
                     }
                     Err(error) => return Err(error),
@@ -289,6 +308,14 @@ fn finish(
         ProviderError::Transient(format!("VM {vmid} vanished while it was being set up"))
     })?;
     let node = vm.node.clone();
+    if let Some(lock) = vm.lock.as_deref()
+        && vm::is_hibernation_lock(lock)
+    {
+        return Err(ProviderError::Permanent(format!(
+            "VM {vmid} on {node} is hibernated (lock `{lock}`) and is left as it is: start it \
+             in PVE to resume it (`qm start {vmid}`), or delete the Proxy"
+        )));
+    }
     let path = vm_path(&node, vmid);
     let current = client.get(&format!("{path}/status/current"), &[])?;
     if current.get("status").and_then(Value::as_str) != Some("running") {
@@ -432,8 +459,40 @@ fn delete_seed(client: &Client, config: &Config, node: &str, vmid: u32) -> Resul
     }
 }
 
+/// Nodes the cluster reports as not online (`/cluster/resources`): their
+/// API cannot be reached through the node we ask.
+fn offline_nodes(client: &Client) -> Result<BTreeSet<String>> {
+    let nodes = client.get("/cluster/resources", &[("type", "node".to_owned())])?;
+    Ok(nodes
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|entry| entry.get("status").and_then(Value::as_str) != Some("online"))
+                .filter_map(|entry| entry.get("node").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Deletes the seed of a VM that is gone, on every node it may be on. An
+/// offline node is skipped (with a warning naming the file): failing here
+/// would keep a deleted Proxy waiting for a node that may never return,
+/// for a file of a few KiB.
 fn delete_seed_everywhere(client: &Client, config: &Config, vmid: u32) -> Result<()> {
-    config.nodes.iter().try_for_each(|node| delete_seed(client, config, node, vmid))
+    let offline = offline_nodes(client)?;
+    for node in &config.nodes {
+        if offline.contains(node) {
+            log::warn!(
+                "node offline: its seed ISO for the VM, if any, is left; remove it once the node is back",
+                node = node,
+                volume = format!("{}:iso/{}", config.iso_storage, vm::seed_name(vmid))
+            );
+            continue;
+        }
+        delete_seed(client, config, node, vmid)?;
+    }
+    Ok(())
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
@@ -446,12 +505,12 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
     let vms = list_vms(&client)?;
     let Some(vm) = vms.get(&vmid) else {
         delete_seed_everywhere(&client, &config, vmid)?;
-        return release(vmid);
+        return claim::release(vmid);
     };
     if let Some(lock) = &vm.lock
         && vm::is_creation_lock(lock)
     {
-        if claim_holder(vmid)?.is_some() {
+        if claim::get(vmid)?.is_some() {
             return Err(ProviderError::Conflict(format!(
                 "VM {vmid} is still being cloned; it is deleted once the clone task ends"
             )));
@@ -459,6 +518,12 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
         // Someone else's VM being made at a VMID that was ours.
         delete_seed_everywhere(&client, &config, vmid)?;
         return Ok(());
+    }
+    if vm.status == "unknown" {
+        return Err(ProviderError::Transient(format!(
+            "VM {vmid} is on node {}, which is offline; it is deleted once the node is back",
+            vm.node
+        )));
     }
     let path = vm_path(&vm.node, vmid);
     let vm_config = vm_config(&client, &vm.node, vmid)?;
@@ -479,7 +544,19 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
         other => other?,
     }
     log::info!("destroyed", vmid = vmid, node = vm.node);
-    release(vmid)
+    claim::release(vmid)
+}
+
+fn listed(vm: &VmEntry, mark: OwnershipMark, state: InstanceState) -> Instance {
+    Instance {
+        provider_id: vm.vmid.to_string(),
+        name: vm.name.clone().unwrap_or_default(),
+        state,
+        addresses: Vec::new(),
+        port: None,
+        created_at: Some(mark.created_at),
+        mark: Some(mark),
+    }
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
@@ -489,9 +566,25 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
     let mut instances = Vec::new();
     for vm in list_vms(&client)?.values() {
         // The tag is set after the clone; a VM whose setup was cut short
-        // only has the mark, so VMs in our range are looked at too.
-        let candidate = vm.has_tag() || range.contains(&vm.vmid);
+        // only has the mark (and our name), so VMs in our range or with a
+        // name like ours are looked at too: after a `vmidRange` edit, ours
+        // may be outside it.
+        let candidate = vm.has_tag()
+            || range.contains(&vm.vmid)
+            || vm.name.as_deref().is_some_and(vm::has_our_name);
         if !candidate || vm.template || vm.lock.as_deref().is_some_and(vm::is_creation_lock) {
+            continue;
+        }
+        if vm.status == "unknown" {
+            // Its node is offline and its config cannot be read: our claim
+            // on the VMID says whose it is, so that the VM is neither lost
+            // to a delete that looks for it nor failing the whole list. Its
+            // state is unknown; it serves nothing we can vouch for.
+            if let Some(mark) = claim::get(vm.vmid)?.and_then(|claim| claim.mark)
+                && vm.name.as_deref() == Some(vm::vm_name(&mark.uid).as_str())
+            {
+                instances.push(listed(vm, mark, InstanceState::Stopped));
+            }
             continue;
         }
         let config = match vm_config(&client, &vm.node, vm.vmid) {
@@ -500,19 +593,12 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
             Err(error) => return Err(error),
         };
         if let Some(mark) = vm::mark_of(&config) {
-            instances.push(Instance {
-                provider_id: vm.vmid.to_string(),
-                name: vm.name.clone().unwrap_or_default(),
-                state: if vm.status == "running" {
-                    InstanceState::Running
-                } else {
-                    InstanceState::Stopped
-                },
-                addresses: Vec::new(),
-                port: None,
-                created_at: Some(mark.created_at),
-                mark: Some(mark),
-            });
+            let state = if vm.status == "running" {
+                InstanceState::Running
+            } else {
+                InstanceState::Stopped
+            };
+            instances.push(listed(vm, mark, state));
         }
     }
     Ok(instances)

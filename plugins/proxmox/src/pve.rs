@@ -2,10 +2,14 @@
 //! parameters, the `data` envelope, worker tasks, multipart ISO upload, and
 //! the classification of PVE's error answers.
 //!
-//! PVE reports most failures as HTTP 500 with the reason only in the
-//! message (`{"data": null, "message": "VM 101 is locked (clone)\n"}`), so
-//! the SDK's status-based class is refined here by matching the message
-//! against the texts PVE is known to use ([`Fault`]).
+//! PVE reports most failures as HTTP 500, the reason only in the text, so
+//! the SDK's status-based class is refined here by matching the text
+//! against the ones PVE is known to use ([`Fault`]). The text is in the
+//! status line's reason phrase (`HTTP/1.1 500 VM 101 is locked (clone)`)
+//! and, from PVE 8.4 (pve-http-server 5.2) on, also in the body
+//! (`{"data": null, "message": "VM 101 is locked (clone)\n"}`). The host
+//! hands the phrase over in a header and the SDK puts it in the error
+//! message, so the matchers see the text on every version.
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -309,11 +313,13 @@ mod tests {
     #[test]
     fn every_matcher_fires_only_on_its_own_texts() {
         for (text, expected) in TEXTS {
-            // Also as the SDK quotes it: method, URL, status and JSON body.
-            let quoted = format!(
-                "PUT https://pve.lan:8006/api2/json/nodes/pve1/storage/local/content/x: HTTP 500: {{\"data\":null,\"message\":\"{text}\\n\"}}"
-            );
-            for candidate in [text.to_string(), quoted] {
+            // Also as the SDK quotes it: method, URL, status, reason phrase
+            // and JSON body, from PVE 8.4 on and before.
+            let url = "PUT https://pve.lan:8006/api2/json/nodes/pve1/storage/local/content/x";
+            let quoted =
+                format!("{url}: HTTP 500 {text}: {{\"data\":null,\"message\":\"{text}\\n\"}}");
+            let before_8_4 = format!("{url}: HTTP 500 {text}: {{\"data\":null}}");
+            for candidate in [text.to_string(), quoted, before_8_4] {
                 let firing: Vec<Fault> = MATCHERS
                     .iter()
                     .filter(|(_, matches)| matches(&candidate))

@@ -17,6 +17,20 @@ pub fn is_creation_lock(lock: &str) -> bool {
     matches!(lock, "clone" | "create")
 }
 
+/// The lock of a hibernated VM (`qm suspend --todisk`): it keeps it until
+/// it is started again. `suspending` passes by itself, so it is not one.
+pub fn is_hibernation_lock(lock: &str) -> bool {
+    lock == "suspended"
+}
+
+/// Whether a VM name is one this plugin gives (`pf-` and a hash): such a VM
+/// is worth reading for our mark even outside the range and untagged.
+pub fn has_our_name(name: &str) -> bool {
+    name.strip_prefix(NAME_PREFIX)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|hash| !hash.is_empty() && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The VM name for a Proxy UID.
 pub fn vm_name(uid: &str) -> String {
     proxyfleet_sdk::derive_name(NAME_PREFIX, uid, NAME_MAX)
@@ -164,6 +178,16 @@ pub const NETWORK_CONFIG: &str = "version: 2\nethernets:\n  net0:\n    match:\n 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn our_names_are_told_from_others() {
+        assert!(has_our_name(&vm_name("0f8e6c1e-2d4b-4f7a-9a51-3c7f0e2b9d11")));
+        for other in ["pf-", "pf-xyz", "pfa-00", "web-01", "Copy-of-VM-debian"] {
+            assert!(!has_our_name(other), "{other}");
+        }
+        assert!(is_hibernation_lock("suspended"));
+        assert!(!is_hibernation_lock("suspending") && !is_hibernation_lock("backup"));
+    }
 
     fn mark() -> OwnershipMark {
         OwnershipMark { uid: "u-1".into(), namespace: "ns".into(), name: "p".into(), created_at: 7 }

@@ -27,9 +27,10 @@ pub(crate) async fn handle(
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or("").to_owned();
     let server_error = shared.record_request(format!("{method} {path}"));
+    let in_body = shared.options.message_in_body();
 
     if let Err(error) = authenticate(shared, &request) {
-        return Ok(render(Err(error)));
+        return Ok(render(Err(error), in_body));
     }
     let content_type = request
         .headers()
@@ -50,15 +51,22 @@ pub(crate) async fn handle(
     };
     let body = body.to_bytes();
     if server_error {
-        return Ok(render(Err(ApiError::internal("proxy handler failed: internal error"))));
+        return Ok(render(
+            Err(ApiError::internal("proxy handler failed: internal error")),
+            in_body,
+        ));
     }
 
     let Some(route) = path.strip_prefix(PREFIX) else {
-        return Ok(render(Err(ApiError {
-            status: 501,
-            message: format!("Method '{method} {path}' not implemented"),
-            errors: None,
-        })));
+        return Ok(render(
+            Err(ApiError {
+                status: 501,
+                message: format!("Method '{method} {path}' not implemented"),
+                errors: None,
+                from_proxy: false,
+            }),
+            in_body,
+        ));
     };
     let mut params = parse_form(&query);
     let mut upload = None;
@@ -75,7 +83,7 @@ pub(crate) async fn handle(
                     params.insert(key, text);
                 }
             }
-            _ => return Ok(render(Err(ApiError::internal("malformed JSON body")))),
+            _ => return Ok(render(Err(ApiError::internal("malformed JSON body")), in_body)),
         }
     } else if content_type.starts_with("multipart/form-data") {
         match parse_multipart(&content_type, &body) {
@@ -83,10 +91,12 @@ pub(crate) async fn handle(
                 params.extend(fields);
                 upload = file;
             }
-            None => return Ok(render(Err(ApiError::internal("malformed multipart body")))),
+            None => {
+                return Ok(render(Err(ApiError::internal("malformed multipart body")), in_body));
+            }
         }
     }
-    Ok(render(route_request(shared, &method, route, &params, upload)))
+    Ok(render(route_request(shared, &method, route, &params, upload), in_body))
 }
 
 fn authenticate(shared: &Shared, request: &Request<Incoming>) -> Result<(), ApiError> {
@@ -104,11 +114,18 @@ fn authenticate(shared: &Shared, request: &Request<Incoming>) -> Result<(), ApiE
     }
 }
 
-fn render(result: ApiResult) -> Response<Full<Bytes>> {
+/// Renders an answer as PVE's JSON formatter does. The error text always
+/// goes in the status line's reason phrase; the body carries it too only
+/// where the version does (`message_in_body`), and never for an error the
+/// proxying node raised itself.
+fn render(result: ApiResult, message_in_body: bool) -> Response<Full<Bytes>> {
     let (status, body, reason) = match result {
         Ok(data) => (200, json!({ "data": data }), None),
         Err(error) => {
-            let mut body = json!({ "data": null, "message": format!("{}\n", error.message) });
+            let mut body = json!({ "data": null });
+            if message_in_body && !error.from_proxy {
+                body["message"] = Value::String(format!("{}\n", error.message));
+            }
             if let Some(errors) = error.errors {
                 body["errors"] = Value::Object(errors);
             }
@@ -145,11 +162,15 @@ fn route_request(
 ) -> ApiResult {
     let segments: Vec<String> = route.trim_matches('/').split('/').map(percent_decode).collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    // The node asked proxies every `/nodes/{node}/…` call to that node; an
+    // offline one answers as pveproxy does when it cannot reach it.
     let node_known = |node: &str| {
-        if shared.has_node(node) {
-            Ok(())
-        } else {
+        if !shared.has_node(node) {
             Err(ApiError::internal(format!("no such cluster node '{node}'")))
+        } else if shared.is_offline(node) {
+            Err(ApiError::unreachable("No route to host"))
+        } else {
+            Ok(())
         }
     };
     let param = |key: &str| params.get(key).map(String::as_str);
@@ -169,7 +190,7 @@ fn route_request(
                 .options
                 .nodes
                 .iter()
-                .map(|node| json!({"node": node, "status": "online", "type": "node"}))
+                .map(|node| json!({"node": node, "status": shared.node_status(node), "type": "node"}))
                 .collect(),
         )),
         ("GET", ["nodes", node, "status"]) => {
@@ -248,6 +269,7 @@ fn route_request(
             status: 501,
             message: format!("Method '{method} {PREFIX}{route}' not implemented"),
             errors: None,
+            from_proxy: false,
         }),
     }
 }

@@ -18,9 +18,12 @@
 //!   `status` `running`/`stopped` and `exitstatus` (`OK`, `WARNINGS: n`, or
 //!   the error);
 //! - storage: listing ISO content, multipart upload, deleting a volume;
-//! - errors as PVE's JSON formatter renders them: `{"data": null,
-//!   "message": "...\n"}` with the message also as the reason phrase, and
-//!   `{"errors": {param: reason}}` with 400 for parameter verification.
+//! - errors as PVE's JSON formatter renders them: the text as the reason
+//!   phrase, in the body's `message` (`{"data": null, "message": "...\n"}`)
+//!   only from 8.4 on, and `{"errors": {param: reason}}` with 400 for
+//!   parameter verification;
+//! - offline nodes: listed `offline`, their VMs `unknown`, calls for them
+//!   595 as pveproxy answers when it cannot reach a node.
 //!
 //! Each VM it starts opens a real forward proxy on its own loopback address
 //! (`127.x.y.z`, derived from the VMID) at [`Simulator::proxy_port`], which
@@ -61,7 +64,10 @@ pub struct SimOptions {
     pub nodes: Vec<String>,
     /// Storages that hold ISO images, present on every node.
     pub iso_storages: Vec<String>,
-    /// Reported by `/version` (`8.4.1`, `9.0.3`, ...).
+    /// Reported by `/version` (`8.4.1`, `9.0.3`, ...). Before 8.4
+    /// (pve-http-server 5.2) PVE put an error's text only in the reason
+    /// phrase of the status line; since, the JSON body carries it as
+    /// `message` too. See [`SimOptions::message_in_body`].
     pub version: String,
     /// How long a clone task runs (and holds `lock: clone`).
     pub clone_duration: Duration,
@@ -88,6 +94,16 @@ impl Default for SimOptions {
     }
 }
 
+impl SimOptions {
+    /// Whether error texts go in the body's `message` as well as in the
+    /// reason phrase: from 8.4 on.
+    pub fn message_in_body(&self) -> bool {
+        let mut parts = self.version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (major, minor) >= (8, 4)
+    }
+}
+
 /// Faults to inject; [`Faults::default`] is a healthy cluster.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
@@ -108,6 +124,11 @@ pub struct Faults {
     pub drop_upload: bool,
     /// Deleting a volume fails as it does when the storage cannot unlink it.
     pub failing_volume_deletes: bool,
+    /// Nodes that are down: the cluster lists them `offline` and their VMs
+    /// with status `unknown`, and every `/nodes/{node}/…` call for them
+    /// answers 595 with the reason only in the status line, as pveproxy
+    /// does when it cannot reach a node.
+    pub offline_nodes: Vec<String>,
 }
 
 /// A running simulator. Dropping it stops the server and every VM proxy.
@@ -199,6 +220,13 @@ impl Simulator {
     /// Sets or clears a VM's lock, as `qm set --lock` / `qm unlock` do.
     pub fn set_lock(&self, vmid: u32, lock: Option<&str>) {
         self.shared.set_lock(vmid, lock);
+    }
+
+    /// Hibernates a VM as `qm suspend --todisk` does: it stops, its state
+    /// is saved, and it holds `lock: suspended` until it is started again
+    /// (which resumes it).
+    pub fn hibernate(&self, vmid: u32) {
+        self.shared.hibernate(vmid);
     }
 
     /// Removes a VM as an administrator would after `qm unlock` and

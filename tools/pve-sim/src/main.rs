@@ -2,13 +2,15 @@
 //!
 //! ```text
 //! pve-sim [--token USER@REALM!TOKENID=SECRET] [--node NAME]... [--template VMID]
-//!         [--iso-storage NAME] [--ca-out FILE]
+//!         [--iso-storage NAME] [--version X.Y.Z] [--ca-out FILE]
 //! ```
 //!
 //! It serves HTTPS for `localhost` with a certificate it makes up at start,
 //! writes that certificate to `--ca-out` (default `pve-sim-ca.pem`) for the
 //! entry's `caFile`, adds a template VM (default 9000, `debian-12`) on the
-//! first node, and prints the URL. Ctrl-C stops it.
+//! first node, and prints the URL. `--version` (default 8.4.1) is what
+//! `/version` reports and decides where error texts go: before 8.4 only in
+//! the reason phrase. Ctrl-C stops it.
 
 use std::time::Duration;
 
@@ -34,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
             "--node" => nodes.push(value()?),
             "--template" => template = value()?.parse().context("--template takes a VMID")?,
             "--iso-storage" => options.iso_storages = vec![value()?],
+            "--version" => options.version = value()?,
             "--ca-out" => ca_out = value()?,
             other => bail!("unknown argument {other}; see the crate docs for the usage"),
         }

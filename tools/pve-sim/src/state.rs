@@ -18,12 +18,21 @@ pub(crate) struct ApiError {
     pub message: String,
     /// Per-parameter reasons of a failed parameter verification.
     pub errors: Option<Map<String, Value>>,
+    /// Raised by the node proxying the call (the target node could not be
+    /// reached): the text is only in the reason phrase.
+    pub from_proxy: bool,
 }
 
 impl ApiError {
     /// PVE answers most failures of a handler with 500 and the die text.
     pub fn internal(message: impl Into<String>) -> Self {
-        Self { status: 500, message: message.into(), errors: None }
+        Self { status: 500, message: message.into(), errors: None, from_proxy: false }
+    }
+
+    /// 595, what pveproxy answers when the node a call is for cannot be
+    /// reached (offline, its pveproxy down).
+    pub fn unreachable(message: &str) -> Self {
+        Self { status: 595, message: message.to_owned(), errors: None, from_proxy: true }
     }
 
     /// 400 "Parameter verification failed." with the reason for `param`.
@@ -34,11 +43,12 @@ impl ApiError {
             status: 400,
             message: "Parameter verification failed.".to_owned(),
             errors: Some(errors),
+            from_proxy: false,
         }
     }
 
     pub fn unauthorized(message: &str) -> Self {
-        Self { status: 401, message: message.to_owned(), errors: None }
+        Self { status: 401, message: message.to_owned(), errors: None, from_proxy: false }
     }
 }
 
@@ -235,6 +245,16 @@ impl Shared {
         self.options.nodes.iter().any(|known| known == node)
     }
 
+    /// Whether `node` is switched off by [`Faults::offline_nodes`].
+    pub fn is_offline(&self, node: &str) -> bool {
+        self.faults().offline_nodes.iter().any(|offline| offline == node)
+    }
+
+    /// `online` or `offline`, as `/nodes` and `/cluster/resources` say.
+    pub fn node_status(&self, node: &str) -> &'static str {
+        if self.is_offline(node) { "offline" } else { "online" }
+    }
+
     /// The user part of the token (`USER@REALM!TOKENID`), for UPIDs.
     fn token_user(&self) -> String {
         self.options.token.split_once('=').map_or("", |(user, _)| user).to_owned()
@@ -278,6 +298,18 @@ impl Shared {
                 Some(lock) => vm.config.insert("lock".to_owned(), lock.to_owned()),
                 None => vm.config.remove("lock"),
             };
+        }
+    }
+
+    pub fn hibernate(&self, vmid: u32) {
+        if let Some(vm) = self.state().vms.get_mut(&vmid) {
+            vm.running = false;
+            vm.started_at = None;
+            if let Some((_, proxy)) = vm.proxy.take() {
+                proxy.abort();
+            }
+            vm.config.insert("lock".to_owned(), "suspended".to_owned());
+            vm.config.insert("vmstate".to_owned(), format!("local-lvm:vm-{vmid}-state-suspend"));
         }
     }
 
@@ -429,7 +461,15 @@ impl Shared {
                     "type": "qemu",
                     "vmid": vmid,
                     "node": vm.node,
-                    "status": if vm.running { "running" } else { "stopped" },
+                    // The cluster knows an offline node's VMs from its
+                    // shared config, but not what they are doing.
+                    "status": if self.is_offline(&vm.node) {
+                        "unknown"
+                    } else if vm.running {
+                        "running"
+                    } else {
+                        "stopped"
+                    },
                     "template": u8::from(vm.is_template()),
                     "maxcpu": vm.config.get("cores").and_then(|c| c.parse::<u64>().ok()).unwrap_or(1),
                     "maxmem": vm.config.get("memory").and_then(|m| m.parse::<u64>().ok()).unwrap_or(512) << 20,
@@ -445,7 +485,7 @@ impl Shared {
         }
         if kind.is_none() || kind == Some("node") {
             for node in &self.options.nodes {
-                out.push(json!({"id": format!("node/{node}"), "type": "node", "node": node, "status": "online"}));
+                out.push(json!({"id": format!("node/{node}"), "type": "node", "node": node, "status": self.node_status(node)}));
             }
         }
         if kind.is_none() || kind == Some("storage") {
@@ -727,7 +767,10 @@ impl Shared {
         self.check_lock_fault(vmid)?;
         let mut state = self.state();
         let vm = Self::vm_on(&mut state, node, vmid)?;
-        Self::check_unlocked(vm, vmid)?;
+        // Starting a hibernated VM resumes it: its lock is no obstacle.
+        if vm.lock() != Some("suspended") {
+            Self::check_unlocked(vm, vmid)?;
+        }
         if vm.is_template() {
             return Err(ApiError::internal(format!("VM {vmid} is a template")));
         }
@@ -924,6 +967,10 @@ fn apply(state: &mut State, effect: Effect, succeeded: bool, leave_locked: bool,
                 let addr = SocketAddr::new(vm_address(vmid).into(), proxy_port);
                 vm.running = true;
                 vm.started_at = Some(Instant::now());
+                if vm.lock() == Some("suspended") {
+                    vm.config.remove("lock");
+                    vm.config.remove("vmstate");
+                }
                 // A port that cannot be bound leaves the VM running without a
                 // proxy, which health checks then report.
                 vm.proxy =

@@ -22,6 +22,9 @@
 //!    redirect could leave the allow-list), a bounded connection pool and a
 //!    response size cap.
 //!
+//! A response's non-standard reason phrase reaches the plugin as a header
+//! ([`super::reason_phrase`]).
+//!
 //! Each request is a `plugin.http` span, a child of the call's
 //! `provider.call` span, naming the method and the destination (scheme,
 //! host, port) only: paths, queries and headers may carry credentials.
@@ -161,13 +164,25 @@ impl EntryHttp {
         span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
         let started = Instant::now();
+        // The path is in the call's debug line only, never in the span:
+        // spans go to trace exporters, whose retention the host cannot know.
+        let path = tracing::enabled!(tracing::Level::DEBUG)
+            .then(|| super::loggable::path_and_query(request.uri(), &self.redactor));
         let result = match destination_of(request.uri()) {
             Some(destination) => self.send_in_span(request, options, destination, call, span).await,
             None => Err(HttpError::HttpRequestUriInvalid),
         };
-        span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
-        if let Err(err) = &result {
-            span.record("error", tracing::field::debug(err));
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        span.record("elapsed_ms", elapsed_ms);
+        let path = path.as_deref().unwrap_or_default();
+        match &result {
+            Ok(response) => {
+                tracing::debug!(path, status = response.status().as_u16(), elapsed_ms, "answered");
+            }
+            Err(err) => {
+                span.record("error", tracing::field::debug(err));
+                tracing::debug!(path, error = ?err, elapsed_ms, "no answer");
+            }
         }
         result
     }
@@ -275,15 +290,15 @@ impl EntryHttp {
                 self.limits.http_first_byte_timeout,
             ),
         };
-        let response = match self.transport.send(request, &policy).await {
+        let mut response = match self.transport.send(request, &policy).await {
             Ok(response) => response,
             Err(err) => {
                 tracing::warn!("failed: {err:?}");
                 return Err(err);
             }
         };
+        super::reason_phrase::surface(&mut response);
         span.record("status", response.status().as_u16());
-        tracing::debug!(status = response.status().as_u16(), "answered");
         if response.status() == http::StatusCode::UNAUTHORIZED
             && let Some(Credential::GoogleServiceAccount(account)) = &grant.credential
         {
@@ -485,6 +500,7 @@ impl HttpTransport for ReqwestTransport {
             .map_err(|err| classify_reqwest(&err))?;
         let status = response.status();
         let headers = response.headers().clone();
+        let reason = response.extensions().get::<hyper::ext::ReasonPhrase>().cloned();
         let between = policy.between_bytes_timeout;
         let chunks = response.bytes_stream();
         let stream = futures::stream::unfold(Box::pin(chunks), move |mut chunks| async move {
@@ -498,6 +514,9 @@ impl HttpTransport for ReqwestTransport {
         let mut builder = Response::builder().status(status);
         if let Some(h) = builder.headers_mut() {
             *h = headers;
+        }
+        if let Some(reason) = reason {
+            builder = builder.extension(reason);
         }
         builder
             .body(StreamBody::new(stream).boxed_unsync())

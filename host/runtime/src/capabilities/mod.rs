@@ -8,6 +8,8 @@ pub mod http;
 pub(crate) mod kv;
 pub mod libvirt;
 pub(crate) mod log;
+mod loggable;
+pub mod reason_phrase;
 mod redact;
 
 pub use redact::Redactor;

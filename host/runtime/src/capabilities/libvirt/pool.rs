@@ -267,10 +267,17 @@ impl HostPool {
             op,
             result = tracing::field::Empty,
         );
+        let started = Instant::now();
         let outcome = work.instrument(span.clone()).await;
-        span.record("result", outcome.as_ref().map_or_else(LibvirtError::kind, |_| "ok"));
-        if let Err(err) = &outcome {
-            tracing::debug!(parent: &span, "libvirt call failed: {err}");
+        let result = outcome.as_ref().map_or_else(LibvirtError::kind, |_| "ok");
+        span.record("result", result);
+        // One line per call, so a create can be followed call by call.
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &outcome {
+            Ok(_) => tracing::debug!(parent: &span, result, elapsed_ms, "libvirt call"),
+            Err(err) => {
+                tracing::debug!(parent: &span, result, elapsed_ms, "libvirt call failed: {err}");
+            }
         }
         outcome
     }
