@@ -536,6 +536,9 @@ async fn regression_our_hibernated_vm_is_a_permanent_error_and_not_a_conflict_fo
     assert_eq!(mutations_on(&f, vmid).len(), before, "a hibernated VM is left as it is");
     assert_eq!(f.sim.vm(vmid).unwrap().lock.as_deref(), Some("suspended"));
     assert_eq!(f.sim.clones_started(), 1, "and never replaced by a second clone");
+    // PVE destroys no locked VM: the delete resumes it first.
+    f.delete_and_assert_gone(&instance.provider_id).await;
+    assert_eq!(f.claims().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,6 +597,15 @@ async fn regression_an_offline_node_fails_neither_list_nor_deleting_a_proxy_whos
         away.mark.as_ref().map(|m| m.uid.as_str()),
         "our VM on the offline node is known by its claim"
     );
+
+    // A VM there that looks like ours but that no claim names cannot be
+    // told apart: the list waits rather than leave it out.
+    let unclaimed = 183_900;
+    f.sim.add_foreign_vm("pve2", unclaimed, "pf-00c0ffee00c0ffee", "", "proxyfleet");
+    let err = f.provider.list().await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    assert!(err.message.contains("no claim"), "{err}");
+    f.sim.remove_vm(unclaimed);
 
     // pveproxy's 595 carries its reason only in the status line.
     let health = f.provider.check().await;

@@ -12,6 +12,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use proxyfleet_runtime::capabilities::loggable::REQUEST_LOG_TARGET;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -94,8 +95,10 @@ pub fn init(json: bool, verbose: u8, otlp_endpoint: Option<&str>) -> anyhow::Res
     let tracer = provider.tracer(SERVICE_NAME);
     // Only our own crates' spans: the exporter's HTTP client (hyper,
     // reqwest) would otherwise export spans about exporting at trace level.
-    let ours =
-        tracing_subscriber::filter::filter_fn(|meta| meta.target().starts_with("proxyfleet"));
+    // The per-request lines (with paths) stay in the logs.
+    let ours = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.target().starts_with("proxyfleet") && meta.target() != REQUEST_LOG_TARGET
+    });
     let otel =
         tracing_opentelemetry::layer().with_tracer(tracer).with_filter(ours).with_filter(filter());
     tracing_subscriber::registry()

@@ -389,15 +389,22 @@ impl Standalone {
     ///
     /// Each entry has at most its `limits.concurrency` passes in flight
     /// ([`Dispatch`]): the pass runs at the speed each entry's limits allow,
-    /// and a slow entry takes only its own slots.
+    /// and a slow entry takes only its own slots. The pass still ends with
+    /// its slowest reconcile: sync, health and publishing run between
+    /// passes, so that their record writes never race the reconciler's.
     pub async fn reconcile_due(&self) -> usize {
         let now = Instant::now();
-        let due: Vec<String> =
-            self.schedule().iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
+        let mut due: Vec<(Instant, String)> = self
+            .schedule()
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(key, at)| (*at, key.clone()))
+            .collect();
+        due.sort_unstable();
         // Due records by entry, each queue in the order it became due.
         let mut waiting: BTreeMap<String, VecDeque<(String, ProxyRecord)>> = BTreeMap::new();
         let mut count = 0;
-        for key in due {
+        for (_, key) in due {
             match self.store.record(&key) {
                 Ok(Some(record)) => {
                     count += 1;

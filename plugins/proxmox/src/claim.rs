@@ -41,13 +41,26 @@ pub fn get(vmid: u32) -> Result<Option<Claim>> {
 /// Claims `vmid` for the UID of `mark`. Returns the mark the clone must
 /// carry (the one claimed earlier, when the UID already holds the claim:
 /// its creation time stays that of the first attempt), or `None` when
-/// another UID holds it.
+/// another UID holds it. A claim of ours that holds only the UID gets the
+/// mark.
 pub fn take(vmid: u32, mark: &OwnershipMark) -> Result<Option<OwnershipMark>> {
     match kv::compare_and_swap(&key(vmid), None, Some(mark.to_text().as_bytes()))? {
         CasOutcome::Applied(_) => Ok(Some(mark.clone())),
         CasOutcome::Conflict(Some(entry)) => {
             let claim = Claim::of(&entry);
-            Ok((claim.uid == mark.uid).then(|| claim.mark.unwrap_or_else(|| mark.clone())))
+            if claim.uid != mark.uid {
+                return Ok(None);
+            }
+            if let Some(claimed) = claim.mark {
+                return Ok(Some(claimed));
+            }
+            // A lost race here leaves the UID-only claim: still ours.
+            let _ = kv::compare_and_swap(
+                &entry.key,
+                Some(entry.version),
+                Some(mark.to_text().as_bytes()),
+            )?;
+            Ok(Some(mark.clone()))
         }
         // Deleted between the two looks: nobody holds it, but let the next
         // round decide rather than loop here.

@@ -14,11 +14,13 @@
 //!   Only then are the template (its boot disk too) and the ISO storage
 //!   checked and a free VMID claimed: adopting needs no template, and a bad
 //!   template never leaves a half-made clone.
-//! - A hibernated VM of ours (`lock: suspended`) is a permanent error: it
-//!   was hibernated on purpose, and nothing a retry does would change it.
+//! - A hibernated VM of ours (`lock: suspended`) is a permanent error for
+//!   create: it was hibernated on purpose, and nothing a retry does would
+//!   change it. Delete resumes it first, since PVE destroys no locked VM.
 //! - An offline node fails only what needs it: `list` tells our VMs there
-//!   by the claims on their VMIDs (their configs cannot be read), and a
-//!   delete whose VM is gone skips the node when looking for the seed.
+//!   (and on a node that does not answer) by the claims on their VMIDs,
+//!   which hold the mark, and a delete whose VM is gone skips offline nodes
+//!   when looking for the seed.
 //! - After the clone: the NoCloud seed ISO is uploaded, cores, memory,
 //!   agent, `ide2`, `net0` and the `proxyfleet` tag are set, the boot disk
 //!   grows to `diskGiB` (never shrinks), and the VM starts.
@@ -313,7 +315,8 @@ fn finish(
     {
         return Err(ProviderError::Permanent(format!(
             "VM {vmid} on {node} is hibernated (lock `{lock}`) and is left as it is: start it \
-             in PVE to resume it (`qm start {vmid}`), or delete the Proxy"
+             in PVE to resume it (`qm start {vmid}`), or delete the Proxy (its VM is then \
+             resumed, stopped and destroyed)"
         )));
     }
     let path = vm_path(&node, vmid);
@@ -532,7 +535,18 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
         delete_seed_everywhere(&client, &config, vmid)?;
         return Ok(());
     }
-    if vm.status == "running" {
+    // PVE destroys no hibernated VM (its lock) without `skiplock`, which
+    // only root@pam may pass: starting it resumes it, and then it is
+    // stopped and destroyed as any other.
+    let hibernated = vm.lock.as_deref().is_some_and(vm::is_hibernation_lock);
+    if hibernated {
+        log::info!("resuming our hibernated VM to destroy it", vmid = vmid);
+        match client.run_task(Method::Post, &vm.node, &format!("{path}/status/start"), &[]) {
+            Err(error) if pve::recognise(error.message()) == Some(Fault::AlreadyRunning) => {}
+            other => other?,
+        }
+    }
+    if hibernated || vm.status == "running" {
         client.run_task(Method::Post, &vm.node, &format!("{path}/status/stop"), &[])?;
     }
     // The seed goes before the VM: if deleting it fails, the VM stays and
@@ -575,33 +589,60 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
         if !candidate || vm.template || vm.lock.as_deref().is_some_and(vm::is_creation_lock) {
             continue;
         }
-        if vm.status == "unknown" {
-            // Its node is offline and its config cannot be read: our claim
-            // on the VMID says whose it is, so that the VM is neither lost
-            // to a delete that looks for it nor failing the whole list. Its
-            // state is unknown; it serves nothing we can vouch for.
-            if let Some(mark) = claim::get(vm.vmid)?.and_then(|claim| claim.mark)
-                && vm.name.as_deref() == Some(vm::vm_name(&mark.uid).as_str())
-            {
-                instances.push(listed(vm, mark, InstanceState::Stopped));
+        let config = if vm.status == "unknown" {
+            // Its node is offline (the cluster says so).
+            None
+        } else {
+            match vm_config(&client, &vm.node, vm.vmid) {
+                Ok(config) => Some(config),
+                Err(ProviderError::NotFound(_)) => continue,
+                // Its node does not answer now (pveproxy down, a split the
+                // cluster has not noticed yet).
+                Err(ProviderError::Transient(_)) => None,
+                Err(error) => return Err(error),
             }
-            continue;
-        }
-        let config = match vm_config(&client, &vm.node, vm.vmid) {
-            Ok(config) => config,
-            Err(ProviderError::NotFound(_)) => continue,
-            Err(error) => return Err(error),
         };
-        if let Some(mark) = vm::mark_of(&config) {
-            let state = if vm.status == "running" {
-                InstanceState::Running
-            } else {
-                InstanceState::Stopped
-            };
-            instances.push(listed(vm, mark, state));
+        match config {
+            Some(config) => {
+                if let Some(mark) = vm::mark_of(&config) {
+                    let state = if vm.status == "running" {
+                        InstanceState::Running
+                    } else {
+                        InstanceState::Stopped
+                    };
+                    instances.push(listed(vm, mark, state));
+                }
+            }
+            None => instances.extend(listed_by_claim(vm)?),
         }
     }
     Ok(instances)
+}
+
+/// A VM whose config cannot be read now, as `list` reports it: our claim on
+/// its VMID holds its mark, so the VM is neither lost to a delete that
+/// looks for it by mark nor failing the whole list. Its state is unknown; it
+/// serves nothing we can vouch for, so it is `stopped`. A VM that looks like
+/// ours (our tag or our kind of name) with no claim to tell fails the list
+/// as transient rather than go missing from it.
+fn listed_by_claim(vm: &VmEntry) -> Result<Option<Instance>> {
+    match claim::get(vm.vmid)?.and_then(|claim| claim.mark) {
+        // Some listings leave out the name of a VM on an offline node.
+        Some(mark) if vm.name.as_deref().is_none_or(|name| name == vm::vm_name(&mark.uid)) => {
+            Ok(Some(listed(vm, mark, InstanceState::Stopped)))
+        }
+        // The VMID holds another VM than the one claimed.
+        Some(_) => Ok(None),
+        None if vm.has_tag() || vm.name.as_deref().is_some_and(vm::has_our_name) => {
+            Err(ProviderError::Transient(format!(
+                "VM {} on node {} looks like one of ours, but its config cannot be read (the \
+                 node is offline or does not answer) and no claim names its owner; the list \
+                 waits for the node",
+                vm.vmid, vm.node
+            )))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The health reason for a failed request.

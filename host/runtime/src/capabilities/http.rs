@@ -50,6 +50,7 @@ pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use super::Redactor;
 use super::address::{AddressKind, literal_ip, refused_kind};
+use super::loggable::REQUEST_LOG_TARGET;
 use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
 
 /// The methods a plugin may use.
@@ -164,9 +165,10 @@ impl EntryHttp {
         span: &tracing::Span,
     ) -> Result<Response<WasiBody>, HttpError> {
         let started = Instant::now();
-        // The path is in the call's debug line only, never in the span:
-        // spans go to trace exporters, whose retention the host cannot know.
-        let path = tracing::enabled!(tracing::Level::DEBUG)
+        // The path is in the request's debug line only, never in the span,
+        // and that line's target is kept from trace exporters: their
+        // retention is not the operator's logs'.
+        let path = tracing::enabled!(target: REQUEST_LOG_TARGET, tracing::Level::DEBUG)
             .then(|| super::loggable::path_and_query(request.uri(), &self.redactor));
         let result = match destination_of(request.uri()) {
             Some(destination) => self.send_in_span(request, options, destination, call, span).await,
@@ -177,11 +179,12 @@ impl EntryHttp {
         let path = path.as_deref().unwrap_or_default();
         match &result {
             Ok(response) => {
-                tracing::debug!(path, status = response.status().as_u16(), elapsed_ms, "answered");
+                let status = response.status().as_u16();
+                tracing::debug!(target: REQUEST_LOG_TARGET, path, status, elapsed_ms, "answered");
             }
             Err(err) => {
                 span.record("error", tracing::field::debug(err));
-                tracing::debug!(path, error = ?err, elapsed_ms, "no answer");
+                tracing::debug!(target: REQUEST_LOG_TARGET, path, error = ?err, elapsed_ms, "no answer");
             }
         }
         result

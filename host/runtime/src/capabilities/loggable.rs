@@ -6,6 +6,11 @@
 use super::Redactor;
 use super::redact::REDACTED;
 
+/// The `tracing` target of the per-request lines. Trace exporters leave it
+/// out (`proxyfleet` binary's telemetry): they record a span's events, and
+/// a path, even redacted, is for the operator's own logs only.
+pub const REQUEST_LOG_TARGET: &str = "proxyfleet::request";
+
 /// Query parameter names whose values are never logged (compared in lower
 /// case, as parts of the name: `access_token`, `X-Amz-Signature`, …).
 const SECRET_NAMES: [&str; 9] =
@@ -21,7 +26,7 @@ pub(crate) fn path_and_query(uri: &http::Uri, redactor: &Redactor) -> String {
                 out.push('&');
             }
             match pair.split_once('=') {
-                Some((name, _)) if is_secret_name(name) => {
+                Some((name, _)) if is_secret_name(&decoded(name)) => {
                     out.push_str(name);
                     out.push('=');
                     out.push_str(REDACTED);
@@ -30,7 +35,18 @@ pub(crate) fn path_and_query(uri: &http::Uri, redactor: &Redactor) -> String {
             }
         }
     }
+    // Secrets are looked for in the decoded text too: a plugin may have
+    // percent-encoded one into the URL.
+    let decoded = decoded(&out);
+    if redactor.holds_secret(&decoded) {
+        return redactor.redact(&decoded).into_owned();
+    }
     redactor.redact(&out).into_owned()
+}
+
+/// `text` with its percent-escapes decoded.
+fn decoded(text: &str) -> String {
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
 }
 
 fn is_secret_name(name: &str) -> bool {
@@ -53,6 +69,9 @@ mod tests {
             path_and_query(&uri, &redactor),
             "/api2/json/nodes/pve1/qemu/101/config?access_token=[redacted]&X-Amz-Signature=[redacted]&type=vm&note=[redacted]"
         );
+        let encoded: http::Uri =
+            "https://h/p?access%5Ftoken=abc&q=s3cr3t%2Dtoken%2Dvalue".parse().unwrap();
+        assert_eq!(path_and_query(&encoded, &redactor), "/p?access_token=[redacted]&q=[redacted]");
         let plain: http::Uri = "https://h/compute/v1/projects/p/zones/z/instances".parse().unwrap();
         assert_eq!(path_and_query(&plain, &redactor), "/compute/v1/projects/p/zones/z/instances");
     }

@@ -8,7 +8,7 @@ pub mod http;
 pub(crate) mod kv;
 pub mod libvirt;
 pub(crate) mod log;
-mod loggable;
+pub mod loggable;
 pub mod reason_phrase;
 mod redact;
 
