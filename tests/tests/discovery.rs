@@ -277,8 +277,8 @@ async fn bad_requests_name_the_field() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_openapi_file_and_the_router_agree() {
     let file = proxyfleet_tests::workspace_root().join("docs/discovery-api.yaml");
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let doc: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
     let addr = serve(&fleet, ApiAuth::open()).await;
     let mut documented = 0;

@@ -122,7 +122,7 @@ async fn bind_deploy_rbac(client: &kube::Client, namespace: &str) {
     .unwrap();
     let user = serde_json::json!([{ "kind": "User", "name": proxyfleet_tests::KUBE_TEST_USER, "apiGroup": "rbac.authorization.k8s.io" }]);
     let suffix = namespace.to_owned();
-    for document in serde_yaml::Deserializer::from_str(&text) {
+    for document in yaml_serde::Deserializer::from_str(&text) {
         let mut value: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
         let kind = value["kind"].as_str().unwrap().to_owned();
         match kind.as_str() {

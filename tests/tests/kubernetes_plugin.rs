@@ -298,7 +298,7 @@ async fn bind_plugin_rbac(client: &kube::Client, namespace: &str) {
     .unwrap()
     .replace("proxyfleet-proxies", namespace);
     let user = json!([{ "kind": "User", "name": KUBE_TEST_USER, "apiGroup": "rbac.authorization.k8s.io" }]);
-    for document in serde_yaml::Deserializer::from_str(&text) {
+    for document in yaml_serde::Deserializer::from_str(&text) {
         let mut value: Value = serde::Deserialize::deserialize(document).unwrap();
         match value["kind"].as_str().unwrap() {
             "Role" => {

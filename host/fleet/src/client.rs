@@ -1,10 +1,28 @@
 //! A minimal client of the discovery API, for the command line (`proxyfleet
-//! plugin rollback`) and tests: one request per connection, plain HTTP.
+//! plugin rollback`) and tests: plain HTTP, no proxy from the environment.
 
-use bytes::Bytes;
-use http::{Method, Request, header};
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::rt::TokioIo;
+use http::{Method, header};
+
+/// Why a call got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// `base` is not an `http://host:port` URL.
+    #[error("{base:?} is not a plain http://host:port URL: {reason}")]
+    Url {
+        /// What was given.
+        base: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No answer from the API (connection, protocol).
+    #[error("no answer from {base}: {source}")]
+    Send {
+        /// Where it was sent.
+        base: String,
+        /// The transport's error.
+        source: reqwest::Error,
+    },
+}
 
 /// Sends `method path` with an optional JSON `body` and bearer `token` to
 /// the API at `base` (`http://host:port`); answers (status, body).
@@ -14,35 +32,26 @@ pub async fn call(
     path: &str,
     body: Option<&str>,
     token: Option<&str>,
-) -> Result<(u16, String), String> {
-    let uri: http::Uri = base
-        .parse()
-        .map_err(|err| format!("{base:?} is not a URL ({err}); use http://host:port"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("{base:?}: the API speaks plain http://"));
+) -> Result<(u16, String), CallError> {
+    let url_error = |reason: String| CallError::Url { base: base.to_owned(), reason };
+    let url = reqwest::Url::parse(base).map_err(|err| url_error(err.to_string()))?;
+    if url.scheme() != "http" {
+        return Err(url_error("the API speaks plain http://".to_owned()));
     }
-    let authority = uri.authority().ok_or_else(|| format!("{base:?} has no host"))?.clone();
-    let port = authority.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((authority.host(), port))
-        .await
-        .map_err(|err| format!("cannot connect to {authority}: {err}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|err| err.to_string())?;
-    tokio::spawn(connection);
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header(header::HOST, authority.as_str())
-        .header(header::CONTENT_TYPE, "application/json");
+    let url = url.join(path).map_err(|err| url_error(format!("path {path:?}: {err}")))?;
+    let send_error = |source| CallError::Send { base: base.to_owned(), source };
+    // The API is on loopback or in the cluster: a proxy from the
+    // environment would only be in the way.
+    let client = reqwest::Client::builder().no_proxy().build().map_err(send_error)?;
+    let mut request = client
+        .request(method, url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.unwrap_or("").to_owned());
     if let Some(token) = token {
-        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        request = request.bearer_auth(token);
     }
-    let request = request
-        .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
-        .map_err(|err| err.to_string())?;
-    let response = sender.send_request(request).await.map_err(|err| err.to_string())?;
+    let response = request.send().await.map_err(send_error)?;
     let status = response.status().as_u16();
-    let body = response.into_body().collect().await.map_err(|err| err.to_string())?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    let body = response.text().await.map_err(send_error)?;
+    Ok((status, body))
 }

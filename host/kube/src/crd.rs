@@ -370,12 +370,12 @@ pub struct RejectedRevision {
 }
 
 /// Every CRD as a multi-document YAML stream.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, yaml_serde::Error> {
     use kube::CustomResourceExt as _;
     Ok(format!(
         "{}---\n{}---\n{}",
-        serde_yaml::to_string(&Proxy::crd())?,
-        serde_yaml::to_string(&ProxyPool::crd())?,
-        serde_yaml::to_string(&ProxyProvider::crd())?
+        yaml_serde::to_string(&Proxy::crd())?,
+        yaml_serde::to_string(&ProxyPool::crd())?,
+        yaml_serde::to_string(&ProxyProvider::crd())?
     ))
 }

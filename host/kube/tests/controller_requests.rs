@@ -53,7 +53,7 @@ async fn next(
     let body = if bytes.is_empty() {
         serde_json::Value::Null
     } else {
-        serde_json::from_slice(&bytes).or_else(|_| serde_yaml::from_slice(&bytes)).unwrap()
+        serde_json::from_slice(&bytes).or_else(|_| yaml_serde::from_slice(&bytes)).unwrap()
     };
     (method, uri, body, respond)
 }

@@ -52,7 +52,7 @@ fn the_pool_crd_has_the_scale_subresource() {
 
 #[test]
 fn a_minimal_manifest_gets_the_defaults() {
-    let spec: ProxySpec = serde_yaml::from_str("provider: lab\n").unwrap();
+    let spec: ProxySpec = yaml_serde::from_str("provider: lab\n").unwrap();
     assert_eq!((spec.cores, spec.memory_mib, spec.disk_gib, spec.port), (1, 512, 8, 3128));
 }
 

@@ -366,10 +366,10 @@ async fn validate(
 ) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(entry_file)
         .with_context(|| format!("cannot read {}", entry_file.display()))?;
-    let entry: serde_yaml::Value = serde_yaml::from_str(&text)
+    let entry: yaml_serde::Value = yaml_serde::from_str(&text)
         .with_context(|| format!("{}: not YAML", entry_file.display()))?;
     // One entry is validated exactly as a providers file holding only it.
-    let wrapped = serde_yaml::to_string(&serde_json::json!({ "providers": [entry] }))?;
+    let wrapped = yaml_serde::to_string(&serde_json::json!({ "providers": [entry] }))?;
     let config =
         ProvidersConfig::parse(&wrapped).with_context(|| entry_file.display().to_string())?;
     let entry = config.entries.into_iter().next().context("the file holds no entry")?;

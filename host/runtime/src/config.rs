@@ -253,7 +253,7 @@ struct RawEntry {
     name: String,
     plugin: String,
     #[serde(default)]
-    config: Option<serde_yaml::Value>,
+    config: Option<yaml_serde::Value>,
     #[serde(default)]
     grants: RawGrants,
     #[serde(default)]
@@ -353,7 +353,7 @@ impl ProvidersConfig {
 
     /// Parses and validates providers YAML.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawFile = serde_yaml::from_str(text)
+        let raw: RawFile = yaml_serde::from_str(text)
             .map_err(|err| ConfigError::Syntax { file: None, message: err.to_string() })?;
         let mut seen = BTreeSet::new();
         let mut entries = Vec::with_capacity(raw.providers.len());

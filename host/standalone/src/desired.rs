@@ -56,7 +56,7 @@ struct RawManifest {
     api_version: String,
     kind: String,
     metadata: RawMetadata,
-    spec: serde_yaml::Value,
+    spec: yaml_serde::Value,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,7 +124,7 @@ struct RawProxySpec {
     placement: BTreeMap<String, String>,
     network: Option<RawNetwork>,
     port: Option<u16>,
-    user_data_secret_ref: Option<serde_yaml::Value>,
+    user_data_secret_ref: Option<yaml_serde::Value>,
     /// Standalone only: cloud-init user-data from a file, relative to the
     /// manifest's folder.
     user_data_file: Option<PathBuf>,
@@ -192,16 +192,16 @@ pub fn load(path: &Path) -> Result<Desired> {
 
 fn parse(file: &Path, text: &str) -> Result<Desired> {
     let mut desired = Desired::default();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let fail = |message: String| Error::Manifest {
             file: file.to_owned(),
             message: format!("document {}: {message}", index + 1),
         };
-        let value = serde_yaml::Value::deserialize(document).map_err(|e| fail(e.to_string()))?;
+        let value = yaml_serde::Value::deserialize(document).map_err(|e| fail(e.to_string()))?;
         if value.is_null() {
             continue;
         }
-        let raw: RawManifest = serde_yaml::from_value(value).map_err(|e| fail(e.to_string()))?;
+        let raw: RawManifest = yaml_serde::from_value(value).map_err(|e| fail(e.to_string()))?;
         match raw.kind.as_str() {
             "Proxy" => desired.proxies.push(validate_proxy(file, raw).map_err(fail)?),
             "ProxyPool" => desired.pools.push(validate_pool(file, raw).map_err(fail)?),
@@ -239,7 +239,7 @@ fn identity(raw: &RawManifest) -> Result<(String, String), String> {
 fn validate_proxy(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
     let (namespace, name) = identity(&raw)?;
     let spec: RawProxySpec =
-        serde_yaml::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
+        yaml_serde::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
     let Some(provider) = spec.provider.clone() else {
         return Err(format!("{name}: spec.provider is required: name a provider entry"));
     };
@@ -250,7 +250,7 @@ fn validate_proxy(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String>
 fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
     let (namespace, name) = identity(&raw)?;
     let spec: RawPoolSpec =
-        serde_yaml::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
+        yaml_serde::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
     if spec.replicas > 10_000 {
         return Err(format!(
             "{name}: spec.replicas: {} is out of range; use 0 to 10000",

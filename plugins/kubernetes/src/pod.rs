@@ -354,28 +354,11 @@ pub fn is_deleting(pod: &Value) -> bool {
 const DELETION_SLACK_SECS: u64 = 60;
 
 /// Seconds since the Unix epoch of an API timestamp, which the API server
-/// always writes in UTC: `2026-01-02T03:04:05Z`, maybe with a fraction.
+/// always writes in UTC (RFC 3339 with `Z`): `2026-01-02T03:04:05Z`, maybe
+/// with a fraction.
 pub fn unix_seconds(timestamp: &str) -> Option<u64> {
-    let text = timestamp.strip_suffix('Z')?;
-    let text = text.split_once('.').map_or(text, |(whole, _)| whole);
-    let (date, time) = text.split_once('T')?;
-    let mut date = date.splitn(3, '-').map(str::parse::<i64>);
-    let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);
-    let mut time = time.splitn(3, ':').map(str::parse::<i64>);
-    let (hour, minute, second) = (time.next()?.ok()?, time.next()?.ok()?, time.next()?.ok()?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm), March-based
-    // years so that the leap day comes last.
-    let shifted_year = if month <= 2 { year - 1 } else { year };
-    let era = shifted_year.div_euclid(400);
-    let year_of_era = shifted_year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()
+    let at = humantime::parse_rfc3339(timestamp).ok()?;
+    at.duration_since(std::time::UNIX_EPOCH).ok().map(|since| since.as_secs())
 }
 
 /// Whether the pod's deletion should have finished long ago: the kubelet
