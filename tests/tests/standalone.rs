@@ -41,6 +41,10 @@ impl Site {
     }
 
     async fn open(&self) -> Standalone {
+        self.open_with(|_| {}).await
+    }
+
+    async fn open_with(&self, adjust: impl FnOnce(&mut Settings)) -> Standalone {
         let mut settings = Settings::new(
             self.path("proxies"),
             self.path("state/state.redb"),
@@ -48,6 +52,7 @@ impl Site {
             self.path("plugins"),
         );
         settings.gc_min_age = Duration::ZERO;
+        adjust(&mut settings);
         Standalone::open(settings).await.unwrap()
     }
 }
@@ -201,4 +206,21 @@ async fn a_pool_scales_its_members_up_and_down() {
     assert!(records.iter().any(|r| r.meta.uid == survivor), "scaling up keeps the existing member");
     drop(standalone);
     assert_eq!(assignments(&site.path("state/state.redb")).await.len(), 2);
+}
+
+#[tokio::test]
+async fn regression_a_settled_proxys_resync_writes_nothing() {
+    let site = Site::new();
+    site.write(&manifest("a", "local", 3128));
+    // Every pass is due again at once, as resyncs make them.
+    let standalone = site.open_with(|settings| settings.policy.resync = Duration::ZERO).await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records[0].status.phase, Phase::Running, "{records:?}");
+    let writes = standalone.record_writes();
+    for _ in 0..3 {
+        standalone.sync_desired().unwrap();
+        assert_eq!(standalone.reconcile_due().await, 1, "the resync pass runs");
+    }
+    assert_eq!(standalone.record_writes(), writes, "passes that changed nothing wrote nothing");
+    assert_eq!(standalone.records().unwrap(), records);
 }

@@ -5,7 +5,7 @@
 //! A path is one YAML file or a folder of `*.yaml`/`*.yml` files (not
 //! recursive), each holding one or more documents separated by `---`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use proxyfleet_core::pool::{self, PoolSpec};
@@ -157,24 +157,19 @@ pub fn load(path: &Path) -> Result<Desired> {
         vec![path.to_owned()]
     };
     let mut desired = Desired::default();
+    // Every name declared so far: a second declaration is refused.
+    let mut seen: HashSet<(&'static str, String, String)> = HashSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file)
             .map_err(|source| Error::Read { path: file.clone(), source })?;
         let parsed = parse(&file, &text)?;
-        let names = desired
-            .proxies
-            .iter()
-            .map(|p| ("Proxy", &p.namespace, &p.name))
-            .chain(desired.pools.iter().map(|p| ("ProxyPool", &p.namespace, &p.name)));
-        let mut seen: Vec<(&str, String, String)> =
-            names.map(|(k, ns, n)| (k, ns.clone(), n.clone())).collect();
         let new = parsed
             .proxies
             .iter()
             .map(|p| ("Proxy", &p.namespace, &p.name))
             .chain(parsed.pools.iter().map(|p| ("ProxyPool", &p.namespace, &p.name)));
         for (kind, namespace, name) in new {
-            if seen.iter().any(|(k, ns, n)| *k == kind && ns == namespace && n == name) {
+            if !seen.insert((kind, namespace.clone(), name.clone())) {
                 return Err(Error::Manifest {
                     file,
                     message: format!(
@@ -182,7 +177,6 @@ pub fn load(path: &Path) -> Result<Desired> {
                     ),
                 });
             }
-            seen.push((kind, namespace.clone(), name.clone()));
         }
         desired.proxies.extend(parsed.proxies);
         desired.pools.extend(parsed.pools);

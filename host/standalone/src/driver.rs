@@ -163,6 +163,12 @@ impl Standalone {
         self.schedule.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// How many record writes this installation has committed; a settled
+    /// fleet adds none.
+    pub fn record_writes(&self) -> u64 {
+        self.store.record_writes()
+    }
+
     /// Every Proxy record.
     pub fn records(&self) -> Result<Vec<ProxyRecord>> {
         self.store.records()
@@ -479,6 +485,13 @@ impl Standalone {
         }
         tracing::debug!(proxy = %key, elapsed_ms = started.elapsed().as_millis() as u64, phase = ?outcome.status.phase, "reconciled");
         self.metrics.record_reconcile(started.elapsed(), outcome.error);
+        let unchanged = record.status == outcome.status
+            && matches!(
+                (&outcome.finalizer, record.finalizer),
+                (FinalizerChange::Keep, _)
+                    | (FinalizerChange::Add, true)
+                    | (FinalizerChange::Remove, false)
+            );
         record.status = outcome.status;
         match outcome.finalizer {
             FinalizerChange::Add => record.finalizer = true,
@@ -491,7 +504,12 @@ impl Standalone {
             tracing::info!(proxy = %key, "Proxy deleted");
             return Ok(());
         }
-        self.store.put_record(&record)?;
+        // A pass that changed nothing (a settled Proxy's resync) writes
+        // nothing: a write would make every reader of the records (the
+        // fleet publish) decode them all again.
+        if !unchanged {
+            self.store.put_record(&record)?;
+        }
         let mut schedule = self.schedule();
         match outcome.requeue_after {
             Some(after) => schedule.insert(key.to_owned(), Instant::now() + after),
