@@ -59,7 +59,7 @@ impl Site {
 
 async fn assignments(state: &Path) -> Vec<String> {
     let store = Store::open(state).unwrap();
-    store.list("local", "").await.unwrap().into_iter().map(|e| e.key).collect()
+    store.list("local", "endpoint/").await.unwrap().into_iter().map(|e| e.key).collect()
 }
 
 #[tokio::test]

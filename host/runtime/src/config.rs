@@ -229,7 +229,7 @@ impl Default for Limits {
             http_request_bytes: 8 << 20,
             http_in_flight: 32,
             http_in_flight_per_call: 4,
-            kv_keys: 1000,
+            kv_keys: 10_000,
             kv_value_bytes: 64 << 10,
             kv_total_bytes: 512 << 10,
             kv_writes_per_call: 100,

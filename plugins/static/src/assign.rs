@@ -1,10 +1,22 @@
 //! Which Proxy holds which endpoint, kept in the entry's key-value store.
 //!
-//! Layout: one key per assigned endpoint, `endpoint/<host:port>`, whose value
-//! is the JSON [`Assignment`]. A free endpoint has no key. Taking one is a
-//! compare-and-swap that expects the key to be absent, so of two concurrent
-//! creates exactly one gets any given endpoint; the other sees a conflict and
-//! moves on. The logic runs over the [`Store`] trait so that it can be tested
+//! Layout:
+//! - `endpoint/<host:port>`: the JSON [`Assignment`] of an assigned
+//!   endpoint; a free endpoint has no key. Taking one is a compare-and-swap
+//!   that expects the key to be absent, so of two concurrent creates exactly
+//!   one gets any given endpoint; the other sees a conflict and moves on.
+//! - `holder/<uid>`: the endpoint a Proxy holds or is taking. A create
+//!   names the endpoint here before it takes it, so the one endpoint a Proxy
+//!   can hold is the one its holder key names: a retried create reads two
+//!   keys, not every assignment.
+//!
+//! A create tries endpoints in an order drawn from the Proxy's UID, so
+//! concurrent creates rarely want the same endpoint, and its work does not
+//! grow with the entry: with a share `f` of the endpoints held it reads
+//! about `1 / (1 - f)` keys. Only a create that finds every endpoint held
+//! reads them all.
+//!
+//! The logic runs over the [`Store`] trait so that it can be tested
 //! natively against an in-memory map.
 
 use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
@@ -15,6 +27,9 @@ use crate::config::{Endpoint, StaticConfig};
 
 /// Key prefix of assignments.
 pub const PREFIX: &str = "endpoint/";
+
+/// Key prefix of the endpoint each Proxy holds, by UID.
+pub const HOLDER_PREFIX: &str = "holder/";
 
 /// How often `release` re-reads and retries when the assignment changes
 /// under it.
@@ -100,39 +115,74 @@ fn key(id: &str) -> String {
     format!("{PREFIX}{id}")
 }
 
+fn holder_key(uid: &str) -> String {
+    format!("{HOLDER_PREFIX}{uid}")
+}
+
+/// The assignment of the endpoint `holder` names, when `uid` holds it.
+fn held_by(store: &impl Store, holder: &KvEntry, uid: &str) -> Result<Option<KvEntry>> {
+    let Ok(id) = std::str::from_utf8(&holder.value) else { return Ok(None) };
+    Ok(store
+        .get(&key(id))?
+        .filter(|entry| Assignment::decode(&entry.value).is_some_and(|held| held.uid == uid)))
+}
+
 /// Hands `spec` an endpoint: the one it already holds (a retried create), or
-/// the first configured endpoint nobody holds.
+/// a free one, tried in the order [`probe_order`] draws from its UID.
 pub fn assign(
     store: &impl Store,
     config: &StaticConfig,
     spec: &ProxySpec,
     now: u64,
 ) -> Result<Instance> {
-    let held = store.list(PREFIX)?;
-    if let Some(instance) = held
-        .iter()
-        .find(|entry| Assignment::decode(&entry.value).is_some_and(|held| held.uid == spec.uid))
-        .map(|entry| instance(config, entry))
+    let holder_key = holder_key(&spec.uid);
+    let mut holder = store.get(&holder_key)?;
+    if let Some(named) = &holder
+        && let Some(held) = held_by(store, named, &spec.uid)?
     {
-        return Ok(instance);
+        return Ok(instance(config, &held));
     }
-
+    let count = config.endpoints.len();
+    if count == 0 {
+        return Err(ProviderError::QuotaExceeded("no endpoints are configured".to_owned()));
+    }
     let wanted = Assignment::for_spec(spec, now);
     let value = serde_json::to_vec(&wanted).map_err(|error| {
         ProviderError::Permanent(format!("cannot encode the assignment: {error}"))
     })?;
-    let free = config
-        .endpoints
-        .iter()
-        .filter(|endpoint| !held.iter().any(|entry| entry.key == key(&endpoint.id())));
-    for endpoint in free {
-        let endpoint_key = key(&endpoint.id());
+    for index in probe_order(&spec.uid, count) {
+        let id = config.endpoints[index].id();
+        let endpoint_key = key(&id);
+        if store.get(&endpoint_key)?.is_some() {
+            continue;
+        }
+        // Named before taken: whatever this Proxy holds, its holder key
+        // names it.
+        let expected = holder.as_ref().map(|entry| entry.version);
+        match store.compare_and_swap(&holder_key, expected, Some(id.as_bytes()))? {
+            CasOutcome::Applied(version) => {
+                holder = Some(KvEntry { key: holder_key.clone(), value: id.into_bytes(), version });
+            }
+            // A concurrent retry of this very create moved the holder key:
+            // adopt what it took, or let the retry settle it.
+            CasOutcome::Conflict(current) => {
+                if let Some(current) = current
+                    && let Some(held) = held_by(store, &current, &spec.uid)?
+                {
+                    return Ok(instance(config, &held));
+                }
+                return Err(ProviderError::Conflict(format!(
+                    "another create of {}/{} is taking an endpoint at the same time",
+                    spec.namespace, spec.name
+                )));
+            }
+        }
         match store.compare_and_swap(&endpoint_key, None, Some(&value))? {
             CasOutcome::Applied(version) => {
                 let entry = KvEntry { key: endpoint_key, value, version };
                 return Ok(instance(config, &entry));
             }
-            // Taken since the listing: by a concurrent retry of this very
+            // Taken since we looked: by a concurrent retry of this very
             // create (adopt it), or by another Proxy (try the next one).
             CasOutcome::Conflict(Some(current))
                 if Assignment::decode(&current.value).is_some_and(|held| held.uid == spec.uid) =>
@@ -142,10 +192,31 @@ pub fn assign(
             CasOutcome::Conflict(_) => {}
         }
     }
-    Err(ProviderError::QuotaExceeded(match config.endpoints.len() {
-        0 => "no endpoints are configured".to_owned(),
-        count => format!("all {count} endpoints are assigned"),
-    }))
+    Err(ProviderError::QuotaExceeded(format!("all {count} endpoints are assigned")))
+}
+
+/// The order in which a create for `uid` tries the `count` endpoints:
+/// every index once, from a start and with a stride (coprime to `count`)
+/// both drawn from the UID by FNV-1a. A cryptographic hash would buy
+/// nothing here: the order only spreads creates apart.
+pub fn probe_order(uid: &str, count: usize) -> impl Iterator<Item = usize> {
+    let hash = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let count = count as u64;
+    let start = hash % count.max(1);
+    let mut stride = if count > 1 { 1 + (hash >> 32) % (count - 1) } else { 1 };
+    while gcd(stride, count) != 1 {
+        stride += 1;
+    }
+    (0..count).map(move |step| ((start + step * stride) % count) as usize)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// The instance for endpoint `id`; NotFound when nobody holds it.
@@ -156,7 +227,7 @@ pub fn lookup(store: &impl Store, config: &StaticConfig, id: &str) -> Result<Ins
     }
 }
 
-/// Frees endpoint `id`; Ok when it is already free.
+/// Frees endpoint `id`, then its holder's key; Ok when it is already free.
 pub fn release(store: &impl Store, id: &str) -> Result<()> {
     let endpoint_key = key(id);
     for _ in 0..RELEASE_ATTEMPTS {
@@ -164,7 +235,13 @@ pub fn release(store: &impl Store, id: &str) -> Result<()> {
             return Ok(());
         };
         match store.compare_and_swap(&endpoint_key, Some(entry.version), None)? {
-            CasOutcome::Applied(_) | CasOutcome::Conflict(None) => return Ok(()),
+            CasOutcome::Applied(_) => {
+                if let Some(held) = Assignment::decode(&entry.value) {
+                    forget_holder(store, &held.uid, id)?;
+                }
+                return Ok(());
+            }
+            CasOutcome::Conflict(None) => return Ok(()),
             // Rewritten between our read and delete: read it again.
             CasOutcome::Conflict(Some(_)) => {}
         }
@@ -172,6 +249,19 @@ pub fn release(store: &impl Store, id: &str) -> Result<()> {
     Err(ProviderError::Conflict(format!(
         "endpoint {id} kept changing while being released ({RELEASE_ATTEMPTS} attempts)"
     )))
+}
+
+/// Removes `uid`'s holder key if it still names endpoint `id`; one that
+/// names another endpoint belongs to a create under way and stays.
+fn forget_holder(store: &impl Store, uid: &str, id: &str) -> Result<()> {
+    let holder_key = holder_key(uid);
+    if let Some(holder) = store.get(&holder_key)?
+        && holder.value == id.as_bytes()
+    {
+        // A conflict means it moved on to another endpoint: it stays.
+        store.compare_and_swap(&holder_key, Some(holder.version), None)?;
+    }
+    Ok(())
 }
 
 /// Every assigned endpoint as an instance.
@@ -204,7 +294,7 @@ pub fn stranded(store: &impl Store, config: &StaticConfig) -> Result<Vec<(String
 /// host will not take it for one of its own.
 fn instance(config: &StaticConfig, entry: &KvEntry) -> Instance {
     let id = entry.key.strip_prefix(PREFIX).unwrap_or(&entry.key);
-    let configured = config.endpoints.iter().find(|endpoint| endpoint.id() == id);
+    let configured = config.find(id);
     let assignment = Assignment::decode(&entry.value);
     let state = match (configured, &assignment) {
         (Some(_), Some(_)) => InstanceState::Running,
@@ -303,9 +393,10 @@ mod tests {
         }
     }
 
-    /// Runs `during` right after the first `list`, i.e. between a create's
-    /// look at what is free and its compare-and-swap: the interleaving that
-    /// makes two creates race for the same endpoint.
+    /// Runs `during` right after the first read of an endpoint's key, i.e.
+    /// between a create's look at whether it is free and its
+    /// compare-and-swaps: the interleaving that makes two creates race for
+    /// the same endpoint.
     struct Interleaved<'a, F: FnOnce()> {
         inner: &'a MemoryStore,
         during: RefCell<Option<F>>,
@@ -313,6 +404,40 @@ mod tests {
 
     impl<F: FnOnce()> Store for Interleaved<'_, F> {
         fn get(&self, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
+            let read = self.inner.get(key);
+            if key.starts_with(PREFIX)
+                && let Some(during) = self.during.borrow_mut().take()
+            {
+                during();
+            }
+            read
+        }
+
+        fn compare_and_swap(
+            &self,
+            key: &str,
+            expected: Option<u64>,
+            value: Option<&[u8]>,
+        ) -> std::result::Result<CasOutcome, KvError> {
+            self.inner.compare_and_swap(key, expected, value)
+        }
+
+        fn list(&self, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
+            self.inner.list(prefix)
+        }
+    }
+
+    /// Counts reads, to show what a call costs.
+    #[derive(Default)]
+    struct Counted {
+        inner: MemoryStore,
+        reads: Cell<usize>,
+        lists: Cell<usize>,
+    }
+
+    impl Store for Counted {
+        fn get(&self, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
+            self.reads.set(self.reads.get() + 1);
             self.inner.get(key)
         }
 
@@ -326,11 +451,8 @@ mod tests {
         }
 
         fn list(&self, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
-            let listed = self.inner.list(prefix);
-            if let Some(during) = self.during.borrow_mut().take() {
-                during();
-            }
-            listed
+            self.lists.set(self.lists.get() + 1);
+            self.inner.list(prefix)
         }
     }
 
@@ -380,15 +502,21 @@ mod tests {
         config(&["203.0.113.10:3128", "[2001:db8::1]:8080", "proxy.example:3129"])
     }
 
+    /// The endpoint a create for `uid` tries first.
+    fn first_choice(config: &StaticConfig, uid: &str) -> String {
+        config.endpoints[probe_order(uid, config.endpoints.len()).next().expect("an endpoint")].id()
+    }
+
     #[test]
-    fn assigns_endpoints_in_order_with_marks() {
+    fn assigns_the_first_free_endpoint_of_the_uids_order_with_marks() {
         let store = MemoryStore::default();
         let config = three();
         let first = assign(&store, &config, &spec("a"), 100).expect("assigned");
-        assert_eq!(first.provider_id, "203.0.113.10:3128");
+        assert_eq!(first.provider_id, first_choice(&config, "a"));
         assert_eq!(first.state, InstanceState::Running);
-        assert_eq!(first.addresses, vec!["203.0.113.10".to_owned()]);
-        assert_eq!(first.port, Some(3128));
+        let endpoint = config.find(&first.provider_id).expect("configured");
+        assert_eq!(first.addresses, vec![endpoint.host().to_owned()]);
+        assert_eq!(first.port, Some(endpoint.port()));
         assert_eq!(first.created_at, Some(100));
         assert_eq!(
             first.mark,
@@ -399,17 +527,56 @@ mod tests {
                 created_at: 100
             })
         );
-        let second = assign(&store, &config, &spec("b"), 101).expect("assigned");
-        assert_eq!(second.provider_id, "[2001:db8::1]:8080");
-        assert_eq!(second.addresses, vec!["2001:db8::1".to_owned()]);
-        assert_eq!(second.port, Some(8080));
-        assert_eq!(store.keys(), vec!["endpoint/203.0.113.10:3128", "endpoint/[2001:db8::1]:8080"]);
-        let stored = store.get("endpoint/203.0.113.10:3128").expect("ok").expect("present");
+        let stored = store.get(&key(&first.provider_id)).expect("ok").expect("present");
         let value: serde_json::Value = serde_json::from_slice(&stored.value).expect("JSON");
         assert_eq!(
             value,
             serde_json::json!({"uid": "a", "namespace": "egress", "name": "proxy-a", "createdAt": 100})
         );
+        let holder = store.get("holder/a").expect("ok").expect("the holder key");
+        assert_eq!(holder.value, first.provider_id.as_bytes());
+
+        let second = assign(&store, &config, &spec("b"), 101).expect("assigned");
+        assert_ne!(second.provider_id, first.provider_id);
+        let third = assign(&store, &config, &spec("c"), 101).expect("assigned");
+        let mut ids = [&first, &second, &third].map(|instance| instance.provider_id.clone());
+        ids.sort();
+        assert_eq!(ids, ["203.0.113.10:3128", "[2001:db8::1]:8080", "proxy.example:3129"]);
+    }
+
+    #[test]
+    fn probe_orders_visit_every_endpoint_once_and_differ_by_uid() {
+        for count in [1, 2, 3, 4, 6, 10, 97, 1000] {
+            for uid in ["a", "b", "0b5e8f8c-8d5e-4c33-a6a3-0f1e2d3c4b5a"] {
+                let mut order: Vec<usize> = probe_order(uid, count).collect();
+                order.sort_unstable();
+                assert_eq!(order, (0..count).collect::<Vec<_>>(), "{uid} over {count}");
+            }
+        }
+        let firsts: std::collections::BTreeSet<usize> = (0..50)
+            .map(|i| probe_order(&format!("uid-{i}"), 1000).next().expect("an index"))
+            .collect();
+        assert!(firsts.len() > 40, "UIDs start apart: {firsts:?}");
+    }
+
+    #[test]
+    fn a_create_reads_a_few_keys_however_many_endpoints_there_are() {
+        let endpoints: Vec<String> =
+            (0..1000).map(|i| format!("10.1.{}.{}:3128", i / 250, i % 250)).collect();
+        let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+        let config = config(&endpoints);
+        let store = Counted::default();
+        for i in 0..500 {
+            assign(&store, &config, &spec(&format!("uid-{i}")), 1).expect("assigned");
+        }
+        let before = store.reads.get();
+        assign(&store, &config, &spec("one-more"), 1).expect("assigned");
+        let reads = store.reads.get() - before;
+        assert!(reads < 20, "a create at half full read {reads} keys");
+        let before = store.reads.get();
+        assign(&store, &config, &spec("uid-7"), 2).expect("adopted");
+        assert_eq!(store.reads.get() - before, 2, "a retry reads its holder and endpoint");
+        assert_eq!(store.lists.get(), 0, "no create lists the assignments");
     }
 
     #[test]
@@ -421,28 +588,52 @@ mod tests {
         let retry = assign(&store, &config, &spec("b"), 200).expect("adopted");
         assert_eq!(retry, first);
         assert_eq!(retry.created_at, Some(100), "the first attempt's time is kept");
-        assert_eq!(store.keys().len(), 2);
+        assert_eq!(store.list(PREFIX).expect("the test store answers").len(), 2);
+    }
+
+    #[test]
+    fn a_create_cut_off_after_naming_its_endpoint_takes_it_on_retry() {
+        let store = MemoryStore::default();
+        let config = three();
+        // The holder key names an endpoint the create never took.
+        let named = first_choice(&config, "a");
+        store
+            .compare_and_swap("holder/a", None, Some(named.as_bytes()))
+            .expect("the test store answers");
+        let taken = assign(&store, &config, &spec("a"), 1).expect("assigned");
+        assert_eq!(taken.provider_id, named);
+        assert_eq!(
+            store.list(PREFIX).expect("the test store answers").len(),
+            1,
+            "one endpoint held"
+        );
     }
 
     #[test]
     fn interleaved_creates_never_share_an_endpoint() {
         let store = MemoryStore::default();
         let config = three();
+        // Our first choice is the rival's too: the rival takes it between
+        // our look and our compare-and-swap.
+        let ours_first = first_choice(&config, "ours");
+        let rival_uid = (0..)
+            .map(|i| format!("rival-{i}"))
+            .find(|uid| first_choice(&config, uid) == ours_first)
+            .expect("a rival UID with the same first choice");
         let rival: RefCell<Option<Instance>> = RefCell::new(None);
         let racing = Interleaved {
             inner: &store,
             during: RefCell::new(Some(|| {
-                let won = assign(&store, &config, &spec("rival"), 100).expect("rival assigned");
+                let won = assign(&store, &config, &spec(&rival_uid), 100).expect("rival assigned");
                 *rival.borrow_mut() = Some(won);
             })),
         };
-        // `ours` saw every endpoint free, but the rival took the first one
-        // before our compare-and-swap.
         let ours = assign(&racing, &config, &spec("ours"), 100).expect("assigned");
         let rival = rival.into_inner().expect("rival ran");
-        assert_eq!(rival.provider_id, "203.0.113.10:3128");
-        assert_eq!(ours.provider_id, "[2001:db8::1]:8080");
+        assert_eq!(rival.provider_id, ours_first);
+        assert_ne!(ours.provider_id, ours_first);
         assert_eq!(ours.mark.map(|mark| mark.uid), Some("ours".to_owned()));
+        assert_eq!(store.list(PREFIX).expect("the test store answers").len(), 2);
     }
 
     #[test]
@@ -458,7 +649,7 @@ mod tests {
         };
         let retry = assign(&racing, &config, &spec("a"), 200).expect("adopted");
         assert_eq!(Some(retry), earlier.into_inner());
-        assert_eq!(store.keys().len(), 1);
+        assert_eq!(store.list(PREFIX).expect("the test store answers").len(), 1);
     }
 
     #[test]
@@ -472,7 +663,7 @@ mod tests {
             Err(ProviderError::QuotaExceeded("all 2 endpoints are assigned".into()))
         );
         assert!(matches!(
-            assign(&store, &StaticConfig { endpoints: Vec::new() }, &spec("c"), 1),
+            assign(&store, &self::config(&[]), &spec("c"), 1),
             Err(ProviderError::QuotaExceeded(_))
         ));
     }
@@ -483,6 +674,7 @@ mod tests {
         let config = config(&["10.0.0.1:3128"]);
         let held = assign(&store, &config, &spec("a"), 1).expect("assigned");
         release(&store, &held.provider_id).expect("released");
+        assert!(store.keys().is_empty(), "the holder key goes with the endpoint");
         release(&store, &held.provider_id).expect("releasing twice is fine");
         let next = assign(&store, &config, &spec("b"), 2).expect("assigned");
         assert_eq!(next.provider_id, held.provider_id);
@@ -545,16 +737,18 @@ mod tests {
         let held = assign(&store, &config, &spec("a"), 1).expect("assigned");
         assert_eq!(lookup(&store, &config, &held.provider_id), Ok(held.clone()));
 
-        let shrunk = config_from(&config, 1);
+        let shrunk = config_without(&config, &held.provider_id);
         let failed = lookup(&store, &shrunk, &held.provider_id).expect("still assigned");
         assert_eq!(failed.state, InstanceState::Failed);
-        assert_eq!(failed.addresses, vec!["203.0.113.10".to_owned()]);
-        assert_eq!(failed.port, Some(3128));
+        assert_eq!(failed.addresses, held.addresses, "read back from the ID");
+        assert_eq!(failed.port, held.port);
         assert_eq!(failed.mark, held.mark);
     }
 
-    fn config_from(config: &StaticConfig, skip: usize) -> StaticConfig {
-        StaticConfig { endpoints: config.endpoints[skip..].to_vec() }
+    fn config_without(config: &StaticConfig, id: &str) -> StaticConfig {
+        let ids: Vec<String> =
+            config.endpoints.iter().map(Endpoint::id).filter(|other| other != id).collect();
+        self::config(&ids.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     #[test]
@@ -564,15 +758,19 @@ mod tests {
         assign(&store, &config, &spec("a"), 1).expect("assigned");
         assign(&store, &config, &spec("b"), 2).expect("assigned");
         let listed = all(&store, &config).expect("listed");
-        let uids: Vec<_> = listed
+        let mut uids: Vec<_> = listed
             .iter()
             .filter_map(|instance| instance.mark.as_ref().map(|mark| mark.uid.as_str()))
             .collect();
+        uids.sort_unstable();
         assert_eq!(uids, vec!["a", "b"]);
         assert!(stranded(&store, &config).expect("ok").is_empty());
+        let of_a =
+            store.get("holder/a").expect("the test store answers").expect("a holder key").value;
+        let of_a = String::from_utf8(of_a).expect("an endpoint ID");
         assert_eq!(
-            stranded(&store, &config_from(&config, 1)).expect("ok"),
-            vec![("203.0.113.10:3128".to_owned(), "egress/proxy-a".to_owned())]
+            stranded(&store, &config_without(&config, &of_a)).expect("ok"),
+            vec![(of_a, "egress/proxy-a".to_owned())]
         );
     }
 
@@ -584,7 +782,7 @@ mod tests {
             .compare_and_swap("endpoint/203.0.113.10:3128", None, Some(b"not json"))
             .expect("written");
         let held = assign(&store, &config, &spec("a"), 1).expect("assigned");
-        assert_eq!(held.provider_id, "[2001:db8::1]:8080");
+        assert_ne!(held.provider_id, "203.0.113.10:3128");
         let foreign = lookup(&store, &config, "203.0.113.10:3128").expect("present");
         assert_eq!(foreign.mark, None);
         assert_eq!(foreign.state, InstanceState::Failed);

@@ -31,18 +31,22 @@ pub const CONFIG_SCHEMA: &str = r#"{
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticConfig {
-    /// In the order they are handed out.
+    /// The endpoints, as listed.
     pub endpoints: Vec<Endpoint>,
+    /// Where each endpoint is in `endpoints`, made by [`StaticConfig::parse`]:
+    /// a lookup by ID costs the same for ten endpoints or ten thousand.
+    #[serde(skip)]
+    index: HashMap<Endpoint, usize>,
 }
 
 impl StaticConfig {
     /// Parses and checks an entry config; errors name the key, e.g.
     /// `endpoints[3]`.
     pub fn parse(json: &str) -> Result<Self> {
-        let config: Self = proxyfleet_sdk::parse_config(json)?;
-        let mut first_index: HashMap<&Endpoint, usize> = HashMap::new();
+        let mut config: Self = proxyfleet_sdk::parse_config(json)?;
+        config.index.reserve(config.endpoints.len());
         for (index, endpoint) in config.endpoints.iter().enumerate() {
-            if let Some(first) = first_index.insert(endpoint, index) {
+            if let Some(first) = config.index.insert(endpoint.clone(), index) {
                 return Err(ProviderError::InvalidConfig(format!(
                     "config key `endpoints[{index}]`: {endpoint} repeats endpoints[{first}]"
                 )));
@@ -51,9 +55,15 @@ impl StaticConfig {
         Ok(config)
     }
 
+    /// The configured endpoint whose ID (`host:port`) is `id`.
+    pub fn find(&self, id: &str) -> Option<&Endpoint> {
+        let endpoint = Endpoint::try_from(id.to_owned()).ok()?;
+        self.index.get(&endpoint).map(|&index| &self.endpoints[index])
+    }
+
     /// Whether `id` (an endpoint in its `host:port` form) is configured.
     pub fn contains(&self, id: &str) -> bool {
-        self.endpoints.iter().any(|endpoint| endpoint.id() == id)
+        self.find(id).is_some()
     }
 }
 

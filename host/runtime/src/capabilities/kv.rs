@@ -11,6 +11,7 @@
 //! writes an entry's scope.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use proxyfleet_core::kv::{CasOutcome, KvEntry, KvError, KvStore};
 
@@ -41,10 +42,17 @@ impl KvQuota {
         }
     }
 
-    /// Whether writing `value` at `key` over `usage` stays inside, or at
-    /// least does not grow a store that is over (one filled before a limit
-    /// was lowered can still be updated and shrunk).
-    fn admits(&self, usage: &[KvEntry], key: &str, value: &[u8]) -> Result<(), KvError> {
+    /// Whether writing `value` at `key` over `usage`, where `existing` is
+    /// what the key holds now, stays inside, or at least does not grow a
+    /// store that is over (one filled before a limit was lowered can still
+    /// be updated and shrunk).
+    fn admits(
+        &self,
+        usage: Usage,
+        existing: Option<&KvEntry>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), KvError> {
         if value.len() > self.value_bytes {
             return Err(KvError::Invalid(format!(
                 "the value of {key:?} is {} bytes; the entry's limit is {} \
@@ -53,18 +61,16 @@ impl KvQuota {
                 self.value_bytes
             )));
         }
-        let existing = usage.iter().find(|entry| entry.key == key);
-        if existing.is_none() && usage.len() >= self.keys {
+        if existing.is_none() && usage.keys >= self.keys {
             return Err(KvError::Invalid(format!(
                 "the entry holds {} keys, its limit (limits.kvKeys); delete keys it no longer \
                  needs",
                 self.keys
             )));
         }
-        let size = |entry: &KvEntry| (entry.key.len() + entry.value.len()) as u64;
-        let before = usage.iter().map(size).sum::<u64>();
-        let total = before - existing.map_or(0, size) + (key.len() + value.len()) as u64;
-        if total > self.total_bytes && total > before {
+        let total =
+            usage.bytes - existing.map_or(0, Usage::size) + (key.len() + value.len()) as u64;
+        if total > self.total_bytes && total > usage.bytes {
             return Err(KvError::Invalid(format!(
                 "writing {key:?} would make the entry's store {total} bytes; its limit is {} \
                  (limits.kvTotalKiB)",
@@ -75,20 +81,54 @@ impl KvQuota {
     }
 }
 
+/// What an entry's store holds, as its quota counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Usage {
+    keys: usize,
+    /// Keys and values together.
+    bytes: u64,
+}
+
+impl Usage {
+    fn of(entries: &[KvEntry]) -> Self {
+        Self { keys: entries.len(), bytes: entries.iter().map(Self::size).sum() }
+    }
+
+    fn size(entry: &KvEntry) -> u64 {
+        (entry.key.len() + entry.value.len()) as u64
+    }
+
+    /// The usage once `key`, which held `existing`, holds `value`.
+    fn after(self, existing: Option<&KvEntry>, key: &str, value: Option<&[u8]>) -> Self {
+        let removed = existing.map_or(0, Self::size);
+        let added = value.map_or(0, |value| (key.len() + value.len()) as u64);
+        let keys = self.keys - usize::from(existing.is_some()) + usize::from(value.is_some());
+        Self { keys, bytes: self.bytes - removed + added }
+    }
+}
+
+/// How long a counted usage is trusted: a write from outside this process
+/// (a plugin revision being swapped out still finishing a call) is counted
+/// within this time.
+const RECOUNT_AFTER: Duration = Duration::from_secs(30);
+
 /// The store of one entry: its backend scope, its quota, and the lock its
-/// writes take.
+/// writes take, which guards the usage counted so far.
 #[derive(Debug)]
 pub(crate) struct EntryKv {
     store: Arc<dyn KvStore>,
     quota: KvQuota,
-    writing: tokio::sync::Mutex<()>,
+    writing: tokio::sync::Mutex<Option<(Usage, Instant)>>,
 }
 
 impl EntryKv {
     pub(crate) fn new(store: Arc<dyn KvStore>, quota: KvQuota) -> Self {
-        Self { store, quota, writing: tokio::sync::Mutex::new(()) }
+        Self { store, quota, writing: tokio::sync::Mutex::new(None) }
     }
 
+    /// A write or delete under the quota. The usage is counted from a
+    /// listing once and then kept up to date write by write, so a write
+    /// costs one read of its own key, not a read of the whole store.
     async fn compare_and_swap(
         &self,
         scope: &str,
@@ -96,12 +136,24 @@ impl EntryKv {
         expected: Option<u64>,
         value: Option<Vec<u8>>,
     ) -> Result<CasOutcome, KvError> {
-        let _one_writer = self.writing.lock().await;
+        let mut counted = self.writing.lock().await;
+        let (usage, counted_at) = match *counted {
+            Some((usage, at)) if at.elapsed() < RECOUNT_AFTER => (usage, at),
+            _ => (Usage::of(&self.store.list(scope, "").await?), Instant::now()),
+        };
+        let existing = self.store.get(scope, key).await?;
         if let Some(value) = &value {
-            let usage = self.store.list(scope, "").await?;
-            self.quota.admits(&usage, key, value)?;
+            self.quota.admits(usage, existing.as_ref(), key, value)?;
         }
-        self.store.compare_and_swap(scope, key, expected, value).await
+        let written = usage.after(existing.as_ref(), key, value.as_deref());
+        let outcome = self.store.compare_and_swap(scope, key, expected, value).await;
+        *counted = match &outcome {
+            Ok(CasOutcome::Applied(_)) => Some((written, counted_at)),
+            Ok(CasOutcome::Conflict(_)) => Some((usage, counted_at)),
+            // Whether it was written is unknown: count again next time.
+            Err(_) => None,
+        };
+        outcome
     }
 }
 
@@ -206,5 +258,60 @@ mod tests {
         assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvValueKiB")), "{err}");
         let err = tight.compare_and_swap("e", "c", None, Some(Vec::new())).await.unwrap_err();
         assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvKeys")), "{err}");
+    }
+
+    /// Counts the listings a store answers.
+    #[derive(Debug, Default)]
+    struct Listed {
+        inner: MemoryKv,
+        lists: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl KvStore for Listed {
+        async fn get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
+            self.inner.get(scope, key).await
+        }
+
+        async fn compare_and_swap(
+            &self,
+            scope: &str,
+            key: &str,
+            expected: Option<u64>,
+            value: Option<Vec<u8>>,
+        ) -> Result<CasOutcome, KvError> {
+            self.inner.compare_and_swap(scope, key, expected, value).await
+        }
+
+        async fn list(&self, scope: &str, prefix: &str) -> Result<Vec<KvEntry>, KvError> {
+            self.lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.list(scope, prefix).await
+        }
+    }
+
+    /// Regression: every write listed the entry's whole store to check the
+    /// quota, so a write cost as much as the store was large.
+    #[tokio::test]
+    async fn regression_writes_count_usage_without_listing_the_store() {
+        let store = Arc::new(Listed::default());
+        let kv = EntryKv::new(
+            Arc::clone(&store) as Arc<dyn KvStore>,
+            KvQuota { keys: 3, value_bytes: 8, total_bytes: 1000, writes_per_call: 10 },
+        );
+        for key in ["a", "b", "c"] {
+            kv.compare_and_swap("e", key, None, Some(b"1".to_vec())).await.unwrap();
+        }
+        assert_eq!(store.lists.load(std::sync::atomic::Ordering::Relaxed), 1, "counted once");
+        // The count follows conflicts, deletes and replacements.
+        let conflict = kv.compare_and_swap("e", "a", None, Some(b"2".to_vec())).await.unwrap();
+        assert!(matches!(conflict, CasOutcome::Conflict(Some(_))));
+        let err = kv.compare_and_swap("e", "d", None, Some(b"1".to_vec())).await.unwrap_err();
+        assert!(matches!(&err, KvError::Invalid(m) if m.contains("limits.kvKeys")), "{err}");
+        let version = store.get("e", "a").await.unwrap().unwrap().version;
+        kv.compare_and_swap("e", "a", Some(version), None).await.unwrap();
+        kv.compare_and_swap("e", "d", None, Some(b"1".to_vec())).await.unwrap();
+        assert_eq!(store.lists.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let counted = kv.writing.lock().await.map(|(usage, _)| usage);
+        assert_eq!(counted, Some(Usage::of(&store.list("e", "").await.unwrap())));
     }
 }
