@@ -224,3 +224,154 @@ async fn regression_a_settled_proxys_resync_writes_nothing() {
     assert_eq!(standalone.record_writes(), writes, "passes that changed nothing wrote nothing");
     assert_eq!(standalone.records().unwrap(), records);
 }
+
+#[tokio::test]
+async fn regression_an_idle_sync_reads_no_record_yet_sees_every_manifest_edit() {
+    let site = Site::new();
+    site.write(&manifest("a", "local", 3128));
+    let standalone = site.open().await;
+    standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    // File times tell only once they are older than the clock's tick.
+    tokio::time::sleep(proxyfleet_standalone::desired::Stamp::RECENT + Duration::from_millis(100))
+        .await;
+    standalone.sync_desired().unwrap();
+    standalone.publish_fleet().unwrap();
+    let scans = standalone.record_scans();
+    for _ in 0..3 {
+        standalone.sync_desired().unwrap();
+        standalone.publish_fleet().unwrap();
+    }
+    assert_eq!(standalone.record_scans(), scans, "an idle sync read every record again");
+
+    // An edit in place of the same length, at once: still seen.
+    site.write(&manifest("a", "local", 3129));
+    standalone.sync_desired().unwrap();
+    let records = standalone.records().unwrap();
+    assert_eq!(records[0].desired.port, 3129, "{records:?}");
+    assert_eq!(records[0].meta.generation, 2);
+}
+
+#[tokio::test]
+async fn a_pool_member_past_its_max_age_is_recycled_while_nothing_else_changes() {
+    let site = Site::new();
+    site.write(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: ProxyPool\nmetadata: { name: crawl }\n\
+         spec: { replicas: 1, maxAge: 3s, template: { spec: { provider: local } } }\n",
+    );
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records.len(), 1);
+    let first = records[0].meta.uid.clone();
+    // Only the clock moves: the skipped syncs must still wake for maxAge.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        standalone.sync_desired().unwrap();
+        standalone.reconcile_due().await;
+        let records = standalone.records().unwrap();
+        let replaced = records.iter().all(|r| r.meta.uid != first)
+            && records.iter().any(|r| r.status.phase == Phase::Running);
+        if replaced {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never recycled: {records:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Regression: a pass wrote back the whole record it had read, so a
+/// manifest edit synced while a create was in flight was undone (and
+/// applied again on the next sync as another generation).
+#[tokio::test]
+async fn regression_a_manifest_edit_during_a_pass_is_kept() {
+    use proxyfleet_gce_sim::{SimOptions, Simulator};
+
+    let (ca, cert, key) = proxyfleet_tests::localhost_tls();
+    let sim = Simulator::start(
+        SimOptions {
+            projects: vec!["lab".into()],
+            zones: vec!["europe-west1-b".into()],
+            // The create's operation outlasts the edit by far.
+            operation_duration: Duration::from_secs(2),
+            boot_duration: Duration::from_millis(100),
+            ..SimOptions::default()
+        },
+        &cert,
+        &key,
+    )
+    .await
+    .unwrap();
+    let site = Site::new();
+    std::fs::copy(plugin("gcp"), site.path("plugins/gcp.wasm")).unwrap();
+    std::fs::write(site.path("ca.pem"), ca).unwrap();
+    let sa_key = sim.create_key("fleet@lab.iam.gserviceaccount.com").unwrap();
+    std::fs::write(site.path("key.json"), &sa_key.json).unwrap();
+    let providers = format!(
+        "providers:
+  - name: cloud
+    plugin: gcp
+    proxyAddresses: ['127.0.0.0/8']
+    config:
+      endpoint: {endpoint}
+      project: lab
+      zones: [europe-west1-b]
+      images: {{ debian-12: projects/debian-cloud/global/images/family/debian-12 }}
+      operationPollMs: 50
+    grants:
+      caFile: {ca}
+      http:
+        - url: {endpoint}
+          allowAddresses: [127.0.0.1]
+          credential:
+            kind: google-service-account
+            keyFile: {key}
+            scopes: [https://www.googleapis.com/auth/compute]
+",
+        endpoint = sim.endpoint(),
+        ca = site.path("ca.pem").display(),
+        key = site.path("key.json").display(),
+    );
+    let labelled = |team: &str| {
+        format!(
+            "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: a }}\n\
+             spec: {{ provider: cloud, image: debian-12, labels: {{ team: {team} }} }}\n"
+        )
+    };
+    site.write(&labelled("blue"));
+    let standalone = std::sync::Arc::new(
+        site.open_with(|settings| settings.providers = ProvidersConfig::parse(&providers).unwrap())
+            .await,
+    );
+    standalone.sync_desired().unwrap();
+    standalone.reconcile_due().await; // puts the finalizer on
+    let pass = tokio::spawn({
+        let standalone = std::sync::Arc::clone(&standalone);
+        async move { standalone.reconcile_due().await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !sim
+        .requests()
+        .iter()
+        .any(|line| line.starts_with("POST ") && line.contains("/instances"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no insert: {:?} {:?} {:?}",
+            sim.requests(),
+            standalone.records(),
+            standalone.check_providers().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    site.write(&labelled("green"));
+    standalone.sync_desired().unwrap();
+    assert_eq!(pass.await.unwrap(), 1);
+    let records = standalone.records().unwrap();
+    assert_eq!(records[0].desired.labels["team"], "green", "the edit was undone: {records:?}");
+    assert_eq!(records[0].meta.generation, 2);
+    assert!(records[0].finalizer);
+    assert_eq!(records[0].status.observed_generation, 1, "the pass saw the first generation");
+    let records = standalone.run_until_settled(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(records[0].status.phase, Phase::Running, "{records:?}");
+    assert_eq!(records[0].status.observed_generation, 2);
+    assert_eq!(records[0].meta.generation, 2);
+}

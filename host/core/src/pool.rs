@@ -53,6 +53,10 @@ pub struct PoolPlan {
     pub ready: u32,
     /// Members not being deleted.
     pub total: u32,
+    /// When nothing else is to be done: the Unix second the oldest ready
+    /// member reaches `maxAge`, the one moment the plan changes with no
+    /// change to the members. `None` when only a change to them can.
+    pub next_rotation: Option<u64>,
 }
 
 /// Splits `replicas` over weighted entries by the largest remainder.
@@ -129,12 +133,14 @@ pub fn plan(spec: &PoolSpec, members: &[Member], now: u64) -> PoolPlan {
         && !removing
         && plan.ready > spec.min_available
     {
-        let oldest_expired = active
-            .iter()
-            .filter(|m| m.ready && now.saturating_sub(m.created_at) >= max_age.as_secs())
-            .min_by_key(|m| m.created_at);
-        if let Some(member) = oldest_expired {
-            plan.delete.push(member.name.clone());
+        let oldest_ready = active.iter().filter(|m| m.ready).min_by_key(|m| m.created_at);
+        if let Some(member) = oldest_ready {
+            let expires = member.created_at.saturating_add(max_age.as_secs());
+            if expires <= now {
+                plan.delete.push(member.name.clone());
+            } else {
+                plan.next_rotation = Some(expires);
+            }
         }
     }
     plan
@@ -245,5 +251,23 @@ mod tests {
         assert!(plan(&spec, &members, 1000).delete.is_empty());
         let spec = PoolSpec { min_available: 1, ..spec };
         assert_eq!(plan(&spec, &members, 1000).delete.len(), 1);
+    }
+
+    #[test]
+    fn a_settled_pool_names_the_moment_its_oldest_member_expires() {
+        let spec = PoolSpec {
+            max_age: Some(Duration::from_secs(100)),
+            min_available: 1,
+            ..pool(2, &[("a", 1)])
+        };
+        let members = [member("m1", "a", 40, true), member("m2", "a", 10, true)];
+        let settled = plan(&spec, &members, 50);
+        assert!(settled.create.is_empty() && settled.delete.is_empty());
+        assert_eq!(settled.next_rotation, Some(110), "m2, the oldest, expires first");
+        assert_eq!(plan(&spec, &members, 110).delete, ["m2"]);
+
+        let unready = [member("m1", "a", 40, true), member("m2", "a", 10, false)];
+        assert_eq!(plan(&spec, &unready, 50).next_rotation, None, "at min_available");
+        assert_eq!(plan(&pool(2, &[("a", 1)]), &members, 50).next_rotation, None, "no maxAge");
     }
 }

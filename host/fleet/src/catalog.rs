@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use proxyfleet_core::proxy::Phase;
+use proxyfleet_core::proxy::{Phase, ProxyStatus};
 use proxyfleet_metrics::{HealthCounts, Metrics};
 use serde::Serialize;
 
@@ -621,6 +621,20 @@ impl Fleet {
     /// The probe counters of one member.
     pub fn health(&self, id: &str) -> Option<HealthRecord> {
         self.state_read().health.get(id).cloned()
+    }
+
+    /// Writes the verdict of member `id` into `status` (`Healthy`, then
+    /// `Ready`); with no verdict yet, `Healthy` is removed. Both modes'
+    /// reconcilers merge it into every status they write, so a verdict
+    /// that changed during a pass is never written over. Returns whether
+    /// `status` changed.
+    pub fn merge_verdict(&self, id: &str, status: &mut ProxyStatus, now: u64) -> bool {
+        match self.health(id).filter(|record| record.verdict != Verdict::Unknown) {
+            Some(record) => {
+                status.set_health(record.verdict == Verdict::Healthy, &record.message(), now)
+            }
+            None => status.clear_health(now),
+        }
     }
 
     /// Members the mode should replace after crawlers' reports.

@@ -160,7 +160,7 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     if let Some(fleet) = &context.fleet
         && !deleting
     {
-        crate::fleet::merge_verdict(fleet, &meta.uid, &mut status, unix_now());
+        fleet.merge_verdict(&meta.uid, &mut status, unix_now());
     }
     let user_data = match user_data {
         Ok(bytes) => bytes,

@@ -4,7 +4,7 @@
 //! reported too often (their ProxyPool makes replacements).
 //!
 //! Only the Proxy controller writes a Proxy's status: it merges the latest
-//! verdict in on every pass ([`merge_verdict`]). A second writer patching
+//! verdict in on every pass ([`Fleet::merge_verdict`]). A second writer patching
 //! `Healthy` from a cached copy could put back fields the reconciler had
 //! just changed.
 
@@ -15,8 +15,8 @@ use std::time::Duration;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
-use proxyfleet_core::proxy::{Phase, ProxyStatus};
-use proxyfleet_fleet::{Endpoint, Fleet, Member, Verdict};
+use proxyfleet_core::proxy::Phase;
+use proxyfleet_fleet::{Endpoint, Fleet, Member};
 use tokio::sync::mpsc;
 
 use crate::crd::{Proxy, ProxyPhase};
@@ -53,19 +53,6 @@ pub fn member_of(proxy: &Proxy) -> Option<Member> {
         phase: if deleting { Phase::Deleting } else { phase },
         endpoint,
     })
-}
-
-/// Writes the catalog's verdict of `uid` into `status` (`Healthy`, then
-/// `Ready`); with no verdict yet, `Healthy` is removed.
-pub fn merge_verdict(fleet: &Fleet, uid: &str, status: &mut ProxyStatus, now: u64) {
-    match fleet.health(uid).filter(|record| record.verdict != Verdict::Unknown) {
-        Some(record) => {
-            status.set_health(record.verdict == Verdict::Healthy, &record.message(), now);
-        }
-        None => {
-            status.clear_health(now);
-        }
-    }
 }
 
 /// Runs until aborted: publishes the cache, wakes the controller for

@@ -175,9 +175,9 @@ async fn reconcile_pool(pool: Arc<ProxyPool>, client: Arc<kube::Client>) -> Resu
             .await?;
     }
     // Owned Proxies wake the pool on every change; recycling by age also
-    // needs the clock.
-    Ok(match planned.max_age {
-        Some(_) => Action::requeue(Duration::from_secs(60)),
+    // needs the clock, at the moment the oldest member expires.
+    Ok(match decided.next_rotation {
+        Some(at) => Action::requeue(Duration::from_secs(at.saturating_sub(now).max(1))),
         None => Action::await_change(),
     })
 }

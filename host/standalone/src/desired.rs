@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proxyfleet_core::pool::{self, PoolSpec};
 use proxyfleet_core::proxy::{DEFAULT_PORT, ProxyDesired, is_dns_label};
@@ -142,20 +143,7 @@ struct RawNetwork {
 /// the whole read, naming the file, the document and the field: acting on
 /// half a set of manifests could delete the instances of the other half.
 pub fn load(path: &Path) -> Result<Desired> {
-    let read_err = |source| Error::Read { path: path.to_owned(), source };
-    let files = if path.is_dir() {
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(read_err)? {
-            let file = entry.map_err(read_err)?.path();
-            if file.is_file() && file.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                files.push(file);
-            }
-        }
-        files.sort();
-        files
-    } else {
-        vec![path.to_owned()]
-    };
+    let files = files(path)?;
     let mut desired = Desired::default();
     // Every name declared so far: a second declaration is refused.
     let mut seen: HashSet<(&'static str, String, String)> = HashSet::new();
@@ -182,6 +170,68 @@ pub fn load(path: &Path) -> Result<Desired> {
         desired.pools.extend(parsed.pools);
     }
     Ok(desired)
+}
+
+/// The manifest files at `path`, in the order they are read.
+fn files(path: &Path) -> Result<Vec<PathBuf>> {
+    let read_err = |source| Error::Read { path: path.to_owned(), source };
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(read_err)? {
+        let file = entry.map_err(read_err)?.path();
+        if file.is_file() && file.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            files.push(file);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What the files at a manifest path look like from outside: each file's
+/// name, inode, size and change times. Equal settled stamps mean the
+/// manifests were not touched, so reading and parsing them again can be
+/// skipped: a file replaced by a rename (as a ConfigMap volume updates)
+/// has a new inode, and a write in place a new change time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    files: Vec<(PathBuf, (u64, u64), [i64; 4])>,
+    /// A file changed within [`Stamp::RECENT`] of the stamp: file times
+    /// come from a coarse clock, so a second write in the same tick could
+    /// leave them as they were. Such a stamp proves nothing.
+    recent: bool,
+}
+
+impl Stamp {
+    /// How old every file's change time must be for a stamp to count.
+    pub const RECENT: Duration = Duration::from_secs(1);
+
+    /// Stamps the manifests at `path`, with one `stat` a file.
+    pub fn of(path: &Path) -> Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let settled_before = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(Self::RECENT)
+            .as_secs_f64();
+        let mut stamp = Self { files: Vec::new(), recent: false };
+        for file in files(path)? {
+            let meta = std::fs::metadata(&file)
+                .map_err(|source| Error::Read { path: file.clone(), source })?;
+            let times = [meta.mtime(), meta.mtime_nsec(), meta.ctime(), meta.ctime_nsec()];
+            // The change time moves with every write and every rename.
+            let changed = meta.ctime() as f64 + meta.ctime_nsec() as f64 / 1e9;
+            stamp.recent |= changed >= settled_before;
+            stamp.files.push((file, (meta.ino(), meta.size()), times));
+        }
+        Ok(stamp)
+    }
+
+    /// Whether the manifests are, with certainty, as they were at `earlier`.
+    pub fn unchanged_since(&self, earlier: &Self) -> bool {
+        !self.recent && !earlier.recent && self.files == earlier.files
+    }
 }
 
 fn parse(file: &Path, text: &str) -> Result<Desired> {

@@ -6,7 +6,7 @@
 //! limits allow, and an entry whose backend is slow fills only its own
 //! slots: the others' Proxies keep starting.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 
 use futures::future::BoxFuture;
@@ -17,35 +17,65 @@ use futures::{FutureExt as _, StreamExt as _};
 /// its reconcile only reports the entry missing.
 pub(crate) const UNKNOWN_ENTRY_CONCURRENCY: usize = 4;
 
-/// Reconciles in flight, each yielding its Proxy's key and entry.
-pub(crate) struct Dispatch<'a> {
+/// Reconciles waiting for a slot of their entry and reconciles in flight.
+/// A Proxy is in it at most once: waiting or running, it is busy.
+pub(crate) struct Dispatch<'a, T> {
+    /// By entry, each queue in the order its Proxies became due.
+    waiting: BTreeMap<String, VecDeque<(String, T)>>,
     running: FuturesUnordered<BoxFuture<'a, (String, String)>>,
     per_entry: HashMap<String, usize>,
+    busy: HashSet<String>,
 }
 
-impl<'a> Dispatch<'a> {
+impl<'a, T> Dispatch<'a, T> {
     pub(crate) fn new() -> Self {
-        Self { running: FuturesUnordered::new(), per_entry: HashMap::new() }
+        Self {
+            waiting: BTreeMap::new(),
+            running: FuturesUnordered::new(),
+            per_entry: HashMap::new(),
+            busy: HashSet::new(),
+        }
     }
 
-    /// Whether `entry` has fewer than `limit` reconciles in flight.
-    pub(crate) fn has_room(&self, entry: &str, limit: usize) -> bool {
-        self.per_entry.get(entry).copied().unwrap_or(0) < limit.max(1)
+    /// Whether `key` is waiting or running.
+    pub(crate) fn is_busy(&self, key: &str) -> bool {
+        self.busy.contains(key)
     }
 
-    /// Starts `work`, the reconcile of `key` through `entry`.
-    pub(crate) fn start(
+    /// Puts the reconcile of `key` through `entry` in line; it starts once
+    /// the entry has room. A busy key is not queued twice.
+    pub(crate) fn queue(&mut self, key: String, entry: String, item: T) {
+        if self.busy.insert(key.clone()) {
+            self.waiting.entry(entry).or_default().push_back((key, item));
+        }
+    }
+
+    /// Starts what waits, as far as each entry's bound (`limit` of the
+    /// entry, at least 1) allows; `work` makes the reconcile of one key.
+    pub(crate) fn start<F>(
         &mut self,
-        key: String,
-        entry: String,
-        work: impl Future<Output = ()> + Send + 'a,
-    ) {
-        *self.per_entry.entry(entry.clone()).or_default() += 1;
-        self.running.push(work.map(move |()| (key, entry)).boxed());
+        limit: impl Fn(&str) -> usize,
+        mut work: impl FnMut(String, T) -> F,
+    ) where
+        F: Future<Output = ()> + Send + 'a,
+    {
+        for (entry, queue) in &mut self.waiting {
+            let bound = limit(entry).max(1);
+            let count = self.per_entry.entry(entry.clone()).or_default();
+            while *count < bound {
+                let Some((key, item)) = queue.pop_front() else { break };
+                *count += 1;
+                let (done_key, done_entry) = (key.clone(), entry.clone());
+                self.running.push(work(key, item).map(move |()| (done_key, done_entry)).boxed());
+            }
+        }
+        self.waiting.retain(|_, queue| !queue.is_empty());
+        self.per_entry.retain(|_, count| *count > 0);
     }
 
-    /// Waits for the next reconcile to end and returns its key; `None` when
-    /// none is in flight.
+    /// Waits for the next reconcile to end and returns its key, no longer
+    /// busy; `None` when none is running (some may still wait: call
+    /// [`Dispatch::start`]).
     pub(crate) async fn next(&mut self) -> Option<String> {
         let (key, entry) = self.running.next().await?;
         if let Some(count) = self.per_entry.get_mut(&entry) {
@@ -54,6 +84,7 @@ impl<'a> Dispatch<'a> {
                 self.per_entry.remove(&entry);
             }
         }
+        self.busy.remove(&key);
         Some(key)
     }
 }
@@ -62,32 +93,57 @@ impl<'a> Dispatch<'a> {
 mod tests {
     use super::*;
 
+    fn limits(entry: &str) -> usize {
+        if entry == "slow" { 1 } else { 3 }
+    }
+
     #[tokio::test]
     async fn each_entry_is_held_to_its_own_bound() {
         let (slow_tx, waiting) = tokio::sync::oneshot::channel::<()>();
-        let mut dispatch = Dispatch::new();
-        // The slow entry's one slot is taken by a reconcile that waits.
-        assert!(dispatch.has_room("slow", 1));
-        dispatch.start("ns/slow-1".into(), "slow".into(), async move {
-            let _ = waiting.await;
-        });
-        assert!(!dispatch.has_room("slow", 1), "the slow entry is full");
-        // The other entry still starts its own.
-        for i in 0..3 {
-            assert!(dispatch.has_room("fast", 3));
-            dispatch.start(format!("ns/fast-{i}"), "fast".into(), async {});
+        let mut waiting = Some(waiting);
+        let mut dispatch: Dispatch<'_, ()> = Dispatch::new();
+        for key in ["ns/slow-1", "ns/slow-2"] {
+            dispatch.queue(key.into(), "slow".into(), ());
         }
-        assert!(!dispatch.has_room("fast", 3));
+        for i in 0..4 {
+            dispatch.queue(format!("ns/fast-{i}"), "fast".into(), ());
+        }
+        dispatch.queue("ns/fast-0".into(), "fast".into(), ());
+        // The slow entry's one slot is taken by a reconcile that waits; the
+        // other entry still starts three of its own.
+        let mut started = Vec::new();
+        dispatch.start(limits, |key, ()| {
+            started.push(key.clone());
+            let wait = if key == "ns/slow-1" { waiting.take() } else { None };
+            async move {
+                if let Some(wait) = wait {
+                    let _ = wait.await;
+                }
+            }
+        });
+        assert_eq!(started, ["ns/fast-0", "ns/fast-1", "ns/fast-2", "ns/slow-1"]);
+        assert!(dispatch.is_busy("ns/fast-3") && dispatch.is_busy("ns/slow-2"));
         let mut ended = Vec::new();
         for _ in 0..3 {
             ended.push(dispatch.next().await.expect("a fast one ends"));
         }
         ended.sort();
         assert_eq!(ended, ["ns/fast-0", "ns/fast-1", "ns/fast-2"]);
-        assert!(dispatch.has_room("fast", 3) && !dispatch.has_room("slow", 1));
+        assert!(!dispatch.is_busy("ns/fast-0"), "an ended reconcile is no longer busy");
+
+        let mut started = Vec::new();
+        dispatch.start(limits, |key, ()| {
+            started.push(key);
+            async {}
+        });
+        assert_eq!(started, ["ns/fast-3"], "the slow entry is still full");
+        assert_eq!(dispatch.next().await.as_deref(), Some("ns/fast-3"));
         slow_tx.send(()).expect("the slow reconcile waits");
         assert_eq!(dispatch.next().await.as_deref(), Some("ns/slow-1"));
-        assert!(dispatch.has_room("slow", 1));
-        assert_eq!(dispatch.next().await, None);
+        assert_eq!(dispatch.next().await, None, "slow-2 waits to be started");
+        assert!(dispatch.is_busy("ns/slow-2"));
+        dispatch.start(limits, |_, ()| async {});
+        assert_eq!(dispatch.next().await.as_deref(), Some("ns/slow-2"));
+        assert!(!dispatch.is_busy("ns/slow-2"));
     }
 }

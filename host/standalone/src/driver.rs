@@ -2,7 +2,7 @@
 //! records in the embedded store, and runs the core reconciler, orphan
 //! collection and provider checks on them.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,7 +122,24 @@ pub struct Standalone {
     /// The store's record-write count at the last publish to the fleet:
     /// while it stands, the records (and so the members) are unchanged.
     published_at: AtomicU64,
+    /// What the last full sync saw; `None` before the first.
+    synced: Mutex<Option<Synced>>,
 }
+
+/// What a sync read: while the manifests keep their stamp, no record is
+/// written and no pool's member reaches its `maxAge`, another sync would
+/// change nothing, so it reads nothing.
+#[derive(Debug)]
+struct Synced {
+    stamp: desired::Stamp,
+    /// The store's record-write count before the sync read the records.
+    writes: u64,
+    /// The Unix second a pool's oldest member expires, the soonest of all.
+    until: Option<u64>,
+}
+
+/// How often the run loop syncs, publishes and queues due passes.
+const TURN: Duration = Duration::from_millis(250);
 
 /// `published_at` before the first publish.
 const NEVER_PUBLISHED: u64 = u64::MAX;
@@ -156,6 +173,7 @@ impl Standalone {
             metrics,
             fleet,
             published_at: AtomicU64::new(NEVER_PUBLISHED),
+            synced: Mutex::new(None),
         })
     }
 
@@ -167,6 +185,12 @@ impl Standalone {
     /// fleet adds none.
     pub fn record_writes(&self) -> u64 {
         self.store.record_writes()
+    }
+
+    /// How many times every record was read; an idle installation adds
+    /// none.
+    pub fn record_scans(&self) -> u64 {
+        self.store.record_scans()
     }
 
     /// Every Proxy record.
@@ -238,39 +262,36 @@ impl Standalone {
     /// and `Ready` conditions, and deletes pool members crawlers reported
     /// too often (their pool makes replacements on the next sync).
     ///
-    /// Runs on the driver's loop between reconcile passes, so a status
-    /// write here never races one of the reconciler's.
+    /// Each write changes one record in one transaction, and a pass that
+    /// ends later merges the same verdict from the catalog: a write here
+    /// and a reconcile in flight never undo each other.
     pub fn apply_health(&self) -> Result<()> {
         let now = unix_now();
         let changes = self.fleet.take_verdict_changes();
         if !changes.is_empty() {
-            let mut by_uid: HashMap<String, ProxyRecord> =
-                self.store.records()?.into_iter().map(|r| (r.meta.uid.clone(), r)).collect();
-            for (uid, health) in changes {
-                let Some(mut record) = by_uid.remove(&uid) else { continue };
-                let changed = match &health {
-                    Some(health) => record.status.set_health(
-                        health.verdict == proxyfleet_fleet::Verdict::Healthy,
-                        &health.message(),
-                        now,
-                    ),
-                    None => record.status.clear_health(now),
-                };
-                if changed {
-                    self.store.put_record(&record)?;
-                }
+            let keys: HashMap<String, String> =
+                self.store.records()?.into_iter().map(|r| (r.meta.uid.clone(), r.key())).collect();
+            for (uid, _) in changes {
+                let Some(key) = keys.get(&uid) else { continue };
+                self.store.update_record(key, |fresh| {
+                    fresh.meta.uid == uid
+                        && !fresh.deleting
+                        && self.fleet.merge_verdict(&uid, &mut fresh.status, now)
+                })?;
             }
         }
         for member in self.fleet.take_replacements() {
             let key = record_key(&member.namespace, &member.name);
-            let Some(mut record) = self.store.record(&key)? else { continue };
-            if record.meta.uid != member.id || record.deleting || record.pool.is_none() {
-                continue;
+            let mut marked = false;
+            self.store.update_record(&key, |fresh| {
+                marked = fresh.meta.uid == member.id && !fresh.deleting && fresh.pool.is_some();
+                fresh.deleting |= marked;
+                marked
+            })?;
+            if marked {
+                tracing::warn!(proxy = %key, pool = ?member.pool, "replacing a proxy crawlers reported too often");
+                self.schedule().insert(key, Instant::now());
             }
-            tracing::warn!(proxy = %key, pool = ?record.pool, "replacing a proxy crawlers reported too often");
-            record.deleting = true;
-            self.store.put_record(&record)?;
-            self.schedule().insert(key, Instant::now());
         }
         Ok(())
     }
@@ -279,11 +300,28 @@ impl Standalone {
     /// a UID and a record, changed ones a new generation, removed ones are
     /// marked for deletion; pools are planned and their members made or
     /// removed. A manifest error changes nothing.
+    ///
+    /// When neither the manifests nor any record changed since the last
+    /// sync, and no pool member has reached its `maxAge`, it reads nothing:
+    /// an idle installation does no work per Proxy here.
     pub fn sync_desired(&self) -> Result<()> {
+        let stamp = desired::Stamp::of(&self.settings.proxies)?;
+        // Read before the records, as the fleet publish does: the sync's
+        // own writes make the next one read again, never miss a change.
+        let writes = self.store.record_writes();
+        let now = unix_now();
+        let unchanged = self.synced().as_ref().is_some_and(|last| {
+            stamp.unchanged_since(&last.stamp)
+                && last.writes == writes
+                && last.until.is_none_or(|at| now < at)
+        });
+        if unchanged {
+            return Ok(());
+        }
         let wanted = desired::load(&self.settings.proxies)?;
         let mut records: HashMap<String, ProxyRecord> =
             self.store.records()?.into_iter().map(|r| (r.key(), r)).collect();
-        let now = unix_now();
+        let mut until: Option<u64> = None;
         let mut keep = HashSet::new();
         for proxy in wanted.proxies {
             let key = record_key(&proxy.namespace, &proxy.name);
@@ -307,6 +345,7 @@ impl Standalone {
                 })
                 .collect();
             let plan = pool::plan(&pool.spec, &view, now);
+            until = until.into_iter().chain(plan.next_rotation).min();
             if !plan.create.is_empty() || !plan.delete.is_empty() {
                 tracing::info!(pool = %pool_key, create = ?plan.create, delete = ?plan.delete, ready = plan.ready, total = plan.total, "pool plan");
             }
@@ -334,15 +373,25 @@ impl Standalone {
                 self.upsert(None, &pool.namespace, &name, want, Some(&pool_key), now)?;
             }
         }
-        for (key, mut record) in records {
+        for (key, record) in records {
             if !record.deleting && !keep.contains(&key) {
-                record.deleting = true;
-                tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
-                self.store.put_record(&record)?;
-                self.schedule().insert(key, Instant::now());
+                let marked = self.store.update_record(&key, |fresh| {
+                    let mark = fresh.meta.uid == record.meta.uid && !fresh.deleting;
+                    fresh.deleting |= mark;
+                    mark
+                })?;
+                if marked.is_some_and(|fresh| fresh.deleting) {
+                    tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
+                    self.schedule().insert(key, Instant::now());
+                }
             }
         }
+        *self.synced() = Some(Synced { stamp, writes, until });
         Ok(())
+    }
+
+    fn synced(&self) -> std::sync::MutexGuard<'_, Option<Synced>> {
+        self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Creates or updates one record from its desired state.
@@ -379,69 +428,96 @@ impl Standalone {
             // A Proxy re-added while its old incarnation is still being
             // deleted is created once that deletion has finished.
             Some(record) if record.deleting => {}
-            Some(mut record) if record.desired != desired => {
-                record.desired = desired;
-                record.meta.generation += 1;
-                tracing::info!(proxy = %key, generation = record.meta.generation, "Proxy changed");
-                self.store.put_record(&record)?;
-                self.schedule().insert(key, Instant::now());
+            // Only the desired state and its generation are written: a
+            // pass in flight keeps its status and wakes again.
+            Some(record) if record.desired != desired => {
+                let mut generation = None;
+                self.store.update_record(&key, |fresh| {
+                    if fresh.meta.uid != record.meta.uid
+                        || fresh.deleting
+                        || fresh.desired == desired
+                    {
+                        return false;
+                    }
+                    fresh.desired = desired;
+                    fresh.meta.generation += 1;
+                    generation = Some(fresh.meta.generation);
+                    true
+                })?;
+                if let Some(generation) = generation {
+                    tracing::info!(proxy = %key, generation, "Proxy changed");
+                    self.schedule().insert(key, Instant::now());
+                }
             }
             Some(_) => {}
         }
         Ok(())
     }
 
-    /// Runs a pass for every record that is due; returns how many ran.
-    ///
-    /// Each entry has at most its `limits.concurrency` passes in flight
-    /// ([`Dispatch`]): the pass runs at the speed each entry's limits allow,
-    /// and a slow entry takes only its own slots. The pass still ends with
-    /// its slowest reconcile: sync, health and publishing run between
-    /// passes, so that their record writes never race the reconciler's.
+    /// Runs a pass for every record that is due and waits for them all;
+    /// returns how many ran. The run loop does not wait: it keeps passes in
+    /// flight across its turns ([`Standalone::run`]).
     pub async fn reconcile_due(&self) -> usize {
+        let mut dispatch = Dispatch::new();
+        let count = self.queue_due(&mut dispatch);
+        loop {
+            self.start_queued(&mut dispatch);
+            if dispatch.next().await.is_none() {
+                break count;
+            }
+        }
+    }
+
+    /// Puts every due record that is not already waiting or running in
+    /// line, in the order they became due; returns how many. A queued key
+    /// leaves the schedule: a wake while its pass runs (a manifest edit, a
+    /// new verdict) puts it back, and the pass's own requeue never moves
+    /// that wake later.
+    fn queue_due(&self, dispatch: &mut Dispatch<'_, ProxyRecord>) -> usize {
         let now = Instant::now();
         let mut due: Vec<(Instant, String)> = self
             .schedule()
             .iter()
-            .filter(|(_, at)| **at <= now)
+            .filter(|(key, at)| **at <= now && !dispatch.is_busy(key))
             .map(|(key, at)| (*at, key.clone()))
             .collect();
         due.sort_unstable();
-        // Due records by entry, each queue in the order it became due.
-        let mut waiting: BTreeMap<String, VecDeque<(String, ProxyRecord)>> = BTreeMap::new();
-        let mut count = 0;
-        for (_, key) in due {
-            match self.store.record(&key) {
-                Ok(Some(record)) => {
-                    count += 1;
-                    let queue = waiting.entry(record.desired.provider.clone()).or_default();
-                    queue.push_back((key, record));
-                }
-                Ok(None) => {
-                    self.schedule().remove(&key);
-                }
-                Err(err) => self.reconcile_failed(&key, &err),
+        due.into_iter().filter(|(_, key)| self.queue_if_due(dispatch, key.clone())).count()
+    }
+
+    /// Puts `key` in line if it is due now and has a record; returns
+    /// whether it did.
+    fn queue_if_due(&self, dispatch: &mut Dispatch<'_, ProxyRecord>, key: String) -> bool {
+        let due = self.schedule().get(&key).is_some_and(|at| *at <= Instant::now());
+        if !due || dispatch.is_busy(&key) {
+            return false;
+        }
+        self.schedule().remove(&key);
+        match self.store.record(&key) {
+            Ok(Some(record)) => {
+                dispatch.queue(key, record.desired.provider.clone(), record);
+                true
+            }
+            Ok(None) => false,
+            Err(err) => {
+                self.reconcile_failed(&key, &err);
+                false
             }
         }
-        let mut dispatch = Dispatch::new();
-        loop {
-            for (entry, queue) in &mut waiting {
-                let limit = self.entry_concurrency(entry);
-                while dispatch.has_room(entry, limit) {
-                    let Some((key, record)) = queue.pop_front() else { break };
-                    dispatch.start(key.clone(), entry.clone(), async move {
-                        if let Err(err) = self.reconcile_record(&key, record).await {
-                            self.reconcile_failed(&key, &err);
-                        }
-                    });
+    }
+
+    /// Starts what waits, each entry up to its `limits.concurrency`
+    /// ([`Dispatch`]): the passes run at the speed each entry's limits
+    /// allow, and a slow entry takes only its own slots.
+    fn start_queued<'a>(&'a self, dispatch: &mut Dispatch<'a, ProxyRecord>) {
+        dispatch.start(
+            |entry| self.entry_concurrency(entry),
+            |key, record| async move {
+                if let Err(err) = self.reconcile_record(&key, record).await {
+                    self.reconcile_failed(&key, &err);
                 }
-            }
-            waiting.retain(|_, queue| !queue.is_empty());
-            if dispatch.next().await.is_none() {
-                break;
-            }
-        }
-        count
+            },
+        );
     }
 
     /// How many passes of Proxies on `entry` may be in flight at once: its
@@ -460,16 +536,24 @@ impl Standalone {
         self.schedule().insert(key.to_owned(), Instant::now() + self.settings.policy.backoff_base);
     }
 
-    async fn reconcile_record(&self, key: &str, mut record: ProxyRecord) -> Result<()> {
+    /// Runs one pass on `record` and writes its outcome. It writes only
+    /// what it owns (status and finalizer) into the record as it is then,
+    /// with the latest health verdict merged: a manifest sync or a verdict
+    /// that came in during the pass is kept, and wakes the Proxy again.
+    async fn reconcile_record(&self, key: &str, record: ProxyRecord) -> Result<()> {
         let provider = self.registry.provider(&record.desired.provider);
         let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
             Ok(provider) => Ok(provider.as_ref()),
             Err(err) => Err(err.clone()),
         };
+        let mut status = record.status.clone();
+        if !record.deleting {
+            self.fleet.merge_verdict(&record.meta.uid, &mut status, unix_now());
+        }
         let state = ProxyState {
             meta: &record.meta,
             desired: &record.desired,
-            status: &record.status,
+            status: &status,
             deleting: record.deleting,
             has_finalizer: record.finalizer,
         };
@@ -485,36 +569,43 @@ impl Standalone {
         }
         tracing::debug!(proxy = %key, elapsed_ms = started.elapsed().as_millis() as u64, phase = ?outcome.status.phase, "reconciled");
         self.metrics.record_reconcile(started.elapsed(), outcome.error);
-        let unchanged = record.status == outcome.status
-            && matches!(
-                (&outcome.finalizer, record.finalizer),
-                (FinalizerChange::Keep, _)
-                    | (FinalizerChange::Add, true)
-                    | (FinalizerChange::Remove, false)
-            );
-        record.status = outcome.status;
-        match outcome.finalizer {
-            FinalizerChange::Add => record.finalizer = true,
-            FinalizerChange::Remove => record.finalizer = false,
-            FinalizerChange::Keep => {}
-        }
-        if record.deleting && !record.finalizer {
+        let finalizer = match outcome.finalizer {
+            FinalizerChange::Add => true,
+            FinalizerChange::Remove => false,
+            FinalizerChange::Keep => record.finalizer,
+        };
+        let mut status = outcome.status;
+        let now = unix_now();
+        // A pass that changed nothing (a settled Proxy's resync) writes
+        // nothing: a write would make every reader of the records (the
+        // fleet publish) decode them all again.
+        let current = self.store.update_record(key, |fresh| {
+            if fresh.meta.uid != record.meta.uid || (fresh.deleting && !finalizer) {
+                return false;
+            }
+            if !fresh.deleting {
+                self.fleet.merge_verdict(&fresh.meta.uid, &mut status, now);
+            }
+            let changed = fresh.status != status || fresh.finalizer != finalizer;
+            fresh.status = status;
+            fresh.finalizer = finalizer;
+            changed
+        })?;
+        let Some(current) = current.filter(|fresh| fresh.meta.uid == record.meta.uid) else {
+            return Ok(());
+        };
+        if current.deleting && !finalizer {
             self.store.remove_record(key)?;
             self.schedule().remove(key);
             tracing::info!(proxy = %key, "Proxy deleted");
             return Ok(());
         }
-        // A pass that changed nothing (a settled Proxy's resync) writes
-        // nothing: a write would make every reader of the records (the
-        // fleet publish) decode them all again.
-        if !unchanged {
-            self.store.put_record(&record)?;
+        if let Some(after) = outcome.requeue_after {
+            let at = Instant::now() + after;
+            let mut schedule = self.schedule();
+            let next = schedule.entry(key.to_owned()).or_insert(at);
+            *next = (*next).min(at);
         }
-        let mut schedule = self.schedule();
-        match outcome.requeue_after {
-            Some(after) => schedule.insert(key.to_owned(), Instant::now() + after),
-            None => schedule.remove(key),
-        };
         Ok(())
     }
 
@@ -651,36 +742,56 @@ impl Standalone {
             })
         };
         tokio::pin!(shutdown);
+        let mut dispatch = Dispatch::new();
+        let mut next_turn = Instant::now();
         let mut next_rescan = Instant::now();
         let mut next_gc = Instant::now() + self.settings.gc_interval;
-        let result = loop {
-            if Instant::now() >= next_rescan {
-                if let Err(err) = self.sync_desired() {
-                    tracing::error!("manifests not applied: {err}");
+        loop {
+            if Instant::now() >= next_turn {
+                if Instant::now() >= next_rescan {
+                    if let Err(err) = self.sync_desired() {
+                        tracing::error!("manifests not applied: {err}");
+                    }
+                    next_rescan = Instant::now() + self.settings.rescan;
                 }
-                next_rescan = Instant::now() + self.settings.rescan;
+                if let Err(err) = self.publish_fleet().and_then(|()| self.apply_health()) {
+                    tracing::error!("health verdicts not applied: {err}");
+                }
+                for entry in self.registry.revisions() {
+                    self.metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
+                }
+                if Instant::now() >= next_gc {
+                    // Orphans are told apart by the records: collect with
+                    // no pass in flight, so none is between making an
+                    // instance and recording it. Passes wait meanwhile.
+                    while dispatch.next().await.is_some() {}
+                    self.collect_garbage().await;
+                    next_gc = Instant::now() + self.settings.gc_interval;
+                }
+                self.queue_due(&mut dispatch);
+                next_turn = Instant::now() + TURN;
             }
-            self.reconcile_due().await;
-            if let Err(err) = self.publish_fleet().and_then(|()| self.apply_health()) {
-                tracing::error!("health verdicts not applied: {err}");
-            }
-            for entry in self.registry.revisions() {
-                self.metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
-            }
-            if Instant::now() >= next_gc {
-                self.collect_garbage().await;
-                next_gc = Instant::now() + self.settings.gc_interval;
-            }
+            self.start_queued(&mut dispatch);
+            // Passes run across turns; each result is published at the
+            // next turn, not when the slowest pass of a batch ends.
             tokio::select! {
-                () = &mut shutdown => break Ok(()),
-                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = &mut shutdown => break,
+                // A pass that asked to run again at once (after adding
+                // the finalizer, say) does not wait for the next turn.
+                Some(key) = dispatch.next() => {
+                    self.queue_if_due(&mut dispatch, key);
+                }
+                () = tokio::time::sleep_until(next_turn.into()) => {}
             }
-        };
+        }
+        // A pass cut off between a provider call and its record would
+        // leave an instance to adopt later: let the running ones end.
+        while dispatch.next().await.is_some() {}
         checker.abort();
         if let Some(prober) = prober {
             prober.abort();
         }
-        result
+        Ok(())
     }
 }
 

@@ -66,6 +66,9 @@ pub struct Store {
     /// is this process's alone (redb locks the file), so an unchanged
     /// number means unchanged records.
     record_writes: AtomicU64,
+    /// How many times every record was read ([`Store::records`]): the
+    /// cost an idle installation must not keep paying.
+    record_scans: AtomicU64,
 }
 
 impl Store {
@@ -85,11 +88,16 @@ impl Store {
         txn.open_table(KV).map_err(store_err)?;
         txn.open_table(META).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
-        Ok(Self { db: Arc::new(db), record_writes: AtomicU64::new(0) })
+        Ok(Self {
+            db: Arc::new(db),
+            record_writes: AtomicU64::new(0),
+            record_scans: AtomicU64::new(0),
+        })
     }
 
     /// Every Proxy record, by key.
     pub fn records(&self) -> Result<Vec<ProxyRecord>> {
+        self.record_scans.fetch_add(1, Ordering::Relaxed);
         let txn = self.db.begin_read().map_err(store_err)?;
         let table = txn.open_table(PROXIES).map_err(store_err)?;
         let mut records = Vec::new();
@@ -120,6 +128,35 @@ impl Store {
         Ok(())
     }
 
+    /// Changes the record at `key` in one write transaction: writers that
+    /// each change only their own fields (the reconciler the status and
+    /// finalizer, the manifest sync the desired state) never undo each
+    /// other's writes. `change` returns whether it changed anything; only
+    /// then is the record written. Returns the record as it is now, `None`
+    /// when there is none.
+    pub fn update_record(
+        &self,
+        key: &str,
+        change: impl FnOnce(&mut ProxyRecord) -> bool,
+    ) -> Result<Option<ProxyRecord>> {
+        let txn = self.db.begin_write().map_err(store_err)?;
+        let updated = {
+            let mut table = txn.open_table(PROXIES).map_err(store_err)?;
+            let found =
+                table.get(key).map_err(store_err)?.map(|v| decode(v.value())).transpose()?;
+            let Some(mut record) = found else { return Ok(None) };
+            if !change(&mut record) {
+                return Ok(Some(record));
+            }
+            let bytes = serde_json::to_vec(&record).map_err(|err| Error::Store(err.to_string()))?;
+            table.insert(key, bytes.as_slice()).map_err(store_err)?;
+            record
+        };
+        txn.commit().map_err(store_err)?;
+        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        Ok(Some(updated))
+    }
+
     /// Removes a record.
     pub fn remove_record(&self, key: &str) -> Result<()> {
         let txn = self.db.begin_write().map_err(store_err)?;
@@ -133,6 +170,11 @@ impl Store {
     /// [`Store::records`], and the same number later means nothing changed.
     pub fn record_writes(&self) -> u64 {
         self.record_writes.load(Ordering::Acquire)
+    }
+
+    /// How many times every record was read.
+    pub fn record_scans(&self) -> u64 {
+        self.record_scans.load(Ordering::Relaxed)
     }
 
     fn kv_get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
@@ -265,6 +307,53 @@ mod tests {
         assert_eq!(store.record_writes(), 1, "a removal commits, found or not");
         let _ = store.records().unwrap();
         assert_eq!(store.record_writes(), 1, "reads are not writes");
+        assert_eq!(store.record_scans(), 1);
+    }
+
+    #[test]
+    fn an_update_writes_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.redb")).unwrap();
+        assert_eq!(store.update_record("default/none", |_| true).unwrap(), None);
+        let record = ProxyRecord {
+            meta: ProxyMeta {
+                uid: "u".into(),
+                namespace: "default".into(),
+                name: "a".into(),
+                generation: 1,
+            },
+            desired: ProxyDesired {
+                provider: "local".into(),
+                cores: 1,
+                memory_mib: 512,
+                disk_gib: 4,
+                image: String::new(),
+                placement: Default::default(),
+                vlan_tag: None,
+                port: 3128,
+                user_data: Vec::new(),
+                labels: Default::default(),
+            },
+            status: ProxyStatus::default(),
+            finalizer: false,
+            deleting: false,
+            pool: None,
+            created_at: 0,
+        };
+        store.put_record(&record).unwrap();
+        let writes = store.record_writes();
+        let same = store.update_record("default/a", |_| false).unwrap().unwrap();
+        assert_eq!((same, store.record_writes()), (record.clone(), writes), "nothing to write");
+        let changed = store
+            .update_record("default/a", |r| {
+                r.finalizer = true;
+                true
+            })
+            .unwrap()
+            .unwrap();
+        assert!(changed.finalizer);
+        assert_eq!(store.record("default/a").unwrap(), Some(changed));
+        assert_eq!(store.record_writes(), writes + 1);
     }
 
     #[tokio::test]
