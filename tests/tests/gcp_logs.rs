@@ -33,26 +33,14 @@ async fn the_key_and_the_tokens_are_never_logged() {
     let key_file = dir.path().join("key.json");
     std::fs::write(&key_file, &sa_key.json).unwrap();
     let yaml = format!(
-        "providers:
-  - name: gcp-logs
-    plugin: gcp
-    proxyAddresses: ['127.0.0.0/8']
-    config:
-      endpoint: {endpoint}
-      project: proxyfleet-test
-      zones: [europe-west1-b]
-      images: {{ debian-12: projects/debian-cloud/global/images/family/debian-12 }}
-      operationPollMs: 50
-    grants:
-      caFile: {ca}
-      http:
-        - url: {endpoint}
-          allowAddresses: [127.0.0.1, '::1']
-          credential: {{ kind: google-service-account, keyFile: {key}, scopes: [https://www.googleapis.com/auth/compute] }}
-",
-        endpoint = sim.endpoint(),
-        ca = ca_file.display(),
-        key = key_file.display(),
+        "providers:\n{}",
+        proxyfleet_tests::gcp::sim_entry(
+            "gcp-logs",
+            &sim.endpoint(),
+            "proxyfleet-test",
+            &ca_file,
+            &key_file
+        )
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let runtime = Runtime::new(RuntimeOptions::default()).unwrap();

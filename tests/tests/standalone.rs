@@ -306,29 +306,14 @@ async fn regression_a_manifest_edit_during_a_pass_is_kept() {
     let sa_key = sim.create_key("fleet@lab.iam.gserviceaccount.com").unwrap();
     std::fs::write(site.path("key.json"), &sa_key.json).unwrap();
     let providers = format!(
-        "providers:
-  - name: cloud
-    plugin: gcp
-    proxyAddresses: ['127.0.0.0/8']
-    config:
-      endpoint: {endpoint}
-      project: lab
-      zones: [europe-west1-b]
-      images: {{ debian-12: projects/debian-cloud/global/images/family/debian-12 }}
-      operationPollMs: 50
-    grants:
-      caFile: {ca}
-      http:
-        - url: {endpoint}
-          allowAddresses: [127.0.0.1]
-          credential:
-            kind: google-service-account
-            keyFile: {key}
-            scopes: [https://www.googleapis.com/auth/compute]
-",
-        endpoint = sim.endpoint(),
-        ca = site.path("ca.pem").display(),
-        key = site.path("key.json").display(),
+        "providers:\n{}",
+        proxyfleet_tests::gcp::sim_entry(
+            "cloud",
+            &sim.endpoint(),
+            "lab",
+            &site.path("ca.pem"),
+            &site.path("key.json")
+        )
     );
     let labelled = |team: &str| {
         format!(

@@ -393,52 +393,27 @@ mod tests {
         }
     }
 
-    /// Runs `during` right after the first read of an endpoint's key, i.e.
-    /// between a create's look at whether it is free and its
-    /// compare-and-swaps: the interleaving that makes two creates race for
-    /// the same endpoint.
-    struct Interleaved<'a, F: FnOnce()> {
+    /// A [`MemoryStore`] whose reads call `after_get` with their key once
+    /// they have read, and which counts its listings: the hook for
+    /// interleavings (another create between a look and a
+    /// compare-and-swap), rewrites and counts.
+    struct Hooked<'a, H: Fn(&str)> {
         inner: &'a MemoryStore,
-        during: RefCell<Option<F>>,
-    }
-
-    impl<F: FnOnce()> Store for Interleaved<'_, F> {
-        fn get(&self, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
-            let read = self.inner.get(key);
-            if key.starts_with(PREFIX)
-                && let Some(during) = self.during.borrow_mut().take()
-            {
-                during();
-            }
-            read
-        }
-
-        fn compare_and_swap(
-            &self,
-            key: &str,
-            expected: Option<u64>,
-            value: Option<&[u8]>,
-        ) -> std::result::Result<CasOutcome, KvError> {
-            self.inner.compare_and_swap(key, expected, value)
-        }
-
-        fn list(&self, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
-            self.inner.list(prefix)
-        }
-    }
-
-    /// Counts reads, to show what a call costs.
-    #[derive(Default)]
-    struct Counted {
-        inner: MemoryStore,
-        reads: Cell<usize>,
+        after_get: H,
         lists: Cell<usize>,
     }
 
-    impl Store for Counted {
+    impl<'a, H: Fn(&str)> Hooked<'a, H> {
+        fn new(inner: &'a MemoryStore, after_get: H) -> Self {
+            Self { inner, after_get, lists: Cell::new(0) }
+        }
+    }
+
+    impl<H: Fn(&str)> Store for Hooked<'_, H> {
         fn get(&self, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
-            self.reads.set(self.reads.get() + 1);
-            self.inner.get(key)
+            let read = self.inner.get(key);
+            (self.after_get)(key);
+            read
         }
 
         fn compare_and_swap(
@@ -453,6 +428,17 @@ mod tests {
         fn list(&self, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
             self.lists.set(self.lists.get() + 1);
             self.inner.list(prefix)
+        }
+    }
+
+    /// Runs `during` once, right after the first read of an endpoint's key.
+    fn after_first_endpoint_read(during: &RefCell<Option<impl FnOnce()>>) -> impl Fn(&str) + '_ {
+        move |key| {
+            if key.starts_with(PREFIX)
+                && let Some(during) = during.borrow_mut().take()
+            {
+                during();
+            }
         }
     }
 
@@ -565,17 +551,19 @@ mod tests {
             (0..1000).map(|i| format!("10.1.{}.{}:3128", i / 250, i % 250)).collect();
         let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
         let config = config(&endpoints);
-        let store = Counted::default();
+        let inner = MemoryStore::default();
+        let reads = Cell::new(0);
+        let store = Hooked::new(&inner, |_| reads.set(reads.get() + 1));
         for i in 0..500 {
             assign(&store, &config, &spec(&format!("uid-{i}")), 1).expect("assigned");
         }
-        let before = store.reads.get();
+        let before = reads.get();
         assign(&store, &config, &spec("one-more"), 1).expect("assigned");
-        let reads = store.reads.get() - before;
-        assert!(reads < 20, "a create at half full read {reads} keys");
-        let before = store.reads.get();
+        let read = reads.get() - before;
+        assert!(read < 20, "a create at half full read {read} keys");
+        let before = reads.get();
         assign(&store, &config, &spec("uid-7"), 2).expect("adopted");
-        assert_eq!(store.reads.get() - before, 2, "a retry reads its holder and endpoint");
+        assert_eq!(reads.get() - before, 2, "a retry reads its holder and endpoint");
         assert_eq!(store.lists.get(), 0, "no create lists the assignments");
     }
 
@@ -621,15 +609,13 @@ mod tests {
             .find(|uid| first_choice(&config, uid) == ours_first)
             .expect("a rival UID with the same first choice");
         let rival: RefCell<Option<Instance>> = RefCell::new(None);
-        let racing = Interleaved {
-            inner: &store,
-            during: RefCell::new(Some(|| {
-                let won = assign(&store, &config, &spec(&rival_uid), 100).expect("rival assigned");
-                *rival.borrow_mut() = Some(won);
-            })),
-        };
+        let during = RefCell::new(Some(|| {
+            let won = assign(&store, &config, &spec(&rival_uid), 100).expect("rival assigned");
+            *rival.borrow_mut() = Some(won);
+        }));
+        let racing = Hooked::new(&store, after_first_endpoint_read(&during));
         let ours = assign(&racing, &config, &spec("ours"), 100).expect("assigned");
-        let rival = rival.into_inner().expect("rival ran");
+        let rival = rival.take().expect("rival ran");
         assert_eq!(rival.provider_id, ours_first);
         assert_ne!(ours.provider_id, ours_first);
         assert_eq!(ours.mark.map(|mark| mark.uid), Some("ours".to_owned()));
@@ -641,14 +627,12 @@ mod tests {
         let store = MemoryStore::default();
         let config = three();
         let earlier = RefCell::new(None);
-        let racing = Interleaved {
-            inner: &store,
-            during: RefCell::new(Some(|| {
-                *earlier.borrow_mut() = Some(assign(&store, &config, &spec("a"), 100).expect("ok"));
-            })),
-        };
+        let during = RefCell::new(Some(|| {
+            *earlier.borrow_mut() = Some(assign(&store, &config, &spec("a"), 100).expect("ok"));
+        }));
+        let racing = Hooked::new(&store, after_first_endpoint_read(&during));
         let retry = assign(&racing, &config, &spec("a"), 200).expect("adopted");
-        assert_eq!(Some(retry), earlier.into_inner());
+        assert_eq!(Some(retry), earlier.take());
         assert_eq!(store.list(PREFIX).expect("the test store answers").len(), 1);
     }
 
@@ -683,46 +667,30 @@ mod tests {
 
     #[test]
     fn release_retries_when_the_entry_changes_under_it() {
-        struct RewrittenOnce<'a> {
-            inner: &'a MemoryStore,
-            rewrites_left: Cell<u32>,
-        }
-        impl Store for RewrittenOnce<'_> {
-            fn get(&self, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
-                let entry = self.inner.get(key);
-                if self.rewrites_left.get() > 0 {
-                    self.rewrites_left.set(self.rewrites_left.get() - 1);
-                    let current = self.inner.get(key)?.expect("present");
-                    self.inner.compare_and_swap(
-                        key,
-                        Some(current.version),
-                        Some(&current.value),
-                    )?;
+        /// Rewrites each key it reads, `rewrites_left` times, so that a
+        /// compare-and-swap on what was read conflicts.
+        fn rewriting(store: &MemoryStore, rewrites_left: u32) -> Hooked<'_, impl Fn(&str) + '_> {
+            let rewrites_left = Cell::new(rewrites_left);
+            Hooked::new(store, move |key| {
+                if rewrites_left.get() > 0 {
+                    rewrites_left.set(rewrites_left.get() - 1);
+                    let current = store.get(key).expect("read").expect("present");
+                    store
+                        .compare_and_swap(key, Some(current.version), Some(&current.value))
+                        .expect("rewritten");
                 }
-                entry
-            }
-            fn compare_and_swap(
-                &self,
-                key: &str,
-                expected: Option<u64>,
-                value: Option<&[u8]>,
-            ) -> std::result::Result<CasOutcome, KvError> {
-                self.inner.compare_and_swap(key, expected, value)
-            }
-            fn list(&self, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
-                self.inner.list(prefix)
-            }
+            })
         }
 
         let store = MemoryStore::default();
         let config = config(&["10.0.0.1:3128"]);
         assign(&store, &config, &spec("a"), 1).expect("assigned");
-        let flaky = RewrittenOnce { inner: &store, rewrites_left: Cell::new(2) };
+        let flaky = rewriting(&store, 2);
         release(&flaky, "10.0.0.1:3128").expect("released on the third try");
         assert!(store.keys().is_empty());
 
         assign(&store, &config, &spec("a"), 1).expect("assigned");
-        let hopeless = RewrittenOnce { inner: &store, rewrites_left: Cell::new(u32::MAX) };
+        let hopeless = rewriting(&store, u32::MAX);
         assert!(matches!(release(&hopeless, "10.0.0.1:3128"), Err(ProviderError::Conflict(_))));
     }
 
