@@ -208,7 +208,7 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     .await;
     assert!(recorded.is_some(), "Events are allowed");
     assert_eq!(
-        controllers.kv.list("lab", "").await.unwrap().len(),
+        controllers.kv.list("lab", "endpoint/").await.unwrap().len(),
         1,
         "the ConfigMap store is allowed"
     );

@@ -173,7 +173,7 @@ async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_creat
     let adopted =
         ready_endpoint(&proxies, "p3").await.expect("the restarted operator reconciles p3");
     assert_eq!(adopted, orphan_of_crash.provider_id, "it adopts instead of creating a second");
-    let assignments = kv.list("lab", "").await.unwrap();
+    let assignments = kv.list("lab", "endpoint/").await.unwrap();
     assert_eq!(assignments.len(), 3, "exactly one instance per Proxy: {assignments:?}");
 }
 
