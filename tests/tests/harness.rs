@@ -66,13 +66,13 @@ async fn two_hosts_sharing_a_store_never_hand_out_an_endpoint_twice() {
     assert_eq!(a.provider_id, a_again.provider_id, "the other host adopts the assignment");
     let b = two.provider().create(&SpecBuilder::new("b").build()).await.unwrap();
     assert_ne!(a.provider_id, b.provider_id);
-    let keys: Vec<_> = proxyfleet_core::kv::KvStore::list(kv.as_ref(), "test", "")
+    let keys: Vec<_> = proxyfleet_core::kv::KvStore::list(kv.as_ref(), "test", "endpoint/")
         .await
         .unwrap()
         .into_iter()
         .map(|e| e.key)
         .collect();
-    assert_eq!(keys.len(), 2, "one key per assignment: {keys:?}");
+    assert_eq!(keys.len(), 2, "one endpoint key per assignment: {keys:?}");
 }
 
 #[tokio::test]
