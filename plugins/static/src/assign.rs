@@ -23,7 +23,7 @@ use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
 use proxyfleet_sdk::{Instance, InstanceState, OwnershipMark, ProviderError, ProxySpec, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Endpoint, StaticConfig};
+use crate::config::{Configured, Endpoint, StaticConfig};
 
 /// Key prefix of assignments.
 pub const PREFIX: &str = "endpoint/";
@@ -131,7 +131,7 @@ fn held_by(store: &impl Store, holder: &KvEntry, uid: &str) -> Result<Option<KvE
 /// a free one, tried in the order [`probe_order`] draws from its UID.
 pub fn assign(
     store: &impl Store,
-    config: &StaticConfig,
+    config: &impl Configured,
     spec: &ProxySpec,
     now: u64,
 ) -> Result<Instance> {
@@ -142,7 +142,7 @@ pub fn assign(
     {
         return Ok(instance(config, &held));
     }
-    let count = config.endpoints.len();
+    let count = config.count();
     if count == 0 {
         return Err(ProviderError::QuotaExceeded("no endpoints are configured".to_owned()));
     }
@@ -151,7 +151,7 @@ pub fn assign(
         ProviderError::Permanent(format!("cannot encode the assignment: {error}"))
     })?;
     for index in probe_order(&spec.uid, count) {
-        let id = config.endpoints[index].id();
+        let id = config.id_at(index)?;
         let endpoint_key = key(&id);
         if store.get(&endpoint_key)?.is_some() {
             continue;
@@ -220,7 +220,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// The instance for endpoint `id`; NotFound when nobody holds it.
-pub fn lookup(store: &impl Store, config: &StaticConfig, id: &str) -> Result<Instance> {
+pub fn lookup(store: &impl Store, config: &impl Configured, id: &str) -> Result<Instance> {
     match store.get(&key(id))? {
         Some(entry) => Ok(instance(config, &entry)),
         None => Err(ProviderError::NotFound(format!("endpoint {id} is not assigned"))),
@@ -292,11 +292,11 @@ pub fn stranded(store: &impl Store, config: &StaticConfig) -> Result<Vec<(String
 /// configured is `failed`: its Proxy should be moved to another. An entry
 /// that does not decode (written by something else) carries no mark, so the
 /// host will not take it for one of its own.
-fn instance(config: &StaticConfig, entry: &KvEntry) -> Instance {
+fn instance(config: &impl Configured, entry: &KvEntry) -> Instance {
     let id = entry.key.strip_prefix(PREFIX).unwrap_or(&entry.key);
-    let configured = config.find(id);
+    let configured = config.endpoint(id);
     let assignment = Assignment::decode(&entry.value);
-    let state = match (configured, &assignment) {
+    let state = match (&configured, &assignment) {
         (Some(_), Some(_)) => InstanceState::Running,
         _ => InstanceState::Failed,
     };
@@ -549,8 +549,9 @@ mod tests {
     fn a_create_reads_a_few_keys_however_many_endpoints_there_are() {
         let endpoints: Vec<String> =
             (0..1000).map(|i| format!("10.1.{}.{}:3128", i / 250, i % 250)).collect();
-        let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-        let config = config(&endpoints);
+        // Read as a create reads it.
+        let json = serde_json::json!({ "endpoints": endpoints }).to_string();
+        let config = crate::config::Endpoints::read(&json).expect("readable");
         let inner = MemoryStore::default();
         let reads = Cell::new(0);
         let store = Hooked::new(&inner, |_| reads.set(reads.get() + 1));

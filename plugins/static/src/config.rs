@@ -1,5 +1,6 @@
 //! The entry config: the list of proxy endpoints that already exist.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -64,6 +65,85 @@ impl StaticConfig {
     /// Whether `id` (an endpoint in its `host:port` form) is configured.
     pub fn contains(&self, id: &str) -> bool {
         self.find(id).is_some()
+    }
+}
+
+/// What assignment needs of an entry's endpoints: how many, the ID of the
+/// one at an index, and the configured endpoint with an ID.
+pub trait Configured {
+    /// How many endpoints are configured.
+    fn count(&self) -> usize;
+    /// The ID of the endpoint at `index` (below [`Configured::count`]).
+    fn id_at(&self, index: usize) -> Result<String>;
+    /// The configured endpoint whose ID (`host:port`) is `id`.
+    fn endpoint(&self, id: &str) -> Option<Endpoint>;
+}
+
+impl Configured for StaticConfig {
+    fn count(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    fn id_at(&self, index: usize) -> Result<String> {
+        Ok(self.endpoints[index].id())
+    }
+
+    fn endpoint(&self, id: &str) -> Option<Endpoint> {
+        self.find(id).cloned()
+    }
+}
+
+/// The endpoints as one create or get reads them: the config's strings,
+/// borrowed from it and parsed one at a time when needed. The config was
+/// checked whole ([`StaticConfig::parse`]) when the entry was admitted, so
+/// a call costs one scan of the JSON, not a parse of every endpoint and an
+/// index of them all: an entry of 10,000 endpoints makes every call pay
+/// for 10,000 otherwise.
+#[derive(Debug)]
+pub struct Endpoints<'a> {
+    raw: Vec<Cow<'a, str>>,
+}
+
+/// The config's shape as [`Endpoints`] reads it.
+#[derive(Deserialize)]
+struct RawEndpoints<'a> {
+    #[serde(borrow)]
+    endpoints: Vec<Cow<'a, str>>,
+}
+
+impl<'a> Endpoints<'a> {
+    /// Reads the endpoint strings of a config `parse` accepted.
+    pub fn read(json: &'a str) -> Result<Self> {
+        let raw: RawEndpoints<'a> = serde_json::from_str(json)
+            .map_err(|error| ProviderError::InvalidConfig(format!("config: {error}")))?;
+        Ok(Self { raw: raw.endpoints })
+    }
+
+    fn parse_at(&self, index: usize) -> Result<Endpoint> {
+        Endpoint::try_from(self.raw[index].to_string()).map_err(|message| {
+            ProviderError::InvalidConfig(format!("config key `endpoints[{index}]`: {message}"))
+        })
+    }
+}
+
+impl Configured for Endpoints<'_> {
+    fn count(&self) -> usize {
+        self.raw.len()
+    }
+
+    fn id_at(&self, index: usize) -> Result<String> {
+        self.parse_at(index).map(|endpoint| endpoint.id())
+    }
+
+    fn endpoint(&self, id: &str) -> Option<Endpoint> {
+        // An endpoint written as its ID is found by comparing text; only an
+        // ID written otherwise (`Proxy.Example:80`), or not configured at
+        // all, costs a parse of every endpoint.
+        if let Some(index) = self.raw.iter().position(|raw| raw.trim() == id) {
+            return self.parse_at(index).ok();
+        }
+        let wanted = Endpoint::try_from(id.to_owned()).ok()?;
+        (0..self.raw.len()).filter_map(|index| self.parse_at(index).ok()).find(|e| *e == wanted)
     }
 }
 
@@ -231,6 +311,22 @@ mod tests {
     fn empty_lists_are_valid_config() {
         let config = StaticConfig::parse(r#"{"endpoints": []}"#).expect("valid");
         assert!(config.endpoints.is_empty());
+    }
+
+    #[test]
+    fn a_call_reads_endpoints_as_the_full_parse_does() {
+        let json =
+            r#"{"endpoints": ["203.0.113.10:3128", "Proxy.Example:80", "[2001:DB8::1]:8080"]}"#;
+        let full = StaticConfig::parse(json).expect("valid");
+        let read = Endpoints::read(json).expect("readable");
+        assert_eq!(read.count(), full.count());
+        for index in 0..full.count() {
+            assert_eq!(read.id_at(index).expect("an ID"), full.id_at(index).expect("an ID"));
+        }
+        for id in ["203.0.113.10:3128", "proxy.example:80", "[2001:db8::1]:8080", "10.0.0.1:1"] {
+            assert_eq!(read.endpoint(id), full.endpoint(id), "{id}");
+        }
+        assert!(read.endpoint("proxy.example:80").is_some(), "found though written otherwise");
     }
 
     #[test]

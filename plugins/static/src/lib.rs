@@ -15,7 +15,7 @@ use proxyfleet_sdk::{
 };
 
 use crate::assign::HostStore;
-use crate::config::{CONFIG_SCHEMA, StaticConfig};
+use crate::config::{CONFIG_SCHEMA, Endpoints, StaticConfig};
 
 /// The provider exported by this plugin.
 struct Static;
@@ -30,15 +30,16 @@ impl Provider for Static {
     }
 
     fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-        let config = StaticConfig::parse(&ctx.config)?;
-        let instance = assign::assign(&HostStore, &config, spec, proxyfleet_sdk::now_unix())?;
+        // Creates and gets read only what they need of the config, which
+        // validate-config checked whole when the entry was admitted.
+        let endpoints = Endpoints::read(&ctx.config)?;
+        let instance = assign::assign(&HostStore, &endpoints, spec, proxyfleet_sdk::now_unix())?;
         log::info!("endpoint assigned", endpoint = instance.provider_id);
         Ok(instance)
     }
 
     fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-        let config = StaticConfig::parse(&ctx.config)?;
-        assign::lookup(&HostStore, &config, provider_id)
+        assign::lookup(&HostStore, &Endpoints::read(&ctx.config)?, provider_id)
     }
 
     fn delete(_ctx: &CallContext, provider_id: &str) -> Result<()> {
