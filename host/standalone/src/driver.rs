@@ -282,18 +282,32 @@ impl Standalone {
         }
         for member in self.fleet.take_replacements() {
             let key = record_key(&member.namespace, &member.name);
-            let mut marked = false;
-            self.store.update_record(&key, |fresh| {
-                marked = fresh.meta.uid == member.id && !fresh.deleting && fresh.pool.is_some();
-                fresh.deleting |= marked;
-                marked
-            })?;
-            if marked {
+            if self.mark_deleting(&key, &member.id, |fresh| fresh.pool.is_some())? {
                 tracing::warn!(proxy = %key, pool = ?member.pool, "replacing a proxy crawlers reported too often");
-                self.schedule().insert(key, Instant::now());
             }
         }
         Ok(())
+    }
+
+    /// Marks the record at `key` deleting when it is still Proxy `uid`, not
+    /// yet deleting, and `also` holds for it; its pass is due at once.
+    /// Returns whether it marked it.
+    fn mark_deleting(
+        &self,
+        key: &str,
+        uid: &str,
+        also: impl FnOnce(&ProxyRecord) -> bool,
+    ) -> Result<bool> {
+        let mut marked = false;
+        self.store.update_record(key, |fresh| {
+            marked = fresh.meta.uid == uid && !fresh.deleting && also(fresh);
+            fresh.deleting |= marked;
+            marked
+        })?;
+        if marked {
+            self.schedule().insert(key.to_owned(), Instant::now());
+        }
+        Ok(marked)
     }
 
     /// Reads the manifests and brings the records in line: new Proxies get
@@ -374,16 +388,11 @@ impl Standalone {
             }
         }
         for (key, record) in records {
-            if !record.deleting && !keep.contains(&key) {
-                let marked = self.store.update_record(&key, |fresh| {
-                    let mark = fresh.meta.uid == record.meta.uid && !fresh.deleting;
-                    fresh.deleting |= mark;
-                    mark
-                })?;
-                if marked.is_some_and(|fresh| fresh.deleting) {
-                    tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
-                    self.schedule().insert(key, Instant::now());
-                }
+            if !record.deleting
+                && !keep.contains(&key)
+                && self.mark_deleting(&key, &record.meta.uid, |_| true)?
+            {
+                tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
             }
         }
         *self.synced() = Some(Synced { stamp, writes, until });
@@ -478,7 +487,7 @@ impl Standalone {
         let mut due: Vec<(Instant, String)> = self
             .schedule()
             .iter()
-            .filter(|(key, at)| **at <= now && !dispatch.is_busy(key))
+            .filter(|(_, at)| **at <= now)
             .map(|(key, at)| (*at, key.clone()))
             .collect();
         due.sort_unstable();

@@ -119,12 +119,15 @@ fn holder_key(uid: &str) -> String {
     format!("{HOLDER_PREFIX}{uid}")
 }
 
+/// Whether the assignment `entry` is held by Proxy `uid`.
+fn holds(entry: &KvEntry, uid: &str) -> bool {
+    Assignment::decode(&entry.value).is_some_and(|held| held.uid == uid)
+}
+
 /// The assignment of the endpoint `holder` names, when `uid` holds it.
 fn held_by(store: &impl Store, holder: &KvEntry, uid: &str) -> Result<Option<KvEntry>> {
     let Ok(id) = std::str::from_utf8(&holder.value) else { return Ok(None) };
-    Ok(store
-        .get(&key(id))?
-        .filter(|entry| Assignment::decode(&entry.value).is_some_and(|held| held.uid == uid)))
+    Ok(store.get(&key(id))?.filter(|entry| holds(entry, uid)))
 }
 
 /// Hands `spec` an endpoint: the one it already holds (a retried create), or
@@ -184,9 +187,7 @@ pub fn assign(
             }
             // Taken since we looked: by a concurrent retry of this very
             // create (adopt it), or by another Proxy (try the next one).
-            CasOutcome::Conflict(Some(current))
-                if Assignment::decode(&current.value).is_some_and(|held| held.uid == spec.uid) =>
-            {
+            CasOutcome::Conflict(Some(current)) if holds(&current, &spec.uid) => {
                 return Ok(instance(config, &current));
             }
             CasOutcome::Conflict(_) => {}
