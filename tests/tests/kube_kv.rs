@@ -108,3 +108,60 @@ async fn two_operators_on_one_store_never_share_a_static_endpoint() {
     assert_eq!(unique.len(), granted.len(), "an endpoint was handed out twice: {granted:?}");
     assert_eq!(granted.len(), 3);
 }
+
+/// Discovery leases lived in the leader's memory: a change of leader ended
+/// every crawler's sticky session. They live in a ConfigMap now, and the
+/// next leader's catalog (another client, another process in production)
+/// restores them before it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_new_leader_honours_the_discovery_leases_the_last_one_granted() {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use proxyfleet_core::proxy::Phase;
+    use proxyfleet_fleet::catalog::CatalogError;
+    use proxyfleet_fleet::probe::ProbePass;
+    use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, Member, Selector};
+    use proxyfleet_metrics::Metrics;
+
+    let client = kube_admin_client().await;
+    let namespace = kube_test_namespace(&client, "pf-leases").await;
+    let catalog = || {
+        let fleet = Fleet::new(FleetSettings::default(), Arc::new(Metrics::new()))
+            .with_lease_store(Arc::new(ConfigMapKv::new(client.clone(), &namespace)));
+        let member = Member {
+            id: "uid-1".into(),
+            namespace: "default".into(),
+            name: "proxy-1".into(),
+            pool: None,
+            provider: "lab".into(),
+            labels: Default::default(),
+            phase: Phase::Running,
+            endpoint: Some(Endpoint { ip: [127, 0, 0, 1].into(), port: 3128 }),
+        };
+        fleet.publish(vec![member]);
+        let pass = Ok(ProbePass { latency: Duration::from_millis(1), exit_ip: None });
+        let results =
+            fleet.probe_targets().into_iter().map(|(id, e)| (id, e, pass.clone())).collect();
+        fleet.record_probes(results, 1, 1);
+        fleet
+    };
+    let any = Selector::default();
+    let leader = catalog();
+    assert_eq!(leader.restore_leases().await.unwrap(), 0);
+    let held = leader.lease(&any, None, true, Some(Duration::from_secs(600))).await.unwrap();
+    drop(leader);
+
+    let next = catalog();
+    assert_eq!(next.restore_leases().await.unwrap(), 1);
+    assert!(
+        matches!(next.lease(&any, None, true, None).await, Err(CatalogError::NoneAvailable(_))),
+        "the only proxy is still held"
+    );
+    next.renew(&held.id, Some(Duration::from_secs(900))).await.unwrap();
+    let stored: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    assert!(stored.get_opt("proxyfleet-kv-discovery.leases").await.unwrap().is_some());
+    next.release(&held.id).await.unwrap();
+    assert_eq!(catalog().restore_leases().await.unwrap(), 0, "a release is kept too");
+}

@@ -156,7 +156,9 @@ impl From<CatalogError> for ApiError {
     fn from(err: CatalogError) -> Self {
         let status = match &err {
             CatalogError::NoProxy(_) | CatalogError::NoLease(_) => StatusCode::NOT_FOUND,
-            CatalogError::NoneAvailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CatalogError::NoneAvailable(_) | CatalogError::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             CatalogError::Invalid { .. } => StatusCode::BAD_REQUEST,
         };
         Self::new(status, err.to_string())
@@ -236,6 +238,7 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
         (&Method::DELETE, ["v1", "leases", id]) => api
             .fleet
             .release(id)
+            .await
             .map(|()| text(StatusCode::NO_CONTENT, JSON, String::new()))
             .map_err(ApiError::from),
         (&Method::GET, ["v1", "providers"]) => Ok(json(
@@ -380,12 +383,15 @@ async fn lease(api: &Api, request: Request<Incoming>) -> Answer {
         .map(|s| Strategy::parse("strategy", &s))
         .transpose()
         .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    let lease = api.fleet.lease(
-        &selector,
-        strategy,
-        body.exclusive.unwrap_or(true),
-        body.ttl_seconds.map(Duration::from_secs),
-    )?;
+    let lease = api
+        .fleet
+        .lease(
+            &selector,
+            strategy,
+            body.exclusive.unwrap_or(true),
+            body.ttl_seconds.map(Duration::from_secs),
+        )
+        .await?;
     Ok(json(StatusCode::CREATED, &lease))
 }
 
@@ -397,7 +403,7 @@ struct RenewRequest {
 
 async fn renew(api: &Api, id: &str, request: Request<Incoming>) -> Answer {
     let body: RenewRequest = read_json(request).await?;
-    let lease = api.fleet.renew(id, body.ttl_seconds.map(Duration::from_secs))?;
+    let lease = api.fleet.renew(id, body.ttl_seconds.map(Duration::from_secs)).await?;
     Ok(json(StatusCode::OK, &lease))
 }
 

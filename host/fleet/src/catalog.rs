@@ -27,11 +27,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
+use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::proxy::{Phase, ProxyStatus};
 use proxyfleet_metrics::{HealthCounts, Metrics};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::leases::{Lease, LeaseStore, LeaseView, Leases};
 use crate::probe::{ProbeFailure, ProbePass};
 
 /// Where a proxy listens.
@@ -259,22 +261,6 @@ pub struct ProxyView {
     pub leases: usize,
 }
 
-/// A lease as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseView {
-    /// Lease ID.
-    pub id: String,
-    /// The leased proxy's ID.
-    pub proxy_id: String,
-    /// Its URL.
-    pub url: String,
-    /// No one else gets the proxy while the lease lives.
-    pub exclusive: bool,
-    /// Unix seconds the lease ends without a renewal.
-    pub expires_at: u64,
-}
-
 /// What a report did.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -320,6 +306,9 @@ pub enum CatalogError {
         "no available proxy matches{0}: none is running, healthy, unquarantined and (for an exclusive lease) unleased"
     )]
     NoneAvailable(String),
+    /// The lease store cannot be written now; the request may be retried.
+    #[error("the lease store cannot be written now ({0}); retry the request")]
+    StoreUnavailable(String),
     /// A request value is out of range.
     #[error("{field}: {message}")]
     Invalid {
@@ -352,29 +341,17 @@ struct View {
     by_pool: HashMap<String, Vec<usize>>,
 }
 
-#[derive(Debug)]
-struct Lease {
-    proxy_id: String,
-    url: String,
-    exclusive: bool,
-    expires: Instant,
-    expires_at: u64,
-}
-
 #[derive(Debug, Default)]
 struct Holds {
     /// Proxy ID → when its quarantine ends.
     quarantined: HashMap<String, (Instant, u64)>,
     /// Proxy ID → reports so far.
     reports: HashMap<String, u32>,
-    leases: HashMap<String, Lease>,
-    /// Proxy ID → IDs of the leases on it.
-    leases_by_proxy: HashMap<String, Vec<String>>,
+    leases: Leases,
     /// Members the mode should replace.
     replace: Vec<Member>,
     /// Proxies already asked to be replaced, so a burst of reports asks once.
     replacing: HashSet<String>,
-    granted: u64,
 }
 
 impl Holds {
@@ -382,43 +359,8 @@ impl Holds {
         self.quarantined.get(id).is_some_and(|(until, _)| *until > now)
     }
 
-    /// Live leases on `id`: (any, exclusive).
-    fn leased(&self, id: &str, now: Instant) -> (bool, bool) {
-        let mut any = false;
-        for lease in self.leases_by_proxy.get(id).into_iter().flatten() {
-            if let Some(lease) = self.leases.get(lease)
-                && lease.expires > now
-            {
-                any = true;
-                if lease.exclusive {
-                    return (true, true);
-                }
-            }
-        }
-        (any, false)
-    }
-
-    fn drop_lease(&mut self, lease_id: &str) -> Option<Lease> {
-        let lease = self.leases.remove(lease_id)?;
-        if let Some(ids) = self.leases_by_proxy.get_mut(&lease.proxy_id) {
-            ids.retain(|id| id != lease_id);
-            if ids.is_empty() {
-                self.leases_by_proxy.remove(&lease.proxy_id);
-            }
-        }
-        Some(lease)
-    }
-
     fn sweep(&mut self, now: Instant) {
-        let expired: Vec<String> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in expired {
-            self.drop_lease(&id);
-        }
+        self.leases.expire(now);
         self.quarantined.retain(|_, (until, _)| *until > now);
     }
 }
@@ -442,6 +384,8 @@ pub struct Fleet {
     picks: AtomicU64,
     ready: AtomicBool,
     metrics: Arc<Metrics>,
+    /// Where leases outlive this process; `None` keeps them in memory only.
+    lease_store: Option<LeaseStore>,
 }
 
 impl Fleet {
@@ -455,7 +399,16 @@ impl Fleet {
             picks: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             metrics,
+            lease_store: None,
         }
+    }
+
+    /// Keeps leases in `store` as well, so a restart or a new leader keeps
+    /// them (see [`crate::leases`]).
+    #[must_use]
+    pub fn with_lease_store(mut self, store: Arc<dyn KvStore>) -> Self {
+        self.lease_store = Some(LeaseStore::new(store));
+        self
     }
 
     /// The settings.
@@ -724,11 +677,7 @@ impl Fleet {
                 .filter(|(until, _)| *until > now)
                 .map(|(_, at)| *at),
             reports: holds.reports.get(&member.id).copied().unwrap_or(0),
-            leases: holds.leases_by_proxy.get(&member.id).map_or(0, |ids| {
-                ids.iter()
-                    .filter(|id| holds.leases.get(*id).is_some_and(|l| l.expires > now))
-                    .count()
-            }),
+            leases: holds.leases.count(&member.id, now),
         }
     }
 
@@ -751,7 +700,7 @@ impl Fleet {
             {
                 return false;
             }
-            let (any, held_exclusively) = holds.leased(&candidate.id, now);
+            let (any, held_exclusively) = holds.leases.held(&candidate.id, now);
             !(held_exclusively || exclusive && any)
         };
         let len = indices.len();
@@ -794,7 +743,9 @@ impl Fleet {
     }
 
     /// Leases an available proxy for `ttl` (the default when `None`).
-    pub fn lease(
+    /// Answers once the lease store holds it: a lease it does not hold
+    /// would end at a restart.
+    pub async fn lease(
         &self,
         selector: &Selector,
         strategy: Option<Strategy>,
@@ -803,29 +754,34 @@ impl Fleet {
     ) -> Result<LeaseView, CatalogError> {
         let ttl = self.check_ttl(ttl)?;
         let now = Instant::now();
-        let mut holds = self.holds();
-        let (proxy_id, url) = self.pick(
-            selector,
-            strategy.unwrap_or(self.settings.strategy),
-            exclusive,
-            &holds,
-            now,
-        )?;
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let expires_at = unix_now() + ttl.as_secs();
-        holds.leases.insert(
-            id.clone(),
-            Lease {
-                proxy_id: proxy_id.clone(),
-                url: url.clone(),
+        let view = {
+            let mut holds = self.holds();
+            let (proxy_id, url) = self.pick(
+                selector,
+                strategy.unwrap_or(self.settings.strategy),
+                exclusive,
+                &holds,
+                now,
+            )?;
+            let lease = Lease {
+                proxy_id,
+                url,
                 exclusive,
                 expires: now + ttl,
-                expires_at,
-            },
-        );
-        holds.leases_by_proxy.entry(proxy_id.clone()).or_default().push(id.clone());
-        holds.granted += 1;
-        Ok(LeaseView { id, proxy_id, url, exclusive, expires_at })
+                expires_at: unix_now() + ttl.as_secs(),
+            };
+            holds.leases.insert(id.clone(), lease);
+            holds.leases.view(&id).expect("just inserted")
+        };
+        if let Err(err) = self.persist_lease(&id).await {
+            // Not granted after all; the next sync deletes whatever copy
+            // the failed write may have left.
+            self.holds().leases.remove(&id);
+            return Err(err);
+        }
+        self.holds().leases.count_grant();
+        Ok(view)
     }
 
     fn check_ttl(&self, ttl: Option<Duration>) -> Result<Duration, CatalogError> {
@@ -843,39 +799,109 @@ impl Fleet {
         Ok(ttl)
     }
 
-    /// Extends a live lease by `ttl` from now.
-    pub fn renew(&self, lease_id: &str, ttl: Option<Duration>) -> Result<LeaseView, CatalogError> {
+    /// Extends a live lease by `ttl` from now; answers once the lease
+    /// store holds the new end.
+    pub async fn renew(
+        &self,
+        lease_id: &str,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseView, CatalogError> {
         let ttl = self.check_ttl(ttl)?;
         let now = Instant::now();
-        let mut holds = self.holds();
-        let lease = holds
-            .leases
-            .get_mut(lease_id)
-            .filter(|l| l.expires > now)
-            .ok_or_else(|| CatalogError::NoLease(lease_id.to_owned()))?;
-        lease.expires = now + ttl;
-        lease.expires_at = unix_now() + ttl.as_secs();
-        Ok(lease_view(lease_id, lease))
+        let view = {
+            let mut holds = self.holds();
+            let lease = holds
+                .leases
+                .live_mut(lease_id, now)
+                .ok_or_else(|| CatalogError::NoLease(lease_id.to_owned()))?;
+            lease.expires = now + ttl;
+            lease.expires_at = unix_now() + ttl.as_secs();
+            holds.leases.view(lease_id).expect("renewed just now")
+        };
+        self.persist_lease(lease_id).await?;
+        Ok(view)
     }
 
-    /// Ends a lease.
-    pub fn release(&self, lease_id: &str) -> Result<(), CatalogError> {
+    /// Ends a lease; answers once the lease store no longer holds it.
+    pub async fn release(&self, lease_id: &str) -> Result<(), CatalogError> {
         let now = Instant::now();
-        let mut holds = self.holds();
-        match holds.drop_lease(lease_id) {
-            Some(lease) if lease.expires > now => Ok(()),
-            _ => Err(CatalogError::NoLease(lease_id.to_owned())),
+        let live = {
+            let mut holds = self.holds();
+            match holds.leases.remove(lease_id) {
+                Some(lease) if lease.expires > now => true,
+                Some(_) => {
+                    // Expired: not the crawler's to release, but its stored
+                    // copy goes at the next sync.
+                    holds.leases.mark_unsynced(lease_id);
+                    false
+                }
+                None => false,
+            }
+        };
+        if !live {
+            return Err(CatalogError::NoLease(lease_id.to_owned()));
         }
+        self.persist_lease(lease_id).await
     }
 
     /// Live leases.
     pub fn leases(&self) -> Vec<LeaseView> {
         let mut holds = self.holds();
         holds.sweep(Instant::now());
-        let mut leases: Vec<LeaseView> =
-            holds.leases.iter().map(|(id, lease)| lease_view(id, lease)).collect();
-        leases.sort_by(|a, b| a.id.cmp(&b.id));
-        leases
+        holds.leases.views()
+    }
+
+    /// Brings the stored copy of one lease in step with the table. On a
+    /// failure the lease is left for [`Fleet::sync_leases`].
+    async fn persist_lease(&self, id: &str) -> Result<(), CatalogError> {
+        let Some(store) = &self.lease_store else { return Ok(()) };
+        store.sync(id, || self.holds().leases.stored(id)).await.map_err(|err| {
+            self.holds().leases.mark_unsynced(id);
+            tracing::warn!(lease = %id, "cannot write a discovery lease to the store: {err}");
+            CatalogError::StoreUnavailable(err.to_string())
+        })
+    }
+
+    /// Writes to the lease store what earlier writes failed to and deletes
+    /// the stored copies of expired leases. The health engine calls it
+    /// after every round.
+    pub async fn sync_leases(&self) {
+        let Some(store) = &self.lease_store else { return };
+        let unsynced = self.holds().leases.take_unsynced();
+        let mut failed = 0usize;
+        for id in &unsynced {
+            if store.sync(id, || self.holds().leases.stored(id)).await.is_err() {
+                self.holds().leases.mark_unsynced(id);
+                failed += 1;
+            }
+        }
+        if failed > 0 {
+            tracing::warn!(
+                failed,
+                "discovery leases not yet in step with the store; retrying after the next round"
+            );
+        }
+    }
+
+    /// Replaces the lease table with the store's: the leases an earlier
+    /// process or leader granted hold again here. Expired and unreadable
+    /// stored leases are deleted. Returns how many leases are live.
+    pub async fn restore_leases(&self) -> Result<usize, CatalogError> {
+        let Some(store) = &self.lease_store else { return Ok(0) };
+        let restored = store
+            .load(unix_now(), Instant::now())
+            .await
+            .map_err(|err| CatalogError::StoreUnavailable(err.to_string()))?;
+        let live = restored.live.len();
+        {
+            let mut holds = self.holds();
+            holds.leases.restore(restored.live);
+            for id in &restored.stale {
+                holds.leases.mark_unsynced(id);
+            }
+        }
+        self.sync_leases().await;
+        Ok(live)
     }
 
     /// A crawler reports a ban or failure: the proxy is quarantined, and
@@ -916,18 +942,8 @@ impl Fleet {
     pub fn sweep(&self) {
         let mut holds = self.holds();
         holds.sweep(Instant::now());
-        let granted = std::mem::take(&mut holds.granted);
+        let granted = holds.leases.take_granted();
         self.metrics.record_leases(holds.leases.len(), granted);
-    }
-}
-
-fn lease_view(id: &str, lease: &Lease) -> LeaseView {
-    LeaseView {
-        id: id.to_owned(),
-        proxy_id: lease.proxy_id.clone(),
-        url: lease.url.clone(),
-        exclusive: lease.exclusive,
-        expires_at: lease.expires_at,
     }
 }
 
@@ -962,6 +978,8 @@ fn unix_now() -> u64 {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use proxyfleet_core::kv::{CasOutcome, KvEntry, KvError};
+
     use super::*;
 
     /// A builder of members for tests.
@@ -1103,42 +1121,174 @@ pub(crate) mod tests {
         assert_eq!(fleet.list(&Selector::default(), Some(false)).len(), 0);
     }
 
-    #[test]
-    fn exclusive_leases_keep_others_off_until_released() {
+    #[tokio::test]
+    async fn exclusive_leases_keep_others_off_until_released() {
         let members = (1..=2).map(|n| MemberBuilder::new(n).build()).collect();
         let fleet = fleet_with(members, FleetSettings::default());
         let any = Selector::default();
-        let a = fleet.lease(&any, None, true, None).unwrap();
-        let b = fleet.lease(&any, None, true, None).unwrap();
+        let a = fleet.lease(&any, None, true, None).await.unwrap();
+        let b = fleet.lease(&any, None, true, None).await.unwrap();
         assert_ne!(a.proxy_id, b.proxy_id);
-        assert!(matches!(fleet.lease(&any, None, true, None), Err(CatalogError::NoneAvailable(_))));
+        assert!(matches!(
+            fleet.lease(&any, None, true, None).await,
+            Err(CatalogError::NoneAvailable(_))
+        ));
         assert!(fleet.next(&any, None).is_err());
-        fleet.release(&a.id).unwrap();
+        fleet.release(&a.id).await.unwrap();
         assert_eq!(fleet.next(&any, None).unwrap().0, a.proxy_id);
-        assert!(matches!(fleet.release(&a.id), Err(CatalogError::NoLease(_))));
+        assert!(matches!(fleet.release(&a.id).await, Err(CatalogError::NoLease(_))));
     }
 
-    #[test]
-    fn shared_leases_block_only_exclusive_ones() {
+    #[tokio::test]
+    async fn shared_leases_block_only_exclusive_ones() {
         let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
         let any = Selector::default();
-        let shared = fleet.lease(&any, None, false, None).unwrap();
-        assert!(fleet.lease(&any, None, false, None).is_ok());
+        let shared = fleet.lease(&any, None, false, None).await.unwrap();
+        assert!(fleet.lease(&any, None, false, None).await.is_ok());
         assert!(fleet.next(&any, None).is_ok());
-        assert!(fleet.lease(&any, None, true, None).is_err());
+        assert!(fleet.lease(&any, None, true, None).await.is_err());
         assert_eq!(fleet.get(&shared.proxy_id).unwrap().leases, 2);
     }
 
-    #[test]
-    fn lease_ttls_are_checked_and_renewals_extend() {
+    #[tokio::test]
+    async fn lease_ttls_are_checked_and_renewals_extend() {
         let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
         let any = Selector::default();
-        let err = fleet.lease(&any, None, true, Some(Duration::ZERO)).unwrap_err();
+        let err = fleet.lease(&any, None, true, Some(Duration::ZERO)).await.unwrap_err();
         assert!(err.to_string().starts_with("ttlSeconds: "), "{err}");
-        let lease = fleet.lease(&any, None, true, Some(Duration::from_secs(10))).unwrap();
-        let renewed = fleet.renew(&lease.id, Some(Duration::from_secs(100))).unwrap();
+        let lease = fleet.lease(&any, None, true, Some(Duration::from_secs(10))).await.unwrap();
+        let renewed = fleet.renew(&lease.id, Some(Duration::from_secs(100))).await.unwrap();
         assert!(renewed.expires_at >= lease.expires_at + 89);
-        assert!(fleet.renew("nope", None).is_err());
+        assert!(fleet.renew("nope", None).await.is_err());
+    }
+
+    /// A store that refuses every call while it is down.
+    #[derive(Debug, Default)]
+    struct Flaky {
+        inner: proxyfleet_core::kv::MemoryKv,
+        down: AtomicBool,
+    }
+
+    impl Flaky {
+        fn check(&self) -> std::result::Result<(), KvError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(KvError::Unavailable("connection refused".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl KvStore for Flaky {
+        async fn get(
+            &self,
+            scope: &str,
+            key: &str,
+        ) -> std::result::Result<Option<KvEntry>, KvError> {
+            self.check()?;
+            self.inner.get(scope, key).await
+        }
+
+        async fn compare_and_swap(
+            &self,
+            scope: &str,
+            key: &str,
+            expected: Option<u64>,
+            value: Option<Vec<u8>>,
+        ) -> std::result::Result<CasOutcome, KvError> {
+            self.check()?;
+            self.inner.compare_and_swap(scope, key, expected, value).await
+        }
+
+        async fn list(
+            &self,
+            scope: &str,
+            prefix: &str,
+        ) -> std::result::Result<Vec<KvEntry>, KvError> {
+            self.check()?;
+            self.inner.list(scope, prefix).await
+        }
+    }
+
+    fn stored_fleet(store: &Arc<Flaky>) -> Fleet {
+        let members = (1..=2).map(|n| MemberBuilder::new(n).build()).collect();
+        let fleet = fleet_with(members, FleetSettings::default());
+        fleet.with_lease_store(Arc::clone(store) as _)
+    }
+
+    async fn stored_ids(store: &dyn KvStore) -> Vec<String> {
+        store.list(crate::leases::SCOPE, "").await.unwrap().into_iter().map(|e| e.key).collect()
+    }
+
+    #[tokio::test]
+    async fn regression_a_restart_keeps_discovery_leases() {
+        let store = Arc::new(Flaky::default());
+        let any = Selector::default();
+        let before = stored_fleet(&store);
+        let held = before.lease(&any, None, true, None).await.unwrap();
+        drop(before);
+
+        // The next process (or leader) over the same store.
+        let after = stored_fleet(&store);
+        assert_eq!(after.restore_leases().await.unwrap(), 1);
+        assert_eq!(after.leases(), std::slice::from_ref(&held));
+        let renewed = after.renew(&held.id, Some(Duration::from_secs(600))).await.unwrap();
+        assert!(renewed.expires_at >= held.expires_at);
+        let other = after.lease(&any, None, true, None).await.unwrap();
+        assert_ne!(other.proxy_id, held.proxy_id, "the restored lease still excludes others");
+        assert!(matches!(
+            after.lease(&any, None, true, None).await,
+            Err(CatalogError::NoneAvailable(_))
+        ));
+        after.release(&held.id).await.unwrap();
+        assert_eq!(stored_ids(store.as_ref()).await, [other.id]);
+    }
+
+    #[tokio::test]
+    async fn a_lease_the_store_cannot_hold_is_not_granted() {
+        let store = Arc::new(Flaky::default());
+        let fleet = stored_fleet(&store);
+        let any = Selector::default();
+        store.down.store(true, Ordering::SeqCst);
+        let err = fleet.lease(&any, None, true, None).await.unwrap_err();
+        assert!(matches!(err, CatalogError::StoreUnavailable(_)), "{err}");
+        assert!(err.to_string().contains("retry"), "{err}");
+        assert!(fleet.leases().is_empty());
+        store.down.store(false, Ordering::SeqCst);
+        fleet.sync_leases().await;
+        assert!(stored_ids(store.as_ref()).await.is_empty());
+        // Both proxies are still free for exclusive leases.
+        fleet.lease(&any, None, true, None).await.unwrap();
+        fleet.lease(&any, None, true, None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_release_the_store_missed_is_written_at_the_next_sync() {
+        let store = Arc::new(Flaky::default());
+        let fleet = stored_fleet(&store);
+        let held = fleet.lease(&Selector::default(), None, true, None).await.unwrap();
+        store.down.store(true, Ordering::SeqCst);
+        let err = fleet.release(&held.id).await.unwrap_err();
+        assert!(matches!(err, CatalogError::StoreUnavailable(_)), "{err}");
+        assert_eq!(stored_ids(&store.inner).await, std::slice::from_ref(&held.id));
+        store.down.store(false, Ordering::SeqCst);
+        fleet.sync_leases().await;
+        assert!(stored_ids(store.as_ref()).await.is_empty());
+        // A restart now does not bring the released lease back.
+        let after = stored_fleet(&store);
+        assert_eq!(after.restore_leases().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn expired_leases_leave_the_store() {
+        let store = Arc::new(Flaky::default());
+        let fleet = stored_fleet(&store);
+        fleet.lease(&Selector::default(), None, true, Some(Duration::from_secs(1))).await.unwrap();
+        assert_eq!(stored_ids(store.as_ref()).await.len(), 1);
+        // Expire it on the table's clock, as a sweep after its end would.
+        fleet.holds().sweep(Instant::now() + Duration::from_secs(2));
+        fleet.sync_leases().await;
+        assert!(stored_ids(store.as_ref()).await.is_empty());
     }
 
     #[test]

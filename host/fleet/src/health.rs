@@ -136,6 +136,7 @@ impl HealthEngine {
         let passed = results.iter().filter(|(_, _, r)| r.is_ok()).count();
         self.fleet.record_probes(results, settings.healthy_after, settings.unhealthy_after);
         self.fleet.sweep();
+        self.fleet.sync_leases().await;
         let report = RoundReport { probed, passed, elapsed: started.elapsed() };
         tracing::debug!(
             probed,
@@ -147,9 +148,24 @@ impl HealthEngine {
     }
 
     /// Runs rounds until `shutdown` resolves. The catalog turns ready after
-    /// the first round, so `/readyz` never reports a fleet nobody probed.
+    /// the leases an earlier process or leader granted are restored and the
+    /// first round has ended, so `/readyz` never reports a fleet nobody
+    /// probed nor one that forgot its leases.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        loop {
+            match self.fleet.restore_leases().await {
+                Ok(live) => {
+                    tracing::info!(live, "discovery leases restored");
+                    break;
+                }
+                Err(err) => tracing::warn!("cannot restore discovery leases yet: {err}"),
+            }
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(self.settings.interval) => {}
+            }
+        }
         loop {
             let report = self.round().await;
             self.fleet.set_ready(true);

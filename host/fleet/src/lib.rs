@@ -6,6 +6,8 @@
 //! - [`catalog`] is the fleet as crawlers see it: members published by the
 //!   mode (standalone or Kubernetes), their verdicts, quarantines after
 //!   crawler reports, and leases.
+//! - [`leases`] keeps the leases in a durable store, so a restart or a new
+//!   leader keeps them.
 //! - [`api`] serves the catalog over HTTP (the discovery API), the check
 //!   target (`/v1/echo`) and `/healthz`, `/readyz`, `/metrics`.
 //!
@@ -18,6 +20,7 @@ pub mod catalog;
 pub mod client;
 mod error;
 pub mod health;
+pub mod leases;
 pub mod probe;
 
 pub use catalog::{Endpoint, Fleet, FleetSettings, Member, Selector, Strategy, Verdict};

@@ -442,9 +442,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Plugins compile in the background (a cold cache takes seconds per
     // plugin): the API, metrics and probes come up first, and each entry
     // serves as soon as its plugin is ready.
-    let (registry, pending) = Registry::open(&runtime, &providers, &args.setup.plugin_dir, kv)
-        .await
-        .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?;
+    let (registry, pending) =
+        Registry::open(&runtime, &providers, &args.setup.plugin_dir, Arc::clone(&kv) as _)
+            .await
+            .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?;
     let registry = Arc::new(registry);
     tokio::spawn({
         let registry = Arc::clone(&registry);
@@ -466,7 +467,12 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
     );
     let fleet_setup = args.fleet.setup().await?;
-    let fleet = Arc::new(proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics)));
+    // Discovery leases live in the API server beside the plugins' store,
+    // so a new leader honours the leases the last one granted.
+    let fleet = Arc::new(
+        proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics))
+            .with_lease_store(Arc::clone(&kv) as _),
+    );
     let settings = LeaderSettings {
         watch_namespace: args.watch_namespace,
         policy: Policy::default(),

@@ -14,8 +14,17 @@ use proxyfleet_tests::{Canned, TestServer, wait_for};
 
 /// `GET path` on `addr`: (status, body), or `None` while nothing listens.
 fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    call(addr, "GET", path, "")
+}
+
+/// `METHOD path` with a JSON `body` on `addr`: (status, body), or `None`
+/// while nothing listens.
+fn call(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
@@ -132,4 +141,65 @@ async fn sigterm_stops_the_standalone_operator_with_exit_zero() {
         answer.starts_with("HTTP/1.1 200"),
         "the request on the idle connection was answered: {answer:?}"
     );
+}
+
+/// Discovery leases lived in memory: a restart of the operator ended every
+/// crawler's sticky session (the renewal answered 404). They live in the
+/// state database now, and a process killed without warning keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_a_killed_and_restarted_operator_keeps_discovery_leases() {
+    let proxy = Tinyproxy::start();
+    let site = Site::new(
+        &format!(
+            "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
+            proxy.addr()
+        ),
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
+    let api = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--api-addr",
+        &api,
+        "--api-open-writes",
+        "--health-interval",
+        "300ms",
+        "--health-timeout",
+        "300ms",
+        "--health-healthy-after",
+        "1",
+    ];
+    let binary = Path::new(env!("CARGO_BIN_EXE_proxyfleet"));
+    let wait = Duration::from_secs(60);
+    let mut operator = site.standalone(binary, &args);
+    let lease = wait_for(wait, || async {
+        let (status, body) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":600}"#)?;
+        (status == 201).then_some(body)
+    })
+    .await
+    .expect("a lease is granted once the proxy is healthy");
+    let lease: serde_json::Value = serde_json::from_str(&lease).unwrap();
+    let id = lease["id"].as_str().unwrap().to_owned();
+
+    // SIGKILL: nothing is written on the way out.
+    operator.0.kill().unwrap();
+    operator.0.wait().unwrap();
+    let _operator = site.standalone(binary, &args);
+    let ready = wait_for(wait, || async { (get(&api, "/readyz")?.0 == 200).then_some(()) }).await;
+    assert!(ready.is_some(), "the restarted operator turns ready");
+
+    let (status, renewed) =
+        call(&api, "POST", &format!("/v1/leases/{id}/renew"), r#"{"ttlSeconds":900}"#).unwrap();
+    assert_eq!(status, 200, "the lease outlived the restart: {renewed}");
+    let renewed: serde_json::Value = serde_json::from_str(&renewed).unwrap();
+    assert_eq!(renewed["proxyId"], lease["proxyId"]);
+    assert!(renewed["expiresAt"].as_u64() >= lease["expiresAt"].as_u64());
+    // The exclusive lease still keeps the only proxy from everyone else.
+    let (status, _) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":60}"#).unwrap();
+    assert_eq!(status, 503);
+    assert_eq!(call(&api, "DELETE", &format!("/v1/leases/{id}"), "").unwrap().0, 204);
+    let (status, again) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":60}"#).unwrap();
+    assert_eq!(status, 201, "released, the proxy is free again: {again}");
 }

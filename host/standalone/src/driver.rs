@@ -163,7 +163,11 @@ impl Standalone {
         // interrupted create or delete resumes.
         let now = Instant::now();
         let schedule = store.records()?.into_iter().map(|r| (r.key(), now)).collect();
-        let fleet = Arc::new(Fleet::new(settings.fleet.clone(), Arc::clone(&metrics)));
+        // Discovery leases live in the same database as the records.
+        let fleet = Arc::new(
+            Fleet::new(settings.fleet.clone(), Arc::clone(&metrics))
+                .with_lease_store(Arc::clone(&store) as _),
+        );
         Ok(Self {
             settings,
             store,
