@@ -4,20 +4,27 @@
 //!
 //! Two encodings, for the two kinds of place a backend offers:
 //!
-//! - text, for a free-text field such as a VM description or notes: three
+//! - text, for a free-text field such as a VM description or notes: four
 //!   `proxyfleet.io/<key>: <value>` lines, found again by
 //!   [`OwnershipMark::from_text`] wherever they sit in the field;
 //! - labels, for backends that only take restricted key/value labels (GCP,
 //!   Kubernetes): lowercase `[a-z0-9_-]`, at most 63 characters each.
+//!
+//! Both carry the installation that created the instance
+//! (`ProxySpec::installation`): the host collects only its own
+//! installation's orphans. A mark read back without one (written before
+//! marks carried it) has an empty installation and is never collected.
 
 use sha2::{Digest, Sha256};
 
 use crate::{OwnershipMark, ProviderError, ProxySpec};
 
+const TEXT_INSTALLATION: &str = "proxyfleet.io/installation:";
 const TEXT_UID: &str = "proxyfleet.io/uid:";
 const TEXT_OWNER: &str = "proxyfleet.io/owner:";
 const TEXT_CREATED_AT: &str = "proxyfleet.io/created-at:";
 
+const LABEL_INSTALLATION: &str = "proxyfleet-installation";
 const LABEL_UID: &str = "proxyfleet-uid";
 const LABEL_NAMESPACE: &str = "proxyfleet-namespace";
 const LABEL_NAME: &str = "proxyfleet-name";
@@ -25,7 +32,8 @@ const LABEL_CREATED_AT: &str = "proxyfleet-created-at";
 
 /// The label keys [`OwnershipMark::to_labels`] writes, e.g. to filter a
 /// backend's listing down to instances that carry a mark.
-pub const MARK_LABEL_KEYS: [&str; 4] = [LABEL_UID, LABEL_NAMESPACE, LABEL_NAME, LABEL_CREATED_AT];
+pub const MARK_LABEL_KEYS: [&str; 5] =
+    [LABEL_INSTALLATION, LABEL_UID, LABEL_NAMESPACE, LABEL_NAME, LABEL_CREATED_AT];
 
 /// Longest label key or value GCP and Kubernetes accept.
 const LABEL_MAX: usize = 63;
@@ -37,6 +45,11 @@ const NAME_HASH_HEX: usize = 10;
 /// A mark field that cannot be stored as a label value without losing it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelError {
+    /// The host hands out only valid installation IDs; this one is not.
+    #[error(
+        "installation `{0}` cannot be stored as a label value (needs 1-63 characters of [a-z0-9_-], starting and ending alphanumeric)"
+    )]
+    Installation(String),
     /// The UID is the mark's identity, so it is never shortened or hashed.
     #[error(
         "uid `{0}` cannot be stored as a label value (needs 1-63 characters of [a-z0-9_-], starting and ending alphanumeric)"
@@ -60,6 +73,7 @@ impl OwnershipMark {
     /// since the Unix epoch, e.g. [`crate::now_unix`]).
     pub fn for_spec(spec: &ProxySpec, created_at: u64) -> Self {
         Self {
+            installation: spec.installation.clone(),
             uid: spec.uid.clone(),
             namespace: spec.namespace.clone(),
             name: spec.name.clone(),
@@ -67,9 +81,10 @@ impl OwnershipMark {
         }
     }
 
-    /// The text encoding, three lines without a trailing newline:
+    /// The text encoding, four lines without a trailing newline:
     ///
     /// ```text
+    /// proxyfleet.io/installation: 3f9a0c21d4e7
     /// proxyfleet.io/uid: 6f1c…
     /// proxyfleet.io/owner: <namespace>/<name>
     /// proxyfleet.io/created-at: 1767225600
@@ -79,18 +94,21 @@ impl OwnershipMark {
     /// (the namespace), which is what keeps this decodable.
     pub fn to_text(&self) -> String {
         format!(
-            "{TEXT_UID} {}\n{TEXT_OWNER} {}/{}\n{TEXT_CREATED_AT} {}",
-            self.uid, self.namespace, self.name, self.created_at
+            "{TEXT_INSTALLATION} {}\n{TEXT_UID} {}\n{TEXT_OWNER} {}/{}\n{TEXT_CREATED_AT} {}",
+            self.installation, self.uid, self.namespace, self.name, self.created_at
         )
     }
 
     /// Finds a mark written by [`Self::to_text`] in `text`, tolerating other
     /// lines around it, text before the key on its line (a comment marker,
     /// indentation), `\r\n` line ends, and the lines in any order. The first
-    /// occurrence of each key wins. `None` when any of the three is missing
-    /// or malformed.
+    /// occurrence of each key wins. `None` when the UID, owner or creation
+    /// time is missing or malformed; a missing installation reads as empty.
     pub fn from_text(text: &str) -> Option<Self> {
         let uid = text_value(text, TEXT_UID).filter(|uid| !uid.contains(char::is_whitespace))?;
+        let installation = text_value(text, TEXT_INSTALLATION)
+            .filter(|id| !id.contains(char::is_whitespace))
+            .unwrap_or_default();
         let (namespace, name) = text_value(text, TEXT_OWNER)?.split_once('/')?;
         let created_at = text_value(text, TEXT_CREATED_AT)?.parse().ok()?;
         let well_formed = |part: &str| !part.is_empty() && !part.contains(char::is_whitespace);
@@ -98,6 +116,7 @@ impl OwnershipMark {
             return None;
         }
         Some(Self {
+            installation: installation.to_owned(),
             uid: uid.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -114,6 +133,9 @@ impl OwnershipMark {
     /// a name still too long is cut and given a hash suffix, so it comes back
     /// shortened. Compare marks by UID.
     pub fn to_labels(&self) -> Result<Vec<(String, String)>, LabelError> {
+        if !is_label_value(&self.installation) {
+            return Err(LabelError::Installation(self.installation.clone()));
+        }
         if !is_label_value(&self.uid) {
             return Err(LabelError::Uid(self.uid.clone()));
         }
@@ -121,6 +143,7 @@ impl OwnershipMark {
             return Err(LabelError::Namespace(self.namespace.clone()));
         }
         Ok(vec![
+            (LABEL_INSTALLATION.to_owned(), self.installation.clone()),
             (LABEL_UID.to_owned(), self.uid.clone()),
             (LABEL_NAMESPACE.to_owned(), self.namespace.clone()),
             (LABEL_NAME.to_owned(), name_label(&self.name)),
@@ -129,7 +152,8 @@ impl OwnershipMark {
     }
 
     /// Reads a mark back from labels written by [`Self::to_labels`]; other
-    /// labels are ignored. `None` when a mark label is missing or malformed.
+    /// labels are ignored. `None` when a mark label is missing or malformed;
+    /// a missing installation label reads as empty.
     ///
     /// For a slice of pairs pass `labels.iter().map(|(k, v)| (k, v))`.
     pub fn from_labels<K, V>(labels: impl IntoIterator<Item = (K, V)>) -> Option<Self>
@@ -138,9 +162,11 @@ impl OwnershipMark {
         V: AsRef<str>,
     {
         let (mut uid, mut namespace, mut name, mut created_at) = (None, None, None, None);
+        let mut installation = String::new();
         for (key, value) in labels {
             let value = value.as_ref();
             match key.as_ref() {
+                LABEL_INSTALLATION => value.clone_into(&mut installation),
                 LABEL_UID => uid = Some(value.to_owned()),
                 LABEL_NAMESPACE => namespace = Some(value.to_owned()),
                 LABEL_NAME => name = Some(value.replace('_', ".")),
@@ -148,7 +174,13 @@ impl OwnershipMark {
                 _ => {}
             }
         }
-        let mark = Self { uid: uid?, namespace: namespace?, name: name?, created_at: created_at? };
+        let mark = Self {
+            installation,
+            uid: uid?,
+            namespace: namespace?,
+            name: name?,
+            created_at: created_at?,
+        };
         (!mark.uid.is_empty() && !mark.namespace.is_empty() && !mark.name.is_empty())
             .then_some(mark)
     }
@@ -217,6 +249,7 @@ mod tests {
 
     fn mark() -> OwnershipMark {
         OwnershipMark {
+            installation: "3f9a0c21d4e7".into(),
             uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
             namespace: "egress".into(),
             name: "proxy-a".into(),
@@ -227,6 +260,7 @@ mod tests {
     #[test]
     fn for_spec_copies_identity() {
         let spec = ProxySpec {
+            installation: "prod".into(),
             name: "p".into(),
             namespace: "ns".into(),
             uid: "u".into(),
@@ -246,6 +280,7 @@ mod tests {
             ("u", "ns", "p")
         );
         assert_eq!(mark.created_at, 42);
+        assert_eq!(mark.installation, "prod");
     }
 
     #[test]
@@ -253,7 +288,8 @@ mod tests {
         let text = mark().to_text();
         assert_eq!(
             text,
-            "proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n\
+            "proxyfleet.io/installation: 3f9a0c21d4e7\n\
+             proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n\
              proxyfleet.io/owner: egress/proxy-a\n\
              proxyfleet.io/created-at: 1767225600"
         );
@@ -271,8 +307,23 @@ mod tests {
         let reordered = "proxyfleet.io/created-at: 1767225600\n\
                          notes\n\
                          proxyfleet.io/owner: egress/proxy-a\n\
-                         proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n";
+                         proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\n\
+                         proxyfleet.io/installation: 3f9a0c21d4e7";
         assert_eq!(OwnershipMark::from_text(reordered), Some(mark()));
+    }
+
+    #[test]
+    fn a_mark_written_before_installations_reads_with_an_empty_one() {
+        let old = "proxyfleet.io/uid: u\nproxyfleet.io/owner: a/b\nproxyfleet.io/created-at: 1";
+        let mark = OwnershipMark::from_text(old).expect("still a mark");
+        assert_eq!((mark.installation.as_str(), mark.uid.as_str()), ("", "u"));
+        let labels = [
+            ("proxyfleet-uid", "u"),
+            ("proxyfleet-namespace", "n"),
+            ("proxyfleet-name", "p"),
+            ("proxyfleet-created-at", "1"),
+        ];
+        assert_eq!(OwnershipMark::from_labels(labels).expect("a mark").installation, "");
     }
 
     #[test]
@@ -330,6 +381,8 @@ mod tests {
 
     #[test]
     fn identity_fields_that_do_not_fit_are_refused() {
+        let unnamed = OwnershipMark { installation: String::new(), ..mark() };
+        assert_eq!(unnamed.to_labels(), Err(LabelError::Installation(String::new())));
         let upper = OwnershipMark { uid: "UID-1".into(), ..mark() };
         assert_eq!(upper.to_labels(), Err(LabelError::Uid("UID-1".into())));
         let bad_namespace = OwnershipMark { namespace: "-x".into(), ..mark() };

@@ -13,9 +13,10 @@ pub use wit::{
 };
 
 /// The version of the plugin contract (`wit/provider.wit`) this SDK is built
-/// against; [`PluginInfo::new`] reports it, and the host refuses a plugin of
-/// another breaking version.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+/// against, read from the WIT's package line at build time;
+/// [`PluginInfo::new`] reports it, and the host refuses a plugin of another
+/// breaking version.
+pub const CONTRACT_VERSION: &str = env!("PROXYFLEET_CONTRACT_VERSION");
 
 impl CallContext {
     /// Parses the entry's JSON config into `T`; see [`crate::parse_config`].

@@ -37,13 +37,10 @@ impl Site {
         self.dir.path().join(rest)
     }
 
-    /// Starts `binary standalone` on the site with `args` added; its output
-    /// is discarded. The process is killed when the handle drops.
-    ///
-    /// # Panics
-    /// When the binary cannot be started.
-    pub fn standalone(&self, binary: &Path, args: &[&str]) -> Running {
-        let child = Command::new(binary)
+    /// `binary standalone` on the site with `args` added, not started.
+    pub fn command(&self, binary: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(binary);
+        command
             .args(["--log-format", "text", "standalone", "--providers"])
             .arg(self.path("providers.yaml"))
             .arg("--plugin-dir")
@@ -52,7 +49,18 @@ impl Site {
             .arg(self.path("proxies"))
             .arg("--state")
             .arg(self.path("state.redb"))
-            .args(args)
+            .args(args);
+        command
+    }
+
+    /// Starts `binary standalone` on the site with `args` added; its output
+    /// is discarded. The process is killed when the handle drops.
+    ///
+    /// # Panics
+    /// When the binary cannot be started.
+    pub fn standalone(&self, binary: &Path, args: &[&str]) -> Running {
+        let child = self
+            .command(binary, args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use proxyfleet_core::gc::collect_orphans;
+use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::kv::{KvStore, MemoryKv};
 use proxyfleet_core::{ErrorClass, HealthReason, Instance, InstanceState, Provider, ProxySpec};
 use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
@@ -26,8 +28,10 @@ struct Fixture {
     sim: Simulator,
     provider: Arc<dyn Provider>,
     key_id: String,
-    _registry: Registry,
-    _dir: tempfile::TempDir,
+    registry: Registry,
+    /// The providers file, for a second installation on the same project.
+    config: ProvidersConfig,
+    dir: tempfile::TempDir,
 }
 
 /// The config of the entry, as YAML lines under `config:`.
@@ -90,13 +94,24 @@ async fn fixture_with(token_lifetime: Duration, extra_config: &str) -> Fixture {
         key = key_file.display(),
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let (registry, provider) = installation(&config, dir.path(), "lab").await;
+    Fixture { sim, provider, key_id: sa_key.private_key_id, registry, config, dir }
+}
+
+/// The entry of `config` as installation `id` runs it, with its own store.
+async fn installation(
+    config: &ProvidersConfig,
+    plugin_dir: &std::path::Path,
+    id: &str,
+) -> (Registry, Arc<dyn Provider>) {
+    let installation = InstallationId::parse("test", id).unwrap();
+    let runtime = Runtime::new(RuntimeOptions { installation, ..RuntimeOptions::default() });
     let kv = Arc::new(MemoryKv::new());
-    let registry = Registry::load(&runtime, &config, dir.path(), kv as Arc<dyn KvStore>)
+    let registry = Registry::load(&runtime.unwrap(), config, plugin_dir, kv as Arc<dyn KvStore>)
         .await
         .expect("plugin directory readable");
     let provider = registry.provider(ENTRY).expect("the gcp entry is ready");
-    Fixture { sim, provider, key_id: sa_key.private_key_id, _registry: registry, _dir: dir }
+    (registry, provider)
 }
 
 impl Fixture {
@@ -316,6 +331,53 @@ async fn list_ignores_instances_without_our_labels() {
         assert_eq!(err.class, ErrorClass::NotFound, "{foreign}: {err}");
     }
     assert_eq!(f.sim.instances().len(), 4, "foreign instances are never deleted");
+}
+
+/// Two installations with an entry of the same name on one project
+/// collected each other's instances: the mark named no installation, so
+/// each took the other's marked instances for orphans of Proxies it did
+/// not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_two_installations_on_one_project_collect_only_their_own() {
+    let a = fixture(Duration::from_secs(3600)).await;
+    let (b_registry, b) = installation(&a.config, a.dir.path(), "other-lab").await;
+    let ours = a.provider.create(&spec("a-1")).await.expect("create in a");
+    let theirs = b.create(&spec("b-1")).await.expect("create in b");
+    let listed = a.provider.list().await.expect("list");
+    let mut marks: Vec<(String, String)> = listed
+        .iter()
+        .map(|i| (i.provider_id.clone(), i.mark.as_ref().expect("marked").installation.clone()))
+        .collect();
+    marks.sort();
+    let mut expected = vec![
+        (ours.provider_id.clone(), "lab".to_owned()),
+        (theirs.provider_id.clone(), "other-lab".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(marks, expected, "each mark names its installation, read back from labels");
+
+    // Neither installation has a live Proxy: each may take only its own.
+    let now = u64::MAX / 2;
+    let none = std::collections::HashSet::new();
+    let report =
+        collect_orphans(b.as_ref(), b_registry.installation(), &none, Duration::ZERO, now, false)
+            .await
+            .expect("b collects");
+    assert_eq!(report.deleted, std::slice::from_ref(&theirs.provider_id));
+    assert_eq!(report.skipped_other_installation, 1);
+    a.provider.get(&ours.provider_id).await.expect("a's instance is still there");
+    let report = collect_orphans(
+        a.provider.as_ref(),
+        a.registry.installation(),
+        &none,
+        Duration::ZERO,
+        now,
+        false,
+    )
+    .await
+    .expect("a collects");
+    assert_eq!(report.deleted, std::slice::from_ref(&ours.provider_id));
+    assert_eq!(report.skipped_other_installation, 0, "b's instance is gone already");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -243,8 +243,8 @@ async fn refused_candidates_leave_the_active_revision_serving() {
     replace_file(&plugin("fixtures/wrong-major"), &target);
     let wrong_major = until_rejected(&registry, "strict", 2).await;
     assert_eq!(wrong_major.kind, RejectionKind::Load);
-    assert_eq!(wrong_major.contract_version.as_deref(), Some("0.2.0"));
-    assert!(wrong_major.reason.contains("@0.2.0"), "{}", wrong_major.reason);
+    assert_eq!(wrong_major.contract_version.as_deref(), Some("0.1.0"));
+    assert!(wrong_major.reason.contains("@0.1.0"), "{}", wrong_major.reason);
     assert_eq!(answer(&registry, "strict").await, V1);
     assert_eq!(answer(&registry, "wide").await, V1);
 

@@ -89,12 +89,12 @@ async fn another_breaking_contract_version_is_refused_at_load() {
     let err = runtime.load_plugin(&plugin("fixtures/wrong-major")).await.unwrap_err();
     assert!(matches!(err, LoadError::IncompatibleContract { .. }), "{err}");
     let message = err.to_string();
-    assert!(message.contains("proxyfleet:provider/provider@0.2.0"), "{message}");
-    assert!(message.contains("proxyfleet:provider@0.1.0"), "{message}");
+    assert!(message.contains("proxyfleet:provider/provider@0.1.0"), "{message}");
+    assert!(message.contains("proxyfleet:provider@0.2.0"), "{message}");
 
     let registry = fixtures().await;
     match &registry.entries()["outdated"] {
-        EntryState::Failed(reason) => assert!(reason.contains("@0.2.0"), "{reason}"),
+        EntryState::Failed(reason) => assert!(reason.contains("@0.1.0"), "{reason}"),
         other => panic!("an incompatible plugin must not serve: {other:?}"),
     }
     witness_still_serves(&registry).await;

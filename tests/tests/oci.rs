@@ -303,7 +303,7 @@ async fn a_tag_moved_to_a_refused_build_leaves_the_serving_one() {
     setup.push("fixtures/wrong-major", "plugins/answer", "stable").await;
     let wrong_major = until_rejected(&registry, "tagged", 1).await;
     assert_eq!(wrong_major.kind, RejectionKind::Load);
-    assert_eq!(wrong_major.contract_version.as_deref(), Some("0.2.0"));
+    assert_eq!(wrong_major.contract_version.as_deref(), Some("0.1.0"));
     assert!(wrong_major.reason.contains(tagged.as_str()), "{}", wrong_major.reason);
     assert_eq!(answer(&registry, "tagged").await, V1);
 

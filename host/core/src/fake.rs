@@ -12,6 +12,10 @@ use crate::{
     ProviderError, ProxySpec, Result,
 };
 
+/// The installation the fake marks its instances with, as a runtime
+/// given that ID would.
+pub const INSTALLATION: &str = "test";
+
 /// Which call a scripted failure applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
@@ -127,7 +131,7 @@ impl Provider for FakeProvider {
         PluginInfo {
             name: "fake".into(),
             version: "1.0.0".into(),
-            contract_version: "0.1.0".into(),
+            contract_version: "0.2.0".into(),
             config_schema: "{}".into(),
             capabilities: Capabilities::default(),
         }
@@ -159,6 +163,7 @@ impl Provider for FakeProvider {
             port: None,
             created_at: Some(1_000 + u64::from(n)),
             mark: Some(OwnershipMark {
+                installation: INSTALLATION.to_owned(),
                 uid: spec.uid.clone(),
                 namespace: spec.namespace.clone(),
                 name: spec.name.clone(),

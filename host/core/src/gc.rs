@@ -2,13 +2,15 @@
 //! of this installation owns.
 //!
 //! An instance is deleted only when it carries our ownership mark, the mark
-//! names a UID that is not live, and it is older than the minimum age (so an
-//! instance whose Proxy is being created right now is never taken). An
-//! instance without a readable mark is never touched.
+//! names this installation and a UID that is not live, and it is older than
+//! the minimum age (so an instance whose Proxy is being created right now is
+//! never taken). An instance without a readable mark, or marked by another
+//! installation sharing the backend, is never touched.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use crate::installation::InstallationId;
 use crate::{Provider, ProviderError};
 
 /// What one collection found and did.
@@ -20,6 +22,8 @@ pub struct GcReport {
     pub deleted: Vec<String>,
     /// Instances without our mark, left alone.
     pub skipped_foreign: usize,
+    /// Instances marked by another installation, left alone.
+    pub skipped_other_installation: usize,
     /// Orphans younger than the minimum age, left for a later round.
     pub skipped_young: usize,
     /// Orphans whose delete failed, with why.
@@ -27,11 +31,12 @@ pub struct GcReport {
 }
 
 /// Collects the orphans of one provider entry. `live_uids` are the UIDs of
-/// every Proxy of this installation, including those being deleted; `now`
-/// is Unix seconds. With `dry_run` nothing is deleted and `deleted` lists
-/// what would have been.
+/// every Proxy of `installation`, including those being deleted; `now` is
+/// Unix seconds. With `dry_run` nothing is deleted and `deleted` lists what
+/// would have been.
 pub async fn collect_orphans(
     provider: &dyn Provider,
+    installation: &InstallationId,
     live_uids: &HashSet<String>,
     min_age: Duration,
     now: u64,
@@ -44,6 +49,10 @@ pub async fn collect_orphans(
             report.skipped_foreign += 1;
             continue;
         };
+        if mark.installation != installation.as_str() {
+            report.skipped_other_installation += 1;
+            continue;
+        }
         if live_uids.contains(&mark.uid) {
             continue;
         }
@@ -79,6 +88,7 @@ mod tests {
             port: None,
             created_at: Some(created_at),
             mark: uid.map(|uid| OwnershipMark {
+                installation: crate::fake::INSTALLATION.into(),
                 uid: uid.into(),
                 namespace: "default".into(),
                 name: id.into(),
@@ -96,6 +106,10 @@ mod tests {
         fake
     }
 
+    fn ours() -> InstallationId {
+        InstallationId::parse("test", crate::fake::INSTALLATION).unwrap()
+    }
+
     fn live() -> HashSet<String> {
         HashSet::from(["uid-live".to_owned()])
     }
@@ -103,8 +117,9 @@ mod tests {
     #[tokio::test]
     async fn only_old_marked_instances_of_dead_proxies_are_deleted() {
         let fake = backend();
-        let report =
-            collect_orphans(&fake, &live(), Duration::from_secs(60), 1000, false).await.unwrap();
+        let report = collect_orphans(&fake, &ours(), &live(), Duration::from_secs(60), 1000, false)
+            .await
+            .unwrap();
         assert_eq!(report.deleted, ["orphan"]);
         assert_eq!(report.skipped_young, 1);
         let left: Vec<_> = fake.instances().into_keys().collect();
@@ -114,8 +129,9 @@ mod tests {
     #[tokio::test]
     async fn a_dry_run_reports_and_deletes_nothing() {
         let fake = backend();
-        let report =
-            collect_orphans(&fake, &live(), Duration::from_secs(60), 1000, true).await.unwrap();
+        let report = collect_orphans(&fake, &ours(), &live(), Duration::from_secs(60), 1000, true)
+            .await
+            .unwrap();
         assert_eq!(report.deleted, ["orphan"]);
         assert_eq!(fake.instances().len(), 4);
         assert!(!fake.calls().iter().any(|(op, _)| *op == Op::Delete));
@@ -127,8 +143,9 @@ mod tests {
         // anyway must still not get them deleted.
         let fake = FakeProvider::new("lab").lists_unmarked();
         fake.insert(instance("unmarked", None, 0));
-        let report =
-            collect_orphans(&fake, &HashSet::new(), Duration::ZERO, 1000, false).await.unwrap();
+        let report = collect_orphans(&fake, &ours(), &HashSet::new(), Duration::ZERO, 1000, false)
+            .await
+            .unwrap();
         assert!(report.deleted.is_empty());
         assert_eq!(report.skipped_foreign, 1);
         assert_eq!(fake.instances().len(), 1);
@@ -139,9 +156,30 @@ mod tests {
         let fake = backend();
         fake.insert(instance("orphan-2", Some("uid-gone-2"), 0));
         fake.fail_next(Op::Delete, ProviderError::transient("locked"));
-        let report =
-            collect_orphans(&fake, &live(), Duration::from_secs(60), 1000, false).await.unwrap();
+        let report = collect_orphans(&fake, &ours(), &live(), Duration::from_secs(60), 1000, false)
+            .await
+            .unwrap();
         assert_eq!(report.failed.len(), 1);
         assert_eq!(report.deleted.len(), 1);
+    }
+
+    /// Two installations on one backend collected each other's instances:
+    /// the mark named no installation, so every marked instance whose UID
+    /// was not live here counted as an orphan here.
+    #[tokio::test]
+    async fn regression_another_installations_instances_are_never_collected() {
+        let fake = backend();
+        let mut theirs = instance("theirs", Some("uid-theirs"), 0);
+        theirs.mark.as_mut().unwrap().installation = "other-installation".into();
+        fake.insert(theirs);
+        let mut unnamed = instance("before-installations", Some("uid-old"), 0);
+        unnamed.mark.as_mut().unwrap().installation = String::new();
+        fake.insert(unnamed);
+        let report =
+            collect_orphans(&fake, &ours(), &live(), Duration::ZERO, 1000, false).await.unwrap();
+        assert_eq!(report.deleted, ["orphan", "young-orphan"]);
+        assert_eq!(report.skipped_other_installation, 2);
+        assert!(fake.instances().contains_key("theirs"));
+        assert!(fake.instances().contains_key("before-installations"));
     }
 }

@@ -9,6 +9,7 @@
 mod error;
 pub mod fake;
 pub mod gc;
+pub mod installation;
 pub mod kv;
 pub mod observe;
 pub mod pool;

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnershipMark {
+    /// The installation that created the instance; empty when the backend
+    /// holds a mark written before marks carried one (never collected).
+    #[serde(default)]
+    pub installation: String,
     /// UID of the owning Proxy.
     pub uid: String,
     /// Namespace of the owning Proxy.

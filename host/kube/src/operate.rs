@@ -137,6 +137,7 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
             .map_or(0, |d| d.as_secs());
         let report = collect_orphans(
             provider.as_ref(),
+            registry.installation(),
             &live,
             settings.gc_min_age,
             now,

@@ -71,6 +71,7 @@ pub struct Metrics {
     gc_found: Family<EntryLabels, Counter>,
     gc_deleted: Family<EntryLabels, Counter>,
     gc_skipped_foreign: Family<EntryLabels, Counter>,
+    gc_skipped_other_installation: Family<EntryLabels, Counter>,
     gc_skipped_young: Family<EntryLabels, Counter>,
     gc_failed: Family<EntryLabels, Counter>,
     provider_healthy: Family<EntryLabels, Gauge>,
@@ -115,6 +116,12 @@ impl Metrics {
             "gc_skipped_foreign",
             "Instances without our ownership mark, left alone",
             gc_skipped_foreign.clone(),
+        );
+        let gc_skipped_other_installation = family();
+        registry.register(
+            "gc_skipped_other_installation",
+            "Instances marked by another installation sharing the backend, left alone",
+            gc_skipped_other_installation.clone(),
         );
         registry.register(
             "gc_skipped_young",
@@ -227,6 +234,7 @@ impl Metrics {
             gc_found,
             gc_deleted,
             gc_skipped_foreign,
+            gc_skipped_other_installation,
             gc_skipped_young,
             gc_failed,
             provider_healthy,
@@ -245,6 +253,7 @@ impl Metrics {
         add(&self.gc_found, report.found);
         add(&self.gc_deleted, report.deleted.len());
         add(&self.gc_skipped_foreign, report.skipped_foreign);
+        add(&self.gc_skipped_other_installation, report.skipped_other_installation);
         add(&self.gc_skipped_young, report.skipped_young);
         add(&self.gc_failed, report.failed.len());
     }
@@ -263,6 +272,7 @@ impl Metrics {
                         found = report.found,
                         deleted = report.deleted.len(),
                         skipped_foreign = report.skipped_foreign,
+                        skipped_other_installation = report.skipped_other_installation,
                         skipped_young = report.skipped_young,
                         failed = report.failed.len(),
                         "orphan collection"
@@ -414,6 +424,7 @@ mod tests {
             found: 4,
             deleted: vec!["a".into()],
             skipped_foreign: 2,
+            skipped_other_installation: 1,
             ..GcReport::default()
         };
         metrics.record_gc("pve", &report);
@@ -424,6 +435,7 @@ mod tests {
             "proxyfleet_gc_found_total{entry=\"pve\"} 4",
             "proxyfleet_gc_deleted_total{entry=\"pve\"} 1",
             "proxyfleet_gc_skipped_foreign_total{entry=\"pve\"} 2",
+            "proxyfleet_gc_skipped_other_installation_total{entry=\"pve\"} 1",
             "proxyfleet_provider_healthy{entry=\"pve\"} 0",
             "proxyfleet_provider_checks_failed_total{entry=\"pve\"} 1",
             "proxyfleet_reconciles_total{outcome=\"quota-exceeded\"} 1",

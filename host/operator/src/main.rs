@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use proxyfleet_core::installation::{self, InstallationId};
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::reconcile::Policy;
@@ -93,6 +94,17 @@ struct Housekeeping {
     /// How often every provider entry is checked.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     provider_check_interval: Duration,
+    /// This installation's ID, written into every ownership mark; orphan
+    /// collection takes only instances marked with it. Without the flag
+    /// the first start generates one and keeps it in the store; a later
+    /// start naming another ID is refused (1-32 characters of [a-z0-9-]).
+    #[arg(long, env = "PROXYFLEET_INSTALLATION_ID", value_parser = installation_id)]
+    installation_id: Option<InstallationId>,
+}
+
+/// `--installation-id`: a valid installation ID.
+fn installation_id(text: &str) -> Result<InstallationId, String> {
+    InstallationId::parse("--installation-id", text).map_err(|err| err.to_string())
 }
 
 #[derive(Debug, clap::Args)]
@@ -434,11 +446,15 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
+    let (installation, settled) =
+        installation::settle(kv.as_ref(), args.housekeeping.installation_id.as_ref()).await?;
+    tracing::info!(installation = %installation, ?settled, "installation");
     let runtime = Runtime::new(RuntimeOptions {
         observer: Some(Arc::clone(&metrics) as _),
+        installation,
         ..args.setup.runtime_options()
     })?;
-    let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
     // Plugins compile in the background (a cold cache takes seconds per
     // plugin): the API, metrics and probes come up first, and each entry
     // serves as soon as its plugin is ready.
@@ -564,6 +580,7 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.follow = follow;
     settings.cache_dir = args.setup.cache_dir;
     settings.gc_dry_run = args.housekeeping.gc_dry_run;
+    settings.installation = args.housekeeping.installation_id;
     settings.gc_min_age = args.housekeeping.gc_min_age;
     settings.gc_interval = args.housekeeping.gc_interval;
     settings.check_interval = args.housekeeping.provider_check_interval;

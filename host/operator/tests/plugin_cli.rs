@@ -24,13 +24,13 @@ fn inspect_shows_info_digest_imports_and_exports() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["info"]["name"], "static");
-    assert_eq!(report["info"]["contractVersion"], "0.1.0");
+    assert_eq!(report["info"]["contractVersion"], "0.2.0");
     assert_eq!(report["sha256"].as_str().map(str::len), Some(64));
     let names = |key: &str| -> Vec<String> {
         report[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
     };
-    assert!(names("exports").contains(&"proxyfleet:provider/provider@0.1.0".to_owned()));
-    assert!(names("imports").contains(&"proxyfleet:provider/kv@0.1.0".to_owned()));
+    assert!(names("exports").contains(&"proxyfleet:provider/provider@0.2.0".to_owned()));
+    assert!(names("imports").contains(&"proxyfleet:provider/kv@0.2.0".to_owned()));
 }
 
 #[test]
@@ -38,7 +38,7 @@ fn inspect_refuses_another_contract_version_naming_both() {
     let output = proxyfleet(&["plugin", "inspect", &path("fixtures/wrong-major")]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("@0.2.0") && stderr.contains("@0.1.0"), "{stderr}");
+    assert!(stderr.contains("@0.1.0") && stderr.contains("@0.2.0"), "{stderr}");
 }
 
 #[test]

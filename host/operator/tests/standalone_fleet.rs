@@ -203,3 +203,40 @@ async fn regression_a_killed_and_restarted_operator_keeps_discovery_leases() {
     let (status, again) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":60}"#).unwrap();
     assert_eq!(status, 201, "released, the proxy is free again: {again}");
 }
+
+/// An installation keeps the ID its first start settled; a later start
+/// naming another one is refused with both IDs and the fix, before any
+/// instance could be marked with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_naming_another_installation_id_is_refused() {
+    let site = Site::new(
+        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:9'] }, proxyAddresses: ['127.0.0.0/8'] }\n",
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
+    let api = format!("127.0.0.1:{}", free_port());
+    let binary = Path::new(env!("CARGO_BIN_EXE_proxyfleet"));
+    let mut first = site.standalone(
+        binary,
+        &["--metrics-addr", "127.0.0.1:0", "--api-addr", &api, "--installation-id", "prod-eu"],
+    );
+    let up = wait_for(Duration::from_secs(60), || async {
+        (get(&api, "/healthz")?.0 == 200).then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "the first start comes up");
+    terminate(&mut first.0, Duration::from_secs(30)).await.expect("stops");
+
+    let second = site
+        .command(binary, &["--metrics-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+        .args(["--installation-id", "staging"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("--installation-id staging differs from this installation's ID prod-eu")
+            && stderr.contains("set --installation-id prod-eu or leave the flag out"),
+        "{stderr}"
+    );
+}

@@ -14,8 +14,9 @@ wasmtime::component::bindgen!({
 pub(crate) use exports::proxyfleet::provider::provider::Guest;
 pub(crate) use proxyfleet::provider::{kv, libvirt, log, types};
 
-/// The contract version this host speaks.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+/// The contract version this host speaks, read from `wit/provider.wit`'s
+/// package line at build time.
+pub const CONTRACT_VERSION: &str = env!("PROXYFLEET_CONTRACT_VERSION");
 
 /// The name a compatible component exports the provider interface under,
 /// without its version.

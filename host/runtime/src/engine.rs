@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::observe::CallObserver;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -47,6 +48,10 @@ pub struct RuntimeOptions {
     /// Told about every call of every entry this runtime serves (a mode
     /// passes its metrics here); `None` reports nowhere.
     pub observer: Option<Arc<dyn CallObserver>>,
+    /// The installation every create names, so plugins put it in their
+    /// ownership marks; both modes settle it at start
+    /// ([`proxyfleet_core::installation::settle`]).
+    pub installation: InstallationId,
 }
 
 /// The shared engine and linker. Cheap to clone.
@@ -65,6 +70,7 @@ pub(crate) struct RuntimeInner {
     pub(crate) http_transport: Option<Arc<dyn HttpTransport>>,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
+    pub(crate) installation: InstallationId,
 }
 
 impl std::fmt::Debug for RuntimeInner {
@@ -111,10 +117,16 @@ impl Runtime {
                 oci_store_dir,
                 pull_limits: options.pull_limits,
                 http_transport: options.http_transport,
+                installation: options.installation,
                 observer: options.observer,
                 pooling,
             }),
         })
+    }
+
+    /// The installation every create names (see [`RuntimeOptions`]).
+    pub fn installation(&self) -> &InstallationId {
+        &self.inner.installation
     }
 
     /// Whether instances come from the pooling allocator.

@@ -177,7 +177,7 @@ fn check_contract(
 }
 
 /// What [`is_compatible`] accepts, for error messages.
-const COMPATIBLE_RANGE: &str = "0.1.x";
+const COMPATIBLE_RANGE: &str = env!("PROXYFLEET_CONTRACT_RANGE");
 
 /// Semver compatibility as the component model's linker applies it: below
 /// 1.0 the minor version is the breaking one, from 1.0 the major.
@@ -348,9 +348,10 @@ mod tests {
 
     #[test]
     fn compatibility_follows_semver_zero_rules() {
-        assert!(is_compatible("0.1.0"));
-        assert!(is_compatible("0.1.7"));
-        assert!(!is_compatible("0.2.0"));
+        assert!(is_compatible("0.2.0"));
+        assert!(is_compatible("0.2.7"));
+        assert!(!is_compatible("0.1.0"));
+        assert!(!is_compatible("0.3.0"));
         assert!(!is_compatible("1.1.0"));
         assert!(!is_compatible("nonsense"));
     }

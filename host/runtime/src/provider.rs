@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
+use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{
     ErrorClass, Health, HealthIssue, HealthReason, Instance, InstanceState, OwnershipMark,
@@ -296,7 +297,8 @@ impl PluginProvider {
         state.libvirt = Arc::clone(&self.libvirt);
         let mut store = new_store(&self.runtime, state, limits);
         let ctx = self.context(limits.call_timeout.as_millis() as u64);
-        let run = run_operation(&mut store, revision, &ctx, &operation);
+        let run =
+            run_operation(&mut store, revision, &ctx, &operation, &self.runtime.inner.installation);
         // The epoch callback stops guest code at the deadline; this timeout
         // also bounds time spent in host calls (HTTP, store) and cancels them.
         let outcome =
@@ -427,6 +429,7 @@ async fn run_operation(
     revision: &PluginRevision,
     ctx: &wit::CallContext,
     operation: &Operation<'_>,
+    installation: &InstallationId,
 ) -> wasmtime::Result<Result<Answer, wit::ProviderError>> {
     let plugin = revision.pre.instantiate_async(&mut *store).await?;
     let guest: &Guest = plugin.proxyfleet_provider_provider();
@@ -434,9 +437,10 @@ async fn run_operation(
         Operation::ValidateConfig => {
             guest.call_validate_config(&mut *store, &ctx.config).await?.map(|()| Answer::Unit)
         }
-        Operation::Create(spec) => {
-            guest.call_create(&mut *store, ctx, &spec_to_wit(spec)).await?.map(Answer::Instance)
-        }
+        Operation::Create(spec) => guest
+            .call_create(&mut *store, ctx, &spec_to_wit(spec, installation))
+            .await?
+            .map(Answer::Instance),
         Operation::Get(id) => guest.call_get(&mut *store, ctx, id).await?.map(Answer::Instance),
         Operation::Delete(id) => {
             guest.call_delete(&mut *store, ctx, id).await?.map(|()| Answer::Unit)
@@ -501,8 +505,9 @@ impl Provider for PluginProvider {
     }
 }
 
-fn spec_to_wit(spec: &ProxySpec) -> wit::ProxySpec {
+fn spec_to_wit(spec: &ProxySpec, installation: &InstallationId) -> wit::ProxySpec {
     wit::ProxySpec {
+        installation: installation.as_str().to_owned(),
         name: spec.name.clone(),
         namespace: spec.namespace.clone(),
         uid: spec.uid.clone(),
@@ -533,6 +538,7 @@ fn instance_from_wit(instance: wit::Instance) -> Instance {
         port: instance.port,
         created_at: instance.created_at,
         mark: instance.mark.map(|m| OwnershipMark {
+            installation: m.installation,
             uid: m.uid,
             namespace: m.namespace,
             name: m.name,

@@ -25,6 +25,7 @@ use std::time::SystemTime;
 
 use futures::StreamExt as _;
 
+use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_oci::PluginReference;
@@ -198,6 +199,12 @@ impl Candidate {
 }
 
 impl Registry {
+    /// The installation the entries' plugins mark their instances with;
+    /// orphan collection takes only instances marked with it.
+    pub fn installation(&self) -> &InstallationId {
+        self.runtime.installation()
+    }
+
     /// Loads every `*.wasm` in `plugin_dir` and binds every entry of
     /// `config` to the plugin it names. Only an unreadable plugin directory
     /// is fatal.
@@ -946,11 +953,11 @@ mod tests {
     fn the_refused_contract_version_is_read_from_the_export() {
         let err = LoadError::IncompatibleContract {
             path: "x.wasm".into(),
-            found: "proxyfleet:provider/provider@0.2.0".into(),
-            host_version: "0.1.0",
-            compatible: "0.1.x",
+            found: "proxyfleet:provider/provider@0.1.0".into(),
+            host_version: "0.2.0",
+            compatible: "0.2.x",
         };
-        assert_eq!(refused_contract_version(&err).as_deref(), Some("0.2.0"));
+        assert_eq!(refused_contract_version(&err).as_deref(), Some("0.1.0"));
         let err = LoadError::Describe { path: "x.wasm".into(), message: "no".into() };
         assert_eq!(refused_contract_version(&err), None);
     }

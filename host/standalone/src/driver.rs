@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proxyfleet_core::gc::{GcReport, collect_orphans};
+use proxyfleet_core::installation::{self, InstallationId};
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
@@ -61,6 +62,9 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// Health probes; `None` runs none, so no Proxy is ever handed out.
     pub health: Option<HealthSettings>,
+    /// The installation's ID when the operator names one; otherwise the one
+    /// kept in the state database (generated at the first start).
+    pub installation: Option<InstallationId>,
 }
 
 impl Settings {
@@ -87,6 +91,7 @@ impl Settings {
             check_interval: Duration::from_secs(60),
             fleet: FleetSettings::default(),
             health: None,
+            installation: None,
         }
     }
 }
@@ -149,7 +154,11 @@ impl Standalone {
     pub async fn open(settings: Settings) -> Result<Self> {
         let store = Arc::new(Store::open(&settings.state)?);
         let metrics = Arc::new(Metrics::new());
+        let (installation, settled) =
+            installation::settle(store.as_ref(), settings.installation.as_ref()).await?;
+        tracing::info!(installation = %installation, ?settled, "installation");
         let runtime = Runtime::new(RuntimeOptions {
+            installation,
             cache_dir: settings.cache_dir.clone(),
             pull_limits: settings.pull_limits,
             observer: Some(Arc::clone(&metrics) as _),
@@ -637,6 +646,7 @@ impl Standalone {
             let EntryState::Ready(provider) = state else { continue };
             let report = collect_orphans(
                 provider.as_ref(),
+                self.registry.installation(),
                 &live,
                 self.settings.gc_min_age,
                 unix_now(),

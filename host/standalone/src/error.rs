@@ -24,6 +24,10 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// The installation's ID is invalid, another than the kept one, or
+    /// cannot be kept.
+    #[error(transparent)]
+    Installation(#[from] proxyfleet_core::installation::InstallationError),
     /// The runtime could not start or load.
     #[error(transparent)]
     Runtime(#[from] proxyfleet_runtime::RuntimeError),

@@ -216,6 +216,7 @@ mod tests {
 
     fn spec() -> ProxySpec {
         ProxySpec {
+            installation: "prod".into(),
             name: "web.example".into(),
             namespace: "edge".into(),
             uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),

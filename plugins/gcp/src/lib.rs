@@ -450,6 +450,7 @@ mod tests {
 
     fn spec(uid: &str, placement: &[(&str, &str)]) -> ProxySpec {
         ProxySpec {
+            installation: "prod".into(),
             name: "web".into(),
             namespace: "edge".into(),
             uid: uid.into(),

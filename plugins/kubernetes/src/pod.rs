@@ -13,6 +13,8 @@ pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "proxyfleet";
 pub const ENTRY_LABEL: &str = "proxyfleet.io/entry";
 pub const UID_LABEL: &str = "proxyfleet.io/uid";
+/// The installation that created the pod (the mark's installation).
+pub const INSTALLATION_LABEL: &str = "proxyfleet.io/installation";
 const NAME_LABEL: &str = "app.kubernetes.io/name";
 const PROXY_NAMESPACE_LABEL: &str = "proxyfleet.io/proxy-namespace";
 const PROXY_NAME_LABEL: &str = "proxyfleet.io/proxy-name";
@@ -154,6 +156,12 @@ fn labels(entry: &str, spec: &ProxySpec) -> Result<Map<String, Value>> {
             "the entry name `{entry}` cannot be a label value"
         )));
     }
+    if !is_label_value(&spec.installation) {
+        return Err(ProviderError::InvalidSpec(format!(
+            "installation: `{}` cannot be stored as a label value",
+            spec.installation
+        )));
+    }
     if !is_label_value(&spec.uid) {
         return Err(ProviderError::InvalidSpec(format!(
             "uid: `{}` cannot be stored as a label value",
@@ -181,6 +189,7 @@ fn labels(entry: &str, spec: &ProxySpec) -> Result<Map<String, Value>> {
     labels.insert(MANAGED_BY_KEY.to_owned(), json!(MANAGED_BY));
     labels.insert(ENTRY_LABEL.to_owned(), json!(entry));
     labels.insert(UID_LABEL.to_owned(), json!(spec.uid));
+    labels.insert(INSTALLATION_LABEL.to_owned(), json!(spec.installation));
     // For `kubectl get -l`; the annotations carry them whole.
     for (key, value) in [(PROXY_NAMESPACE_LABEL, &spec.namespace), (PROXY_NAME_LABEL, &spec.name)] {
         if is_label_value(value) {
@@ -335,7 +344,10 @@ pub fn mark_of(pod: &Value) -> Option<OwnershipMark> {
     }
     let (namespace, name) = metadata_str(pod, "annotations", OWNER_ANNOTATION)?.split_once('/')?;
     let created_at = metadata_str(pod, "annotations", CREATED_AT_ANNOTATION)?.parse().ok()?;
+    // Pods made before marks carried an installation read as empty.
+    let installation = metadata_str(pod, "labels", INSTALLATION_LABEL).unwrap_or_default();
     (!uid.is_empty() && !namespace.is_empty() && !name.is_empty()).then(|| OwnershipMark {
+        installation: installation.to_owned(),
         uid: uid.to_owned(),
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -481,6 +493,7 @@ mod tests {
 
     fn spec() -> ProxySpec {
         ProxySpec {
+            installation: "prod".into(),
             name: "web-1".into(),
             namespace: "egress".into(),
             uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),

@@ -595,6 +595,7 @@ mod tests {
 
     fn spec(uid: &str, placement: &[(&str, &str)]) -> ProxySpec {
         ProxySpec {
+            installation: "prod".into(),
             name: "p".into(),
             namespace: "ns".into(),
             uid: uid.into(),

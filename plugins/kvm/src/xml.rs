@@ -74,8 +74,9 @@ fn attribute(xml: &str, name: &str) -> Option<String> {
 /// The attributes that carry entry `entry`'s mark.
 fn mark_attributes(entry: &str, mark: &OwnershipMark) -> String {
     format!(
-        "entry=\"{}\" uid=\"{}\" namespace=\"{}\" name=\"{}\" created-at=\"{}\"",
+        "entry=\"{}\" installation=\"{}\" uid=\"{}\" namespace=\"{}\" name=\"{}\" created-at=\"{}\"",
         escape(entry),
+        escape(&mark.installation),
         escape(&mark.uid),
         escape(&mark.namespace),
         escape(&mark.name),
@@ -88,6 +89,8 @@ fn mark_attributes(entry: &str, mark: &OwnershipMark) -> String {
 pub fn parse_mark(xml: &str) -> Option<(String, OwnershipMark)> {
     let entry = attribute(xml, "entry")?;
     let mark = OwnershipMark {
+        // Domains marked before marks carried an installation read as empty.
+        installation: attribute(xml, "installation").unwrap_or_default(),
         uid: attribute(xml, "uid")?,
         namespace: attribute(xml, "namespace")?,
         name: attribute(xml, "name")?,
@@ -196,6 +199,7 @@ mod tests {
 
     fn mark() -> OwnershipMark {
         OwnershipMark {
+            installation: "prod".into(),
             uid: "0b5bd7c4-5a54".into(),
             namespace: "crawl".into(),
             name: "p-1".into(),
@@ -216,6 +220,11 @@ mod tests {
         let tricky = "<owner xname=\"no\" entry=\"e\" uid=\"u\" namespace=\"n\" name=\"yes\" \
                       created-at=\"1\"/>";
         assert_eq!(parse_mark(tricky).expect("valid").1.name, "yes");
+        assert_eq!(
+            parse_mark(tricky).expect("valid").1.installation,
+            "",
+            "marked before installations"
+        );
         assert_eq!(parse_mark("<owner entry=\"e\" uid=\"u\"/>"), None);
         assert_eq!(
             parse_mark("<owner entry='e' uid='' namespace='n' name='x' created-at='1'/>"),
@@ -238,6 +247,7 @@ mod tests {
         )
         .expect("valid");
         let spec = ProxySpec {
+            installation: "prod".into(),
             name: "p-1".into(),
             namespace: "crawl".into(),
             uid: "u".into(),

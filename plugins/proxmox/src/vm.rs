@@ -190,7 +190,13 @@ mod tests {
     }
 
     fn mark() -> OwnershipMark {
-        OwnershipMark { uid: "u-1".into(), namespace: "ns".into(), name: "p".into(), created_at: 7 }
+        OwnershipMark {
+            installation: "prod".into(),
+            uid: "u-1".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            created_at: 7,
+        }
     }
 
     #[test]

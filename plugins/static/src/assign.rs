@@ -77,6 +77,10 @@ impl Store for HostStore {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Assignment {
+    /// The installation that assigned it; empty in records written before
+    /// marks carried one.
+    #[serde(default)]
+    pub installation: String,
     /// UID of the Proxy holding the endpoint.
     pub uid: String,
     /// The Proxy's namespace.
@@ -90,6 +94,7 @@ pub struct Assignment {
 impl Assignment {
     fn for_spec(spec: &ProxySpec, created_at: u64) -> Self {
         Self {
+            installation: spec.installation.clone(),
             uid: spec.uid.clone(),
             namespace: spec.namespace.clone(),
             name: spec.name.clone(),
@@ -99,6 +104,7 @@ impl Assignment {
 
     fn mark(&self) -> OwnershipMark {
         OwnershipMark {
+            installation: self.installation.clone(),
             uid: self.uid.clone(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
@@ -470,6 +476,7 @@ mod tests {
 
     fn spec(uid: &str) -> ProxySpec {
         ProxySpec {
+            installation: "prod".into(),
             name: format!("proxy-{uid}"),
             namespace: "egress".into(),
             uid: uid.into(),
@@ -508,6 +515,7 @@ mod tests {
         assert_eq!(
             first.mark,
             Some(OwnershipMark {
+                installation: "prod".into(),
                 uid: "a".into(),
                 namespace: "egress".into(),
                 name: "proxy-a".into(),
@@ -518,7 +526,7 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&stored.value).expect("JSON");
         assert_eq!(
             value,
-            serde_json::json!({"uid": "a", "namespace": "egress", "name": "proxy-a", "createdAt": 100})
+            serde_json::json!({"installation": "prod", "uid": "a", "namespace": "egress", "name": "proxy-a", "createdAt": 100})
         );
         let holder = store.get("holder/a").expect("ok").expect("the holder key");
         assert_eq!(holder.value, first.provider_id.as_bytes());

@@ -364,6 +364,7 @@ async fn deleting_before_a_create_was_recorded_finds_the_instance_by_its_mark() 
         port: None,
         created_at: None,
         mark: Some(OwnershipMark {
+            installation: crate::fake::INSTALLATION.into(),
             uid: "uid-other".into(),
             namespace: "default".into(),
             name: "x".into(),
