@@ -41,7 +41,7 @@ impl Site {
     pub fn command(&self, binary: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(binary);
         command
-            .args(["--log-format", "text", "standalone", "--providers"])
+            .args(["standalone", "--providers"])
             .arg(self.path("providers.yaml"))
             .arg("--plugin-dir")
             .arg(self.path("plugins"))
@@ -61,6 +61,7 @@ impl Site {
     pub fn standalone(&self, binary: &Path, args: &[&str]) -> Running {
         let child = self
             .command(binary, args)
+            .args(["--log-format", "text"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -1,6 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
 mod fleet_args;
+mod plugin_fields;
 mod registry_args;
 mod shutdown;
 mod telemetry;

@@ -1,7 +1,8 @@
 //! Logs on stderr and, when a collector is configured, spans over OTLP.
 //!
-//! One `tracing` subscriber: JSON or text lines on stderr filtered by the
-//! verbosity (`RUST_LOG` overrides it), and with an OTLP endpoint an
+//! One `tracing` subscriber: JSON (a plugin's fields nested as an object)
+//! or text lines on stderr filtered by the verbosity (`RUST_LOG` overrides
+//! it), and with an OTLP endpoint an
 //! OpenTelemetry layer that exports the spans of proxyfleet's own crates
 //! (`provider.call`, `plugin.http`, ...) over OTLP/HTTP with protobuf
 //! bodies, batched on a thread of their own. [`Guard`] flushes what is
@@ -73,7 +74,11 @@ pub fn init(json: bool, verbose: u8, otlp_endpoint: Option<&str>) -> anyhow::Res
         }
     };
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let stderr = if json { stderr.json().boxed() } else { stderr.boxed() };
+    let stderr = if json {
+        stderr.json().event_format(crate::plugin_fields::NestPluginFields::default()).boxed()
+    } else {
+        stderr.boxed()
+    };
     let Some(endpoint) = otlp_endpoint.filter(|e| !e.is_empty()) else {
         tracing_subscriber::registry()
             .with(stderr.with_filter(filter()))

@@ -240,3 +240,38 @@ async fn a_start_naming_another_installation_id_is_refused() {
         "{stderr}"
     );
 }
+
+/// A plugin's log fields reached the JSON logs as one string
+/// (`"fields":"endpoint=\"…\""`); log pipelines could not query them.
+/// They are an object now, beside the host's own fields.
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_plugin_log_fields_are_json_fields() {
+    let site = Site::new(
+        "providers:\n  - { name: local, plugin: static, config: { endpoints: ['127.0.0.1:9'] }, proxyAddresses: ['127.0.0.0/8'] }\n",
+        &[("static", "static")],
+        &proxy_manifest("a", "local"),
+    );
+    let log = site.path("operator.log");
+    let child = site
+        .command(
+            Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+            &["--metrics-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"],
+        )
+        .args(["--log-format", "json"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _operator = proxyfleet_tests::operator::Running(child);
+    let line = wait_for(Duration::from_secs(60), || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines().find(|line| line.contains("endpoint assigned")).map(str::to_owned)
+    })
+    .await
+    .expect("the plugin logs the assignment");
+    let line: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let fields = &line["fields"];
+    assert_eq!(fields["plugin_fields"], serde_json::json!({ "endpoint": "127.0.0.1:9" }), "{line}");
+    assert_eq!(fields["entry"], "local", "{line}");
+    assert_eq!(fields["operation"], "create", "{line}");
+    assert_eq!(line["target"], "proxyfleet::plugin", "{line}");
+}

@@ -4,11 +4,22 @@
 //! values together) and its control characters are escaped, so a runaway
 //! plugin cannot flood the logs and a newline in a message or a field
 //! cannot forge a log line of the host's in text output.
+//!
+//! The plugin's fields travel as one JSON object in the `plugin_fields`
+//! field: text output shows it inline, and the operator's JSON output nests
+//! it as an object (`fields.plugin_fields.<key>`), apart from the host's
+//! own `plugin`, `entry`, `operation` and `proxy`, which a plugin cannot
+//! forge.
 
 use std::fmt::Write as _;
 
 use crate::bindings::log::{Host, Level};
 use crate::state::PluginState;
+
+/// The target plugin records are logged under.
+pub const PLUGIN_LOG_TARGET: &str = "proxyfleet::plugin";
+/// The field holding a record's plugin fields as a JSON object.
+pub const PLUGIN_FIELDS: &str = "plugin_fields";
 
 /// Most bytes of one record kept from a plugin: message and fields.
 const MAX_RECORD_BYTES: usize = 8 * 1024;
@@ -38,8 +49,8 @@ impl Host for PluginState {
         macro_rules! emit {
             ($level:ident) => {
                 tracing::$level!(
-                    target: "proxyfleet::plugin",
-                    plugin, entry, operation, proxy, fields = %extra, "{text}"
+                    target: PLUGIN_LOG_TARGET,
+                    plugin, entry, operation, proxy, plugin_fields = %extra, "{text}"
                 )
             };
         }
@@ -53,44 +64,66 @@ impl Host for PluginState {
     }
 }
 
-/// The message and the fields (`key="value" …`) as logged: control
-/// characters escaped, the whole within [`MAX_RECORD_BYTES`], and what did
-/// not fit said at the end.
+/// The message and the fields (a JSON object of strings) as logged:
+/// control characters escaped, the whole within [`MAX_RECORD_BYTES`], and
+/// what did not fit counted under the key `…`.
 fn render(message: &str, fields: &[(String, String)]) -> (String, String) {
     let mut budget = MAX_RECORD_BYTES;
-    let text = escaped_within(message, &mut budget);
-    let mut extra = String::new();
+    let text = escaped_within(message, &mut budget, Escape::Text);
+    let mut members = Vec::new();
     let mut dropped = fields.len().saturating_sub(MAX_FIELDS);
     for (key, value) in fields.iter().take(MAX_FIELDS) {
         let mut key_budget = MAX_KEY_BYTES.min(budget);
-        let key = escaped_within(key, &mut key_budget);
-        let mut value_budget = budget.saturating_sub(key.len() + 4);
-        let value = escaped_within(value, &mut value_budget);
-        let entry = format!("{key}=\"{value}\" ");
-        if key.is_empty() || entry.len() > budget {
+        let key = escaped_within(key, &mut key_budget, Escape::Json);
+        let mut value_budget = budget.saturating_sub(key.len() + 6);
+        let value = escaped_within(value, &mut value_budget, Escape::Json);
+        let member = format!("\"{key}\":\"{value}\"");
+        if key.is_empty() || member.len() + 1 > budget {
             dropped += 1;
             continue;
         }
-        budget -= entry.len();
-        extra.push_str(&entry);
+        budget -= member.len() + 1;
+        members.push(member);
     }
     if dropped > 0 {
-        let _ = write!(extra, "…{dropped} fields dropped");
+        members.push(format!("\"…\":\"{dropped} fields dropped\""));
     }
-    (text, extra.trim_end().to_owned())
+    (text, format!("{{{}}}", members.join(",")))
 }
 
-/// `text` with control characters (and `"` and `\`, which would end or
-/// bend a quoted field) escaped, cut to fit `budget` bytes with `…` when
-/// it does not; `budget` is reduced by what was used.
-fn escaped_within(text: &str, budget: &mut usize) -> String {
+/// How [`escaped_within`] spells what it escapes.
+#[derive(Debug, Clone, Copy)]
+enum Escape {
+    /// Rust's `escape_default` (`\n`, `\u{85}`): the message.
+    Text,
+    /// JSON's (`\n`, `\u0085`), so the result is the inside of a JSON
+    /// string: field names and values.
+    Json,
+}
+
+/// `text` with control characters (C0, DEL and C1, which JSON alone would
+/// let through) and `"` and `\` (which would end or bend a quoted field)
+/// escaped, cut to fit `budget` bytes with `…` when it does not; `budget`
+/// is reduced by what was used.
+fn escaped_within(text: &str, budget: &mut usize, escape: Escape) -> String {
     let mut out = String::new();
     for c in text.chars() {
         let start = out.len();
-        if c.is_control() || c == '"' || c == '\\' {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+        match (escape, c) {
+            (Escape::Text, c) if c.is_control() || c == '"' || c == '\\' => {
+                out.extend(c.escape_default());
+            }
+            (Escape::Json, '"' | '\\') => {
+                out.push('\\');
+                out.push(c);
+            }
+            (Escape::Json, '\n') => out.push_str("\\n"),
+            (Escape::Json, '\r') => out.push_str("\\r"),
+            (Escape::Json, '\t') => out.push_str("\\t"),
+            (Escape::Json, c) if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            (_, c) => out.push(c),
         }
         // Room for the ellipsis if the text has to be cut after this.
         if out.len() + '…'.len_utf8() > *budget {
@@ -121,14 +154,30 @@ mod tests {
             assert!(!rendered.contains('\n'), "{rendered:?}");
             assert!(rendered.contains("\\n2026-01-01"), "{rendered:?}");
         }
-        assert!(extra.starts_with("note=\"ok\\n2026"), "{extra:?}");
-        assert!(extra.contains("k\\ney=\"v\""), "{extra:?}");
+        assert!(extra.starts_with("{\"note\":\"ok\\n2026"), "{extra:?}");
+        assert!(extra.contains("\"k\\ney\":\"v\""), "{extra:?}");
     }
 
     #[test]
     fn a_quote_cannot_end_a_field_early() {
         let (_, extra) = render("m", &fields(&[("a", "x\" b=\"y")]));
-        assert_eq!(extra, "a=\"x\\\" b=\\\"y\"");
+        assert_eq!(extra, "{\"a\":\"x\\\" b=\\\"y\"}");
+    }
+
+    #[test]
+    fn fields_are_a_json_object_of_what_the_plugin_sent() {
+        let sent = fields(&[("vmid", "101"), ("path", "C:\\x \"q\"\u{85}\u{7}"), ("", "nameless")]);
+        let (_, extra) = render("m", &sent);
+        assert!(!extra.contains('\u{85}'), "C1 controls are escaped: {extra:?}");
+        let parsed: serde_json::Value = serde_json::from_str(&extra).expect("JSON");
+        assert_eq!(
+            parsed,
+            serde_json::json!({
+                "vmid": "101",
+                "path": "C:\\x \"q\"\u{85}\u{7}",
+                "…": "1 fields dropped",
+            })
+        );
     }
 
     /// The attack: one record of 8.4 MB (a small message, a huge field).
@@ -153,16 +202,17 @@ mod tests {
             "small",
             &(0..40).map(|i| (format!("f{i}"), "v".to_owned())).collect::<Vec<_>>(),
         );
-        assert!(extra.ends_with("…8 fields dropped"), "{extra}");
+        assert!(extra.ends_with("\"…\":\"8 fields dropped\"}"), "{extra}");
+        serde_json::from_str::<serde_json::Value>(&extra).expect("still JSON");
     }
 
     #[test]
     fn cuts_on_character_boundaries() {
         let mut budget = 7;
-        let cut = escaped_within("ééééééé", &mut budget);
+        let cut = escaped_within("ééééééé", &mut budget, Escape::Json);
         assert_eq!(cut, "éé…");
         let mut budget = 100;
-        assert_eq!(escaped_within("plain", &mut budget), "plain");
+        assert_eq!(escaped_within("plain", &mut budget, Escape::Text), "plain");
         assert_eq!(budget, 95);
     }
 }

@@ -7,7 +7,7 @@ pub mod google;
 pub mod http;
 pub(crate) mod kv;
 pub mod libvirt;
-pub(crate) mod log;
+pub mod log;
 pub mod loggable;
 pub mod reason_phrase;
 mod redact;
