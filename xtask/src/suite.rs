@@ -23,6 +23,21 @@ pub fn test(repo: &Repo) -> Result<()> {
     step("host tests", || {
         process::run(cargo().args(["test", "--workspace"]).current_dir(&repo.root))
     })?;
+    // Faults at scale, as a check: 100 Proxies under random faults,
+    // SIGKILLs and churn beside a second installation, standalone and as
+    // two replicas against the test API server; exits non-zero on any
+    // broken invariant (host/operator/benches/chaos.rs).
+    for mode in ["standalone", "kube"] {
+        step(&format!("chaos, {mode} (100 Proxies)"), || {
+            process::run(
+                cargo()
+                    .args(["bench", "--profile", "dev", "-p", "proxyfleet-operator"])
+                    .args(["--bench", "chaos", "--", "--mode", mode, "--proxies", "100"])
+                    .args(["--chaos-secs", "30", "--settle-secs", "600"])
+                    .current_dir(&repo.root),
+            )
+        })?;
+    }
     step("plugins native tests", || {
         process::run(
             cargo()

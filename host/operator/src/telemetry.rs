@@ -73,7 +73,10 @@ pub fn init(json: bool, verbose: u8, otlp_endpoint: Option<&str>) -> anyhow::Res
             filter
         }
     };
-    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal: a file or a pipe gets plain text.
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let stderr = if json {
         stderr.json().event_format(crate::plugin_fields::NestPluginFields::default()).boxed()
     } else {

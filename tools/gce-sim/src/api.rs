@@ -126,7 +126,11 @@ pub(crate) async fn handle(
             shared.get_instance(project, zone, name)
         }
         ("DELETE", [project, "zones", zone, "instances", name]) => {
-            shared.delete_instance(project, zone, name, param("requestId"), &user)
+            let result = shared.delete_instance(project, zone, name, param("requestId"), &user);
+            if result.is_ok() && shared.take_lost_delete() {
+                return Err(DropConnection);
+            }
+            result
         }
         ("GET", [project, "zones", zone, "operations", name]) => {
             shared.get_operation(project, zone, name)

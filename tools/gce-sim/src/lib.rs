@@ -52,7 +52,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use oauth::{ServiceAccountKey, TokenGrant};
-pub use state::{InstanceView, OperationView};
+pub use state::{Deletion, InstanceView, OperationView};
 
 /// The scope the `gcp` plugin needs.
 pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -142,6 +142,9 @@ pub struct Faults {
     /// operation made) but their response is lost: the connection drops
     /// without an answer.
     pub lose_insert_responses: u32,
+    /// Likewise for this many of the next deletes: the instance is going,
+    /// the answer never comes.
+    pub lose_delete_responses: u32,
     /// Insert operations end with `QUOTA_EXCEEDED` (and no instance).
     pub quota_exceeded: bool,
     /// Insert operations in these zones end with
@@ -249,6 +252,11 @@ impl Simulator {
         labels: &[(&str, &str)],
     ) {
         self.shared.add_foreign_instance(project, zone, name, labels);
+    }
+
+    /// Every accepted delete so far, with the instance's labels then.
+    pub fn deletions(&self) -> Vec<Deletion> {
+        self.shared.deletions()
     }
 
     /// Every instance, in every project and zone.

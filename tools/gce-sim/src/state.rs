@@ -301,6 +301,19 @@ struct State {
     request_ids: HashMap<String, usize>,
     next_id: u64,
     requests: Vec<String>,
+    /// Every accepted `instances.delete`, in order.
+    deletions: Vec<Deletion>,
+}
+
+/// An accepted `instances.delete`: what was asked to go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// Its zone.
+    pub zone: String,
+    /// Its name.
+    pub name: String,
+    /// Its labels when the delete was accepted.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl State {
@@ -412,6 +425,22 @@ impl Shared {
 
     pub fn faults(&self) -> Faults {
         self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Every accepted delete so far.
+    pub fn deletions(&self) -> Vec<Deletion> {
+        self.state().deletions.clone()
+    }
+
+    /// Takes one lost delete response from the faults, if any is left.
+    pub fn take_lost_delete(&self) -> bool {
+        let mut faults = self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if faults.lose_delete_responses > 0 {
+            faults.lose_delete_responses -= 1;
+            true
+        } else {
+            false
+        }
     }
 
     /// Takes one lost insert response from the faults, if any is left.
@@ -978,6 +1007,12 @@ impl Shared {
             task.abort();
         }
         let id = instance.id;
+        let deletion = Deletion {
+            zone: zone.to_owned(),
+            name: name.to_owned(),
+            labels: instance.labels.clone(),
+        };
+        state.deletions.push(deletion);
         Ok(self.new_operation(
             &mut state,
             project,

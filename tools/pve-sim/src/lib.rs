@@ -230,6 +230,11 @@ impl Simulator {
     }
 
     /// Removes a VM as an administrator would after `qm unlock` and
+    /// Every VM a destroy was accepted for, as it was then.
+    pub fn destroyed(&self) -> Vec<VmView> {
+        self.shared.destroyed()
+    }
+
     /// `qm destroy`, whatever its state.
     pub fn remove_vm(&self, vmid: u32) {
         self.shared.remove_vm(vmid);

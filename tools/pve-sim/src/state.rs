@@ -143,6 +143,8 @@ struct State {
     next_pid: u32,
     clones_started: usize,
     requests: Vec<String>,
+    /// The config of every VM a destroy was accepted for, in order.
+    destroyed: Vec<VmView>,
 }
 
 #[derive(Debug)]
@@ -235,6 +237,10 @@ impl Shared {
 
     pub fn requests(&self) -> Vec<String> {
         self.state().requests.clone()
+    }
+
+    pub fn destroyed(&self) -> Vec<VmView> {
+        self.state().destroyed.clone()
     }
 
     pub fn clones_started(&self) -> usize {
@@ -812,6 +818,15 @@ impl Shared {
         if vm.running {
             return Err(ApiError::internal(format!("VM {vmid} is running - destroy failed")));
         }
+        let view = VmView {
+            vmid,
+            node: vm.node.clone(),
+            status: "stopped".to_owned(),
+            lock: vm.config.get("lock").cloned(),
+            config: vm.config.clone(),
+            proxy: None,
+        };
+        state.destroyed.push(view);
         let upid = self.start_task(
             &mut state,
             node,
