@@ -294,12 +294,17 @@ pub async fn kube_user_client() -> kube::Client {
 /// The user name behind [`kube_user_client`].
 pub const KUBE_TEST_USER: &str = "proxyfleet-user";
 
-async fn kube_client_from(file: &str) -> kube::Client {
-    let state = std::env::var_os("PROXYFLEET_KUBE_STATE").map(PathBuf::from).unwrap_or_else(|| {
+/// The state folder of the test API server (`PROXYFLEET_KUBE_STATE`, or
+/// `~/.cache/proxyfleet/kube/state`): its kubeconfigs live there.
+pub fn kube_state_dir() -> PathBuf {
+    std::env::var_os("PROXYFLEET_KUBE_STATE").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
             .join(".cache/proxyfleet/kube/state")
-    });
-    let kubeconfig = state.join(file);
+    })
+}
+
+async fn kube_client_from(file: &str) -> kube::Client {
+    let kubeconfig = kube_state_dir().join(file);
     assert!(
         kubeconfig.is_file(),
         "{} is missing: start the test API server with deploy/dev/kube-apiserver/start.sh \

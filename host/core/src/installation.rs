@@ -116,7 +116,7 @@ pub async fn settle(
     store: &dyn KvStore,
     wanted: Option<&InstallationId>,
 ) -> Result<(InstallationId, Settled), InstallationError> {
-    let mut candidate = wanted.cloned().unwrap_or_else(InstallationId::generate);
+    let candidate = wanted.cloned().unwrap_or_else(InstallationId::generate);
     loop {
         if let Some(entry) = store.get(SCOPE, KEY).await? {
             let kept = String::from_utf8_lossy(&entry.value).into_owned();
@@ -131,10 +131,8 @@ pub async fn settle(
         let value = Some(candidate.0.clone().into_bytes());
         match store.compare_and_swap(SCOPE, KEY, None, value).await? {
             CasOutcome::Applied(_) => return Ok((candidate, Settled::New)),
-            // Another replica kept its ID first: read that one.
-            CasOutcome::Conflict(_) => {
-                candidate = wanted.cloned().unwrap_or_else(InstallationId::generate);
-            }
+            // Another replica kept its ID first: the next read finds it.
+            CasOutcome::Conflict(_) => {}
         }
     }
 }

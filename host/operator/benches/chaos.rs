@@ -33,13 +33,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::fs::OpenOptions;
-use std::io::Read as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use http::Method;
 use k8s_openapi::api::coordination::v1::Lease;
+use proxyfleet_fleet::client;
 use proxyfleet_gce_sim as gce;
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_pve_sim as pve;
@@ -464,20 +464,11 @@ impl Operator {
 
     /// `(uid, phase)` of every Proxy the API lists; `None` while it does
     /// not answer.
-    fn listed(&self) -> Option<Vec<(String, String)>> {
-        let mut stream = std::net::TcpStream::connect(&self.api).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        let request = "GET /v1/proxies HTTP/1.1\r\nHost: chaos\r\nConnection: close\r\n\r\n";
-        stream.write_all(request.as_bytes()).ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let body = response.split_once("\r\n\r\n")?.1;
-        let body = if response.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(body)?
-        } else {
-            body.to_owned()
-        };
-        let list: serde_json::Value = serde_json::from_str(&body).ok()?;
+    async fn listed(&self) -> Option<Vec<(String, String)>> {
+        let base = format!("http://{}", self.api);
+        let (status, body) =
+            client::call(&base, Method::GET, "/v1/proxies", None, None).await.ok()?;
+        let list: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
         Some(
             list["items"]
                 .as_array()?
@@ -507,7 +498,7 @@ impl Installation for Operator {
     }
 
     async fn proxies(&self) -> Option<Vec<(String, String)>> {
-        self.listed()
+        self.listed().await
     }
 
     async fn kill_one(&mut self) -> Result<(), Box<dyn Error>> {
@@ -585,15 +576,10 @@ impl Cluster {
     }
 
     fn start(&mut self, index: usize) -> Result<(), Box<dyn Error>> {
-        let state =
-            std::env::var_os("PROXYFLEET_KUBE_STATE").map(PathBuf::from).unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".cache/proxyfleet/kube/state")
-            });
         let log = OpenOptions::new().create(true).append(true).open(self.log(index))?;
         let api = format!("127.0.0.1:{}", free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
-            .env("KUBECONFIG", state.join("kubeconfig"))
+            .env("KUBECONFIG", proxyfleet_tests::kube_state_dir().join("kubeconfig"))
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .args(["-v", "--log-format", "text", "run", "--providers"])
@@ -726,21 +712,6 @@ impl Drop for Cluster {
         for (_, child) in &mut self.replicas {
             kill(child);
         }
-    }
-}
-
-/// A chunked HTTP/1.1 body, joined.
-fn dechunk(body: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.push_str(after.get(..size)?);
-        rest = after.get(size + 2..)?;
     }
 }
 

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Method;
+use proxyfleet_fleet::client;
 use proxyfleet_tests::operator::{Site, proxy_manifest, terminate};
 use proxyfleet_tests::ports::free_port;
 use proxyfleet_tests::proxies::Tinyproxy;
@@ -14,22 +16,19 @@ use proxyfleet_tests::{Canned, TestServer, wait_for};
 
 /// `GET path` on `addr`: (status, body), or `None` while nothing listens.
 fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    call(addr, "GET", path, "")
-}
-
-/// `METHOD path` with a JSON `body` on `addr`: (status, body), or `None`
-/// while nothing listens.
-fn call(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let status = response.get(9..12)?.parse().ok()?;
     Some((status, response.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+/// `METHOD path` with a JSON `body` through the API client: (status,
+/// body), or `None` while nothing answers.
+async fn call(addr: &str, method: Method, path: &str, body: &str) -> Option<(u16, String)> {
+    client::call(&format!("http://{addr}"), method, path, Some(body), None).await.ok()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -175,7 +174,8 @@ async fn regression_a_killed_and_restarted_operator_keeps_discovery_leases() {
     let wait = Duration::from_secs(60);
     let mut operator = site.standalone(binary, &args);
     let lease = wait_for(wait, || async {
-        let (status, body) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":600}"#)?;
+        let (status, body) =
+            call(&api, Method::POST, "/v1/leases", r#"{"ttlSeconds":600}"#).await?;
         (status == 201).then_some(body)
     })
     .await
@@ -191,16 +191,20 @@ async fn regression_a_killed_and_restarted_operator_keeps_discovery_leases() {
     assert!(ready.is_some(), "the restarted operator turns ready");
 
     let (status, renewed) =
-        call(&api, "POST", &format!("/v1/leases/{id}/renew"), r#"{"ttlSeconds":900}"#).unwrap();
+        call(&api, Method::POST, &format!("/v1/leases/{id}/renew"), r#"{"ttlSeconds":900}"#)
+            .await
+            .unwrap();
     assert_eq!(status, 200, "the lease outlived the restart: {renewed}");
     let renewed: serde_json::Value = serde_json::from_str(&renewed).unwrap();
     assert_eq!(renewed["proxyId"], lease["proxyId"]);
     assert!(renewed["expiresAt"].as_u64() >= lease["expiresAt"].as_u64());
     // The exclusive lease still keeps the only proxy from everyone else.
-    let (status, _) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":60}"#).unwrap();
+    let (status, _) = call(&api, Method::POST, "/v1/leases", r#"{"ttlSeconds":60}"#).await.unwrap();
     assert_eq!(status, 503);
-    assert_eq!(call(&api, "DELETE", &format!("/v1/leases/{id}"), "").unwrap().0, 204);
-    let (status, again) = call(&api, "POST", "/v1/leases", r#"{"ttlSeconds":60}"#).unwrap();
+    let released = call(&api, Method::DELETE, &format!("/v1/leases/{id}"), "").await.unwrap();
+    assert_eq!(released.0, 204);
+    let (status, again) =
+        call(&api, Method::POST, "/v1/leases", r#"{"ttlSeconds":60}"#).await.unwrap();
     assert_eq!(status, 201, "released, the proxy is free again: {again}");
 }
 
