@@ -218,6 +218,7 @@ impl CapturedLogs {
     /// Installs a subscriber that writes every event (trace level and up)
     /// here, for the current thread, until the guard drops.
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        keep_callsites_dynamic();
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
@@ -226,6 +227,67 @@ impl CapturedLogs {
             .finish();
         tracing::subscriber::set_default(subscriber)
     }
+}
+
+/// Makes every `tracing` callsite ask the current thread's subscriber each
+/// time, so that a test's own subscriber (`set_default`) sees every event
+/// although other tests in the same binary run without one.
+///
+/// `tracing` caches per callsite whether anyone is interested, process-wide,
+/// and combines the answers of the global and all scoped subscribers at
+/// registration. A callsite first reached while no scoped subscriber
+/// existed is cached as "never" and a test's subscriber installed a moment
+/// later may not be consulted. A global subscriber that answers
+/// "sometimes" for every callsite (and is enabled for nothing itself) keeps
+/// the combined answer "sometimes" forever: each event asks its thread's
+/// subscriber.
+///
+/// Call it before installing a scoped subscriber that asserts on what it
+/// captures; [`CapturedLogs::install`] does.
+pub fn keep_callsites_dynamic() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Another global subscriber already set (none is, in these tests)
+        // would answer for itself; ignoring the error keeps that one.
+        let _ = tracing::subscriber::set_global_default(AskEveryTime);
+    });
+}
+
+/// The global subscriber of [`keep_callsites_dynamic`]: interested
+/// "sometimes" in every callsite, enabled for no event or span.
+#[derive(Debug)]
+struct AskEveryTime;
+
+impl tracing::Subscriber for AskEveryTime {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        // Never called: `enabled` is false for every span.
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, _: &tracing::Event<'_>) {}
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 impl std::io::Write for CapturedLogs {

@@ -178,6 +178,20 @@ fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// Every test tier's feature: plain `cargo test` runs the fast tier only
+/// (tests/Cargo.toml lists the tiers and what each needs).
+const TEST_TIERS: &str = "proxyfleet-tests/plugins,proxyfleet-tests/cluster,\
+proxyfleet-tests/libvirt,proxyfleet-operator/plugins,proxyfleet-operator/cluster";
+
+/// `cargo test --workspace` with every tier on. Every cargo run that
+/// builds test binaries or the operator for the tests goes through here,
+/// so that they share one feature resolution and nothing builds twice.
+fn cargo_test_all_tiers() -> Command {
+    let mut command = cargo();
+    command.args(["test", "--workspace", "--features", TEST_TIERS]);
+    command
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::image::{self, Profile};
 use crate::process::{self, step};
-use crate::{Repo, cargo, helm, shell_vars};
+use crate::{Repo, helm, shell_vars};
 
 fn script(repo: &Repo, name: &str) -> PathBuf {
     repo.root.join("deploy/dev/node").join(name)
@@ -76,11 +76,11 @@ pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
     .and_then(|()| {
         step("the chart on the node (on_node)", || {
             process::run(
-                cargo()
-                    // --workspace: the feature resolution of the test step,
-                    // so nothing is compiled again.
-                    .args(["test", "--workspace", "--test", "on_node"])
-                    .args(["--", "--ignored", "--nocapture", "--test-threads", "1"])
+                // The feature resolution of the test step, so nothing is
+                // compiled again.
+                crate::cargo_test_all_tiers()
+                    .args(["--test", "operator", "--", "--ignored", "on_node::"])
+                    .args(["--nocapture", "--test-threads", "1"])
                     .env("PROXYFLEET_NODE_ENV", &env_file)
                     .env("PROXYFLEET_HELM", &helm)
                     .current_dir(&repo.root),

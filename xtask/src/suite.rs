@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::process::{self, elapsed, step};
-use crate::{Repo, apt, cargo, chart, node, packages, plugins, wit};
+use crate::{Repo, apt, cargo, cargo_test_all_tiers, chart, node, packages, plugins, wit};
 
 pub fn test(repo: &Repo) -> Result<()> {
     let started = Instant::now();
@@ -20,8 +20,8 @@ pub fn test(repo: &Repo) -> Result<()> {
     step("test API server", || {
         process::run(Command::new("bash").arg(repo.root.join("deploy/dev/kube-apiserver/start.sh")))
     })?;
-    step("host tests", || {
-        process::run(cargo().args(["test", "--workspace"]).current_dir(&repo.root))
+    step("host tests, every tier", || {
+        process::run(cargo_test_all_tiers().current_dir(&repo.root))
     })?;
     // Faults at scale, as a check: 100 Proxies under random faults,
     // SIGKILLs and churn beside a second installation, standalone and as
@@ -32,6 +32,8 @@ pub fn test(repo: &Repo) -> Result<()> {
             process::run(
                 cargo()
                     .args(["bench", "--profile", "dev", "-p", "proxyfleet-operator"])
+                    // The operator binary the test step built.
+                    .args(["--features", "plugins,cluster"])
                     .args(["--bench", "chaos", "--", "--mode", mode, "--proxies", "100"])
                     .args(["--chaos-secs", "30", "--settle-secs", "600"])
                     .current_dir(&repo.root),
@@ -64,7 +66,9 @@ pub fn lint(repo: &Repo) -> Result<()> {
     step("clippy (host)", || {
         process::run(
             cargo()
-                .args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])
+                // --all-features: the test tiers' binaries too.
+                .args(["clippy", "--workspace", "--all-targets", "--all-features"])
+                .args(["--", "-D", "warnings"])
                 .current_dir(&repo.root),
         )
     })?;

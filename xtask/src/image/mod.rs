@@ -105,15 +105,22 @@ pub fn build(repo: &Repo, profile: Profile) -> Result<Vec<Built>> {
     })?;
     step("plugins", || plugins::build(repo))?;
     step(&format!("operator build ({})", profile.dir()), || {
-        let mut build = cargo();
-        build.current_dir(&repo.root);
-        match profile {
-            Profile::Release => build.args(["build", "--release", "-p", "proxyfleet-operator"]),
+        let mut build = match profile {
+            Profile::Release => {
+                let mut build = cargo();
+                build.args(["build", "--release", "-p", "proxyfleet-operator"]);
+                build
+            }
             // The binary the test suite links its tests against: the same
-            // feature resolution as `cargo test --workspace`, so after the
-            // test step this builds nothing.
-            Profile::Dev => build.args(["test", "--workspace", "--no-run"]),
+            // feature resolution as the test step, so after it this builds
+            // nothing.
+            Profile::Dev => {
+                let mut build = crate::cargo_test_all_tiers();
+                build.arg("--no-run");
+                build
+            }
         };
+        build.current_dir(&repo.root);
         process::run(&mut build)
     })?;
     let version = workspace_version(repo)?;

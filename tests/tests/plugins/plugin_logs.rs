@@ -1,5 +1,4 @@
-//! Plugin logs reach the host's `tracing` with the call's context. Alone in
-//! its test binary because it asserts on captured logs (see credentials.rs).
+//! Plugin logs reach the host's `tracing` with the call's context.
 
 use proxyfleet_core::Provider as _;
 use proxyfleet_harness::{Harness, SpecBuilder};

@@ -1,7 +1,4 @@
-//! Credential injection against a real HTTPS server. Alone in its test
-//! binary because it asserts on captured logs: `tracing` caches whether a
-//! callsite is enabled process-wide, and a test thread without a subscriber
-//! that reaches a callsite first would hide it from this test's subscriber.
+//! Credential injection against a real HTTPS server.
 
 use proxyfleet_core::ErrorClass;
 use proxyfleet_tests::{Canned, CapturedLogs, TestServer, fetch_provider, localhost_tls, observed};

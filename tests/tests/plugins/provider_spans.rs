@@ -1,7 +1,5 @@
 //! Every provider call is one `provider.call` span, the plugin's log lines
-//! and HTTP requests sit inside it, and faults are recorded on it. Alone in
-//! its test binary because it asserts on captured spans (see
-//! credentials.rs for why).
+//! and HTTP requests sit inside it, and faults are recorded on it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -108,6 +106,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ca
 
 impl Capture {
     fn install(&self) -> tracing::subscriber::DefaultGuard {
+        proxyfleet_tests::keep_callsites_dynamic();
         let subscriber = tracing_subscriber::registry()
             .with(self.clone())
             .with(tracing_subscriber::filter::LevelFilter::TRACE);

@@ -12,14 +12,11 @@ use proxyfleet_runtime::config::LibvirtGrant;
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_POOL, TEST_URI};
 
 /// The `hostile` fixture against the libvirt grant's bounds.
-#[path = "kvm/hostile.rs"]
 mod hostile;
 /// The kvm plugin on the same daemons (one libvirtd per process: the
 /// storage driver takes a host-wide lock).
-#[path = "kvm/plugin.rs"]
 mod plugin;
 /// The kvm plugin on a real hypervisor named by `KVM_TEST_*`.
-#[path = "kvm/real_host.rs"]
 mod real_host;
 
 fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {

@@ -1,6 +1,5 @@
 //! The service-account key and the access tokens the host gets with it
-//! appear in no log line and no error. Alone in its test binary because it
-//! asserts on captured logs (see credentials.rs).
+//! appear in no log line and no error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,5 @@
 //! Swaps and refused candidates are logged with entry, plugin, version and
-//! digest. Alone in its test binary because it asserts on captured logs
-//! (see credentials.rs).
+//! digest.
 
 use std::sync::Arc;
 

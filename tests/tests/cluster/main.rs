@@ -1,0 +1,17 @@
+//! The cluster tier: the Kubernetes mode against the real API server
+//! (Kubernetes 1.20 built from Debian's source, started on loopback by
+//! `deploy/dev/kube-apiserver/start.sh`), with the real plugins. Every
+//! test works in a namespace of its own. One module per area.
+//!
+//! Needs the `cluster` feature and the running server: `cargo test -p
+//! proxyfleet-tests --features cluster --test cluster` (the README's test
+//! command starts the server and runs every tier).
+
+mod kube_controller;
+mod kube_crd;
+mod kube_fleet;
+mod kube_kv;
+mod kube_lease;
+mod kube_pool;
+mod kube_revisions;
+mod kubernetes_plugin;
