@@ -6,6 +6,7 @@
 //! [`Provider`] for plugins, tests implement it with fakes, and the
 //! reconciler acts on [`ErrorClass`] without caring which it talks to.
 
+pub mod clock;
 mod error;
 pub mod fake;
 pub mod gc;
@@ -16,6 +17,7 @@ pub mod pool;
 mod provider;
 pub mod proxy;
 pub mod reconcile;
+pub mod source;
 mod types;
 
 pub use error::{ErrorClass, ProviderError, Result};

@@ -171,6 +171,19 @@ pub enum Phase {
     Deleting,
 }
 
+impl Phase {
+    /// The phase as statuses, the API and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Provisioning => "Provisioning",
+            Phase::Running => "Running",
+            Phase::Failed => "Failed",
+            Phase::Deleting => "Deleting",
+        }
+    }
+}
+
 /// Condition types a Proxy reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ConditionType {
@@ -328,6 +341,15 @@ impl ProxyStatus {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_phase_is_spelled_as_it_serializes() {
+        for phase in
+            [Phase::Pending, Phase::Provisioning, Phase::Running, Phase::Failed, Phase::Deleting]
+        {
+            assert_eq!(serde_json::to_value(phase).unwrap(), phase.as_str());
+        }
+    }
 
     /// A valid desired state on provider entry `lab`.
     pub(crate) fn desired() -> ProxyDesired {

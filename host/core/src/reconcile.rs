@@ -77,6 +77,13 @@ impl Policy {
     }
 }
 
+/// A jitter for [`reconcile`] and [`Policy::backoff`]: uniform in `[0, 1)`,
+/// from the thread's random generator, so the retries of many Proxies
+/// spread out.
+pub fn random_jitter() -> f64 {
+    rand::random()
+}
+
 /// What a pass reads.
 #[derive(Debug, Clone, Copy)]
 pub struct ProxyState<'a> {

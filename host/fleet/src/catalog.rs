@@ -24,9 +24,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::proxy::{Phase, ProxyStatus};
 use proxyfleet_metrics::{HealthCounts, Metrics};
@@ -477,7 +478,7 @@ impl Fleet {
         state.members = members;
         let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
         for member in state.members.values() {
-            *phases.entry(phase_name(member.phase)).or_default() += 1;
+            *phases.entry(member.phase.as_str()).or_default() += 1;
         }
         self.metrics.set_phases(phases);
         self.rebuild(&state);
@@ -959,21 +960,6 @@ fn describe(selector: &Selector) -> String {
         parts.push(format!("label {k}={v}"));
     }
     if parts.is_empty() { String::new() } else { format!(" {}", parts.join(", ")) }
-}
-
-/// The phase as the API and metrics spell it.
-pub fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Pending => "Pending",
-        Phase::Provisioning => "Provisioning",
-        Phase::Running => "Running",
-        Phase::Failed => "Failed",
-        Phase::Deleting => "Deleting",
-    }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

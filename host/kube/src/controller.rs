@@ -3,7 +3,7 @@
 //! the status (server-side apply on the status subresource) and Events.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
@@ -12,18 +12,18 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
+use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::proxy::ProxyMeta;
-use proxyfleet_core::reconcile::{FINALIZER, FinalizerChange, Policy, ProxyState, reconcile};
+use proxyfleet_core::reconcile::{
+    FINALIZER, FinalizerChange, Policy, ProxyState, random_jitter, reconcile,
+};
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
 use proxyfleet_runtime::Registry;
 
 use crate::convert;
-use crate::crd::{Proxy, USER_DATA_SECRET_LABEL};
-
-/// The field manager and event reporter name.
-pub const MANAGER: &str = "proxyfleet";
+use crate::crd::{MANAGER, Proxy, USER_DATA_SECRET_LABEL};
 
 /// Why a reconcile could not finish; the Proxy is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +187,8 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
     };
     let started = std::time::Instant::now();
-    let outcome = reconcile(state, provider_ref, &context.policy, unix_now(), rand_jitter()).await;
+    let outcome =
+        reconcile(state, provider_ref, &context.policy, unix_now(), random_jitter()).await;
     context.metrics.record_reconcile(started.elapsed(), outcome.error);
 
     let reference = proxy.object_ref(&());
@@ -345,14 +346,4 @@ fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Spread for retries; the sub-second clock is random enough for that.
-fn rand_jitter() -> f64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    f64::from(nanos % 1000) / 1000.0
 }

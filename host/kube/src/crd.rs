@@ -9,6 +9,13 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The field manager of everything proxyfleet writes, and the name it
+/// reports Events as.
+pub const MANAGER: &str = "proxyfleet";
+
+/// Label naming the pool a Proxy belongs to.
+pub const POOL_LABEL: &str = "proxyfleet.io/pool";
+
 /// The Secret label that marks Secrets proxyfleet may read user-data from.
 pub const USER_DATA_SECRET_LABEL: &str = "proxyfleet.io/user-data";
 

@@ -19,8 +19,7 @@ use proxyfleet_core::proxy::Phase;
 use proxyfleet_fleet::{Endpoint, Fleet, Member};
 use tokio::sync::mpsc;
 
-use crate::crd::{Proxy, ProxyPhase};
-use crate::pool::POOL_LABEL;
+use crate::crd::{POOL_LABEL, Proxy, ProxyPhase};
 
 /// How often the catalog is refreshed from the controller's cache.
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);

@@ -11,12 +11,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use proxyfleet_core::gc::collect_orphans;
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_core::{Health, HealthReason, Provider as _};
 use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
+use proxyfleet_housekeeping::{
+    self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
+};
 use proxyfleet_metrics::Metrics;
-use proxyfleet_runtime::{EntryState, Registry};
+use proxyfleet_runtime::Registry;
 use tokio::sync::watch;
 
 use crate::controller::{self, Context};
@@ -130,28 +131,14 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
             return;
         }
     };
-    for (entry, state) in registry.entries() {
-        let EntryState::Ready(provider) = state else { continue };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let report = collect_orphans(
-            provider.as_ref(),
-            registry.installation(),
-            &live,
-            settings.gc_min_age,
-            now,
-            settings.gc_dry_run,
-        )
-        .await;
-        settings.metrics.observe_gc(entry, &report, settings.gc_dry_run);
-    }
+    let gc = GcSettings { min_age: settings.gc_min_age, dry_run: settings.gc_dry_run };
+    housekeeping::collect_garbage(registry, &live, gc, &settings.metrics).await;
 }
 
-/// Checks every entry, each bounded by min(15 s, interval) so a hanging
-/// backend never holds up the next round, and publishes each result as the
-/// entry's cluster-scoped ProxyProvider object. Returns the entries whose
-/// result could not be published, with why.
+/// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
+/// publishes each result as the entry's cluster-scoped ProxyProvider
+/// object. Returns the entries whose result could not be published, with
+/// why.
 pub async fn check_providers(
     client: &kube::Client,
     registry: &Registry,
@@ -159,47 +146,31 @@ pub async fn check_providers(
     metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
-    let timeout = interval.min(Duration::from_secs(15));
     let api: Api<ProxyProvider> = Api::all(client.clone());
     let now = Timestamp::now();
-    for (entry, state) in registry.entries() {
+    let checks = check_entries(registry, interval, metrics).await;
+    for EntryCheck { entry, availability, health } in checks {
+        let entry = &entry;
         let mut status =
             ProxyProviderStatus { checked_at: Some(now.to_string()), ..Default::default() };
-        match state {
-            EntryState::Loading => {
+        match availability {
+            Availability::Loading => {
                 status.reason = Some("Loading".into());
                 status.issues = vec![ProviderIssue {
                     reason: "loading".into(),
                     message: Some("its plugin is still loading".into()),
                 }];
             }
-            EntryState::Failed(reason) => {
-                tracing::warn!(entry = %entry, "provider entry unavailable: {reason}");
+            Availability::Failed(reason) => {
                 status.reason = Some("Unavailable".into());
-                status.issues = vec![ProviderIssue {
-                    reason: "unavailable".into(),
-                    message: Some(reason.clone()),
-                }];
+                status.issues =
+                    vec![ProviderIssue { reason: "unavailable".into(), message: Some(reason) }];
             }
-            EntryState::Ready(provider) => {
-                let revision = provider.revision();
-                let health =
-                    tokio::time::timeout(timeout, provider.check()).await.unwrap_or_else(|_| {
-                        Health::unhealthy(
-                            HealthReason::Timeout,
-                            format!("no answer within {timeout:?}"),
-                        )
-                    });
-                if health.healthy {
-                    tracing::info!(entry = %entry, "provider check passed");
-                } else {
-                    tracing::warn!(entry = %entry, issues = ?health.issues, "provider check failed");
-                }
+            Availability::Loaded(info) => {
                 status.available = true;
                 status.healthy = health.healthy;
-                status.plugin = Some(revision.info.name.clone());
-                status.version = Some(revision.info.version.clone());
-                status.digest = Some(revision.digest.clone());
+                status.plugin = Some(info.name);
+                status.version = Some(info.version);
                 status.issues = health
                     .issues
                     .iter()
@@ -215,6 +186,9 @@ pub async fn check_providers(
             }
         }
         if let Some(revisions) = registry.revisions_of(entry) {
+            if status.available {
+                status.digest = revisions.active.as_ref().map(|active| active.digest.clone());
+            }
             status.activated_at = revisions.activated_at.and_then(rfc3339);
             status.previous = revisions.previous.map(|previous| PluginRevisionRef {
                 version: previous.version,
@@ -231,7 +205,6 @@ pub async fn check_providers(
                 })
                 .collect();
         }
-        metrics.record_check(entry, status.healthy);
         status.last_success = if status.healthy {
             Some(now.to_string())
         } else {
@@ -253,7 +226,7 @@ async fn publish(
     plugin: &str,
     status: &ProxyProviderStatus,
 ) -> Result<(), kube::Error> {
-    let params = PatchParams::apply(crate::controller::MANAGER).force();
+    let params = PatchParams::apply(crate::crd::MANAGER).force();
     let object = serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ProxyProvider",
@@ -291,10 +264,8 @@ impl std::fmt::Debug for RevisionAnnouncer {
 impl RevisionAnnouncer {
     /// An announcer reporting as `instance`.
     pub fn new(client: kube::Client, instance: String) -> Self {
-        let reporter = Reporter {
-            controller: crate::controller::MANAGER.to_owned(),
-            instance: Some(instance),
-        };
+        let reporter =
+            Reporter { controller: crate::crd::MANAGER.to_owned(), instance: Some(instance) };
         Self { recorder: Recorder::new(client, reporter), seen: HashMap::new() }
     }
 

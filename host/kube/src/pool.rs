@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -16,11 +16,7 @@ use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::pool::{Member, PoolSpec, parse_max_age, plan};
 
-use crate::controller::MANAGER;
-use crate::crd::{Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
-
-/// Label naming the pool a Proxy belongs to.
-pub const POOL_LABEL: &str = "proxyfleet.io/pool";
+use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
 
 /// Why a pool reconcile could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +112,7 @@ async fn reconcile_pool(pool: Arc<ProxyPool>, client: Arc<kube::Client>) -> Resu
             deleting: p.metadata.deletion_timestamp.is_some(),
         })
         .collect();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = proxyfleet_core::clock::unix_now();
     let decided = plan(&planned, &members, now);
 
     for member in &decided.delete {

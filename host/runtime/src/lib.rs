@@ -29,6 +29,7 @@ mod plugin;
 mod provider;
 mod registry;
 mod revisions;
+mod source;
 mod state;
 pub mod watch;
 

@@ -3,7 +3,6 @@
 //! refused, with why. Serializable as is for an HTTP API or a CLI.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -97,6 +96,4 @@ pub struct EntryRevisions {
     pub pull: Option<PullStatus>,
 }
 
-pub(crate) fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
+pub(crate) use proxyfleet_core::clock::unix_seconds;

@@ -6,23 +6,27 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use proxyfleet_core::gc::{GcReport, collect_orphans};
+use proxyfleet_core::clock::unix_now;
+use proxyfleet_core::gc::GcReport;
 use proxyfleet_core::installation::{self, InstallationId};
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
-use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, reconcile};
-use proxyfleet_core::{Health, HealthReason, Provider, ProviderError};
+use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jitter, reconcile};
+use proxyfleet_core::{Health, Provider, ProviderError};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
+use proxyfleet_housekeeping::{
+    self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
+};
 use proxyfleet_metrics::Metrics;
 use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::watch::WatchOptions;
-use proxyfleet_runtime::{EntryState, Registry, RollbackError, Runtime, RuntimeOptions};
+use proxyfleet_runtime::{Registry, RollbackError, Runtime, RuntimeOptions};
 
 use crate::desired;
 use crate::dispatch::{Dispatch, UNKNOWN_ENTRY_CONCURRENCY};
@@ -581,7 +585,8 @@ impl Standalone {
         };
         let started = Instant::now();
         let outcome =
-            reconcile(state, provider_ref, &self.settings.policy, unix_now(), rand::random()).await;
+            reconcile(state, provider_ref, &self.settings.policy, unix_now(), random_jitter())
+                .await;
         for event in &outcome.events {
             if event.warning {
                 tracing::warn!(proxy = %key, reason = event.reason, "{}", event.message);
@@ -641,65 +646,29 @@ impl Standalone {
                 return Vec::new();
             }
         };
-        let mut reports = Vec::new();
-        for (name, state) in self.registry.entries() {
-            let EntryState::Ready(provider) = state else { continue };
-            let report = collect_orphans(
-                provider.as_ref(),
-                self.registry.installation(),
-                &live,
-                self.settings.gc_min_age,
-                unix_now(),
-                self.settings.gc_dry_run,
-            )
-            .await;
-            self.metrics.observe_gc(name, &report, self.settings.gc_dry_run);
-            reports.push((name.clone(), report));
-        }
-        reports
+        let settings =
+            GcSettings { min_age: self.settings.gc_min_age, dry_run: self.settings.gc_dry_run };
+        housekeeping::collect_garbage(self.registry.as_ref(), &live, settings, &self.metrics).await
     }
 
-    /// Checks every entry, each within min(15 s, the check interval); a
-    /// check that runs out of time reports `Timeout`.
+    /// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
+    /// publishes the results on the state API.
     pub async fn check_providers(&self) -> Vec<ProviderCheck> {
-        let timeout = self.settings.check_interval.min(Duration::from_secs(15));
         let now = unix_now();
-        let checks = self.registry.entries().iter().map(|(name, state)| async move {
-            let (plugin, health) = match state {
-                EntryState::Failed(reason) => {
-                    (None, Health::unhealthy(HealthReason::Misconfigured, reason.clone()))
-                }
-                EntryState::Loading => {
-                    (None, Health::unhealthy(HealthReason::Other, "its plugin is still loading"))
-                }
-                EntryState::Ready(provider) => {
-                    let revision = provider.revision();
-                    let plugin = Some(format!("{} {}", revision.info.name, revision.info.version));
-                    let health = tokio::time::timeout(timeout, provider.check())
-                        .await
-                        .unwrap_or_else(|_| {
-                            Health::unhealthy(
-                                HealthReason::Timeout,
-                                format!("check did not answer within {timeout:?}"),
-                            )
-                        });
-                    (plugin, health)
-                }
-            };
-            (name.clone(), plugin, health)
-        });
-        let results = futures::future::join_all(checks).await;
+        let results =
+            check_entries(self.registry.as_ref(), self.settings.check_interval, &self.metrics)
+                .await;
         let mut published = self.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (entry, plugin, health) in results {
-            self.metrics.record_check(&entry, health.healthy);
+        for EntryCheck { entry, availability, health } in results {
+            let plugin = match availability {
+                Availability::Loaded(info) => Some(format!("{} {}", info.name, info.version)),
+                Availability::Loading | Availability::Failed(_) => None,
+            };
             let last_success = if health.healthy {
                 Some(now)
             } else {
                 published.get(&entry).and_then(|c| c.last_success)
             };
-            if !health.healthy {
-                tracing::warn!(entry = %entry, issues = ?health.issues, "provider check failed");
-            }
             published.insert(
                 entry.clone(),
                 ProviderCheck { entry, plugin, health, last_success, checked_at: now },
@@ -839,8 +808,4 @@ pub fn rollback(registry: &Registry, entry: &str) -> Result<serde_json::Value, R
         Err(err @ RollbackError::UnknownEntry { .. }) => Err(Refusal::NotFound(err.to_string())),
         Err(err) => Err(Refusal::Conflict(err.to_string())),
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
+use proxyfleet_kube::crd::POOL_LABEL;
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
-use proxyfleet_kube::pool::POOL_LABEL;
 use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };

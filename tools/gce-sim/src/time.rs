@@ -1,12 +1,7 @@
 //! Wall-clock helpers: seconds since the epoch and the RFC 3339 timestamps
 //! Compute Engine puts in `creationTimestamp` and operation times.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Seconds since the Unix epoch.
-pub(crate) fn now_unix() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
-}
+pub(crate) use proxyfleet_sim_support::now_unix;
 
 /// `secs` since the epoch as Compute Engine writes it,
 /// `2025-06-10T08:15:42.123-07:00` style, here always in UTC with

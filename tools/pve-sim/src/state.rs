@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use proxyfleet_sim_support::now_unix;
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 
@@ -155,10 +156,6 @@ pub(crate) struct Shared {
     request_count: Mutex<u64>,
     /// Start of the simulator, for `pstart` (clock ticks since boot in PVE).
     booted: Instant,
-}
-
-fn now_unix() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
 }
 
 /// PVE config file path in its error texts.

@@ -27,7 +27,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -356,7 +356,7 @@ async fn exchange(
              allowAddresses to allow it"
         )));
     }
-    let iat = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let iat = proxyfleet_core::clock::unix_now();
     let assertion = assertion(key, scopes, iat)?;
     let body = format!("grant_type={}&assertion={assertion}", form_encode(JWT_BEARER));
     let request = Request::post(uri)

@@ -1,0 +1,91 @@
+//! Where the modes get their providers from: the loaded provider entries.
+//!
+//! The plugin runtime's registry implements [`ProviderSource`] for
+//! WebAssembly plugins; tests implement it over fakes. The modes'
+//! housekeeping ([`crate::housekeeping`]) needs nothing else.
+
+use std::sync::Arc;
+
+use crate::installation::InstallationId;
+use crate::{Provider, ProviderError};
+
+/// One provider entry as it stands now.
+#[derive(Clone)]
+pub enum EntryState {
+    /// Its plugin is being read and compiled; not serving yet.
+    Loading,
+    /// Serving calls.
+    Ready(Arc<dyn Provider>),
+    /// Not serving, with the reason (safe to show: no secret in it).
+    Failed(String),
+}
+
+impl std::fmt::Debug for EntryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Loading => f.write_str("Loading"),
+            Self::Ready(provider) => f.debug_tuple("Ready").field(&provider.entry()).finish(),
+            Self::Failed(reason) => f.debug_tuple("Failed").field(reason).finish(),
+        }
+    }
+}
+
+/// The provider entries an installation serves.
+pub trait ProviderSource: Send + Sync {
+    /// The installation every ownership mark names.
+    fn installation(&self) -> &InstallationId;
+
+    /// Every configured entry, by name, in name order.
+    fn entries(&self) -> Vec<(String, EntryState)>;
+
+    /// The provider serving `entry`; `Unavailable` with why when it is
+    /// loading, failed or not configured.
+    fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError>;
+}
+
+/// A fixed set of entries, for tests and embedders that load providers
+/// themselves.
+#[derive(Debug, Clone)]
+pub struct StaticSource {
+    installation: InstallationId,
+    entries: Vec<(String, EntryState)>,
+}
+
+impl StaticSource {
+    /// No entries yet, for `installation`.
+    pub fn new(installation: InstallationId) -> Self {
+        Self { installation, entries: Vec::new() }
+    }
+
+    /// Adds (or replaces) the entry `name`.
+    #[must_use]
+    pub fn with(mut self, name: &str, state: EntryState) -> Self {
+        self.entries.retain(|(n, _)| n != name);
+        self.entries.push((name.to_owned(), state));
+        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        self
+    }
+}
+
+impl ProviderSource for StaticSource {
+    fn installation(&self) -> &InstallationId {
+        &self.installation
+    }
+
+    fn entries(&self) -> Vec<(String, EntryState)> {
+        self.entries.clone()
+    }
+
+    fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        match self.entries.iter().find(|(name, _)| name == entry).map(|(_, state)| state) {
+            Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider)),
+            Some(EntryState::Loading) => Err(ProviderError::unavailable(format!(
+                "provider entry {entry:?}: its plugin is still loading"
+            ))),
+            Some(EntryState::Failed(reason)) => {
+                Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
+            }
+            None => Err(ProviderError::unavailable(format!("no provider entry named {entry:?}"))),
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The registry as the modes see it: a [`ProviderSource`], so that their
+//! housekeeping runs over plugins and fakes alike.
+
+use std::sync::Arc;
+
+use proxyfleet_core::installation::InstallationId;
+use proxyfleet_core::source::{self, ProviderSource};
+use proxyfleet_core::{Provider, ProviderError};
+
+use crate::registry::{EntryState, Registry};
+
+impl ProviderSource for Registry {
+    fn installation(&self) -> &InstallationId {
+        Registry::installation(self)
+    }
+
+    fn entries(&self) -> Vec<(String, source::EntryState)> {
+        Registry::entries(self)
+            .iter()
+            .map(|(name, state)| {
+                let state = match state {
+                    EntryState::Loading => source::EntryState::Loading,
+                    EntryState::Ready(provider) => {
+                        source::EntryState::Ready(Arc::clone(provider) as Arc<dyn Provider>)
+                    }
+                    EntryState::Failed(reason) => source::EntryState::Failed(reason.clone()),
+                };
+                (name.clone(), state)
+            })
+            .collect()
+    }
+
+    fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        Registry::provider(self, entry)
+    }
+}
