@@ -4,7 +4,10 @@
 //! WebAssembly plugins; tests implement it over fakes. The modes'
 //! housekeeping ([`crate::housekeeping`]) needs nothing else.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+
+use serde::Serialize;
 
 use crate::installation::InstallationId;
 use crate::{Provider, ProviderError};
@@ -30,6 +33,50 @@ impl std::fmt::Debug for EntryState {
     }
 }
 
+/// One loaded revision of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionSummary {
+    /// The name the plugin's `describe` reports.
+    pub plugin: String,
+    /// The version it reports.
+    pub version: String,
+    /// sha256 of the component file, lower-case hex.
+    pub digest: String,
+    /// The contract version it was built against.
+    pub contract_version: String,
+    /// When the file was loaded, in seconds since the Unix epoch.
+    pub loaded_at: u64,
+    /// The file it was loaded from.
+    pub source: PathBuf,
+}
+
+/// A rollback that could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RollbackError {
+    /// No entry has that name.
+    #[error("no provider entry named {entry:?}")]
+    UnknownEntry {
+        /// The name asked for.
+        entry: String,
+    },
+    /// The entry serves no revision, so there is nothing to roll back.
+    #[error("provider entry {entry:?} is unavailable: {reason}")]
+    Unavailable {
+        /// The entry.
+        entry: String,
+        /// Why it is unavailable.
+        reason: String,
+    },
+    /// The entry has served only one revision since the host started (or the
+    /// one before is gone).
+    #[error("provider entry {entry:?} has no previous revision to roll back to")]
+    NoPrevious {
+        /// The entry.
+        entry: String,
+    },
+}
+
 /// The provider entries an installation serves.
 pub trait ProviderSource: Send + Sync {
     /// The installation every ownership mark names.
@@ -41,6 +88,10 @@ pub trait ProviderSource: Send + Sync {
     /// The provider serving `entry`; `Unavailable` with why when it is
     /// loading, failed or not configured.
     fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError>;
+
+    /// Makes the revision `entry` served before the current one serve
+    /// again, and returns it.
+    fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError>;
 }
 
 /// A fixed set of entries, for tests and embedders that load providers
@@ -86,6 +137,14 @@ impl ProviderSource for StaticSource {
                 Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
             }
             None => Err(ProviderError::unavailable(format!("no provider entry named {entry:?}"))),
+        }
+    }
+
+    /// A fixed set has one revision per entry: nothing to roll back to.
+    fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError> {
+        match self.entries.iter().find(|(name, _)| name == entry) {
+            None => Err(RollbackError::UnknownEntry { entry: entry.to_owned() }),
+            Some(_) => Err(RollbackError::NoPrevious { entry: entry.to_owned() }),
         }
     }
 }

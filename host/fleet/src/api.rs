@@ -26,6 +26,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use proxyfleet_core::source::RollbackError;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
@@ -55,6 +56,17 @@ pub enum Refusal {
     NotFound(String),
     /// It exists but cannot do that now.
     Conflict(String),
+}
+
+impl From<RollbackError> for Refusal {
+    fn from(err: RollbackError) -> Self {
+        match err {
+            RollbackError::UnknownEntry { .. } => Refusal::NotFound(err.to_string()),
+            RollbackError::Unavailable { .. } | RollbackError::NoPrevious { .. } => {
+                Refusal::Conflict(err.to_string())
+            }
+        }
+    }
 }
 
 /// The API's shared state.

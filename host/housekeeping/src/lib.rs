@@ -1,5 +1,6 @@
 //! Housekeeping, written once for both modes: checking every provider
-//! entry and collecting the orphans of every serving one.
+//! entry, collecting the orphans of every serving one, and rolling an
+//! entry back on request.
 //!
 //! Each runs over a [`ProviderSource`](proxyfleet_core::source::ProviderSource)
 //! and records its own metrics, so standalone and Kubernetes mode check,
@@ -9,6 +10,8 @@
 
 mod checks;
 mod orphans;
+mod rollback;
 
 pub use checks::{Availability, EntryCheck, MAX_CHECK_TIME, check_entries, check_timeout};
 pub use orphans::{GcSettings, collect_garbage};
+pub use rollback::rollback;

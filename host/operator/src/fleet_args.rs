@@ -168,6 +168,7 @@ impl ModeStatus for RegistryStatus {
     }
 
     fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
-        proxyfleet_standalone::rollback(&self.0, entry)
+        let active = proxyfleet_housekeeping::rollback(self.0.as_ref(), entry)?;
+        Ok(serde_json::to_value(active).unwrap_or_default())
     }
 }

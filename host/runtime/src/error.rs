@@ -152,29 +152,3 @@ pub enum RuntimeError {
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
-
-/// A rollback that could not be done.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RollbackError {
-    /// No entry has that name.
-    #[error("no provider entry named {entry:?}")]
-    UnknownEntry {
-        /// The name asked for.
-        entry: String,
-    },
-    /// The entry serves no revision, so there is nothing to roll back.
-    #[error("provider entry {entry:?} is unavailable: {reason}")]
-    Unavailable {
-        /// The entry.
-        entry: String,
-        /// Why it is unavailable.
-        reason: String,
-    },
-    /// The entry has served only one revision since the host started (or the
-    /// one before is gone).
-    #[error("provider entry {entry:?} has no previous revision to roll back to")]
-    NoPrevious {
-        /// The entry.
-        entry: String,
-    },
-}

@@ -33,11 +33,12 @@ use proxyfleet_oci::PluginReference;
 use crate::admission::{Refusal, check_pin_and_grants, refused_by_digest_pins};
 use crate::config::{EntryConfig, ProvidersConfig};
 use crate::engine::Runtime;
-use crate::error::{LoadError, RollbackError, RuntimeError};
+use crate::error::{LoadError, RuntimeError};
 use crate::oci::{OciPlugins, PollError, StoredBuilds};
 use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
+use proxyfleet_core::source::RollbackError;
 
 /// Why a loading entry serves nothing yet.
 const STILL_LOADING: &str = "its plugin is still loading";

@@ -2,8 +2,6 @@
 //! serving it, the one a rollback would bring back, and the candidates it
 //! refused, with why. Serializable as is for an HTTP API or a CLI.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 
 use crate::admission::RejectionKind;
@@ -11,23 +9,7 @@ use crate::config::Pin;
 use crate::oci::PullStatus;
 use crate::plugin::PluginRevision;
 
-/// One loaded revision of a plugin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RevisionSummary {
-    /// The name the plugin's `describe` reports.
-    pub plugin: String,
-    /// The version it reports.
-    pub version: String,
-    /// sha256 of the component file, lower-case hex.
-    pub digest: String,
-    /// The contract version it was built against.
-    pub contract_version: String,
-    /// When the file was loaded, in seconds since the Unix epoch.
-    pub loaded_at: u64,
-    /// The file it was loaded from.
-    pub source: PathBuf,
-}
+pub use proxyfleet_core::source::RevisionSummary;
 
 impl From<&PluginRevision> for RevisionSummary {
     fn from(revision: &PluginRevision) -> Self {

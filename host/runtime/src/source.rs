@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use proxyfleet_core::installation::InstallationId;
-use proxyfleet_core::source::{self, ProviderSource};
+use proxyfleet_core::source::{self, ProviderSource, RevisionSummary, RollbackError};
 use proxyfleet_core::{Provider, ProviderError};
 
 use crate::registry::{EntryState, Registry};
@@ -32,5 +32,9 @@ impl ProviderSource for Registry {
 
     fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
         Registry::provider(self, entry)
+    }
+
+    fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError> {
+        Registry::rollback(self, entry)
     }
 }

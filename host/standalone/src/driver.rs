@@ -26,7 +26,7 @@ use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::watch::WatchOptions;
-use proxyfleet_runtime::{Registry, RollbackError, Runtime, RuntimeOptions};
+use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 
 use crate::desired;
 use crate::dispatch::{Dispatch, UNKNOWN_ENTRY_CONCURRENCY};
@@ -793,19 +793,7 @@ impl ModeStatus for Standalone {
     }
 
     fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
-        rollback(&self.registry, entry)
-    }
-}
-
-/// Rolls `entry` back on `registry`, as the API answers it; both modes
-/// share it.
-pub fn rollback(registry: &Registry, entry: &str) -> Result<serde_json::Value, Refusal> {
-    match registry.rollback(entry) {
-        Ok(active) => {
-            tracing::warn!(entry, version = %active.version, digest = %active.digest, "rolled back to the previous plugin revision");
-            Ok(serde_json::to_value(active).unwrap_or_default())
-        }
-        Err(err @ RollbackError::UnknownEntry { .. }) => Err(Refusal::NotFound(err.to_string())),
-        Err(err) => Err(Refusal::Conflict(err.to_string())),
+        let active = housekeeping::rollback(self.registry.as_ref(), entry)?;
+        Ok(serde_json::to_value(active).unwrap_or_default())
     }
 }

@@ -11,5 +11,5 @@ mod driver;
 mod error;
 pub mod store;
 
-pub use driver::{ProviderCheck, Settings, Standalone, rollback};
+pub use driver::{ProviderCheck, Settings, Standalone};
 pub use error::{Error, Result};
