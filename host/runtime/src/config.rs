@@ -6,16 +6,19 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderName;
 use ipnet::IpNet;
-use proxyfleet_core::HttpDestination;
 use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
 use serde::Deserialize;
 
-use crate::capabilities::google::GoogleServiceAccount;
+use crate::capabilities::address;
+pub use crate::capabilities::http::config::{Credential, HeaderCredential, HttpGrant};
+use crate::capabilities::http::config::{RawHttpGrant, validate_http_grant};
+pub use crate::capabilities::libvirt::config::{
+    DEFAULT_LIBVIRT_SOCKET, DEFAULT_LIBVIRT_URI, LibvirtGrant,
+};
+use crate::capabilities::libvirt::config::{RawLibvirtGrant, validate_libvirt_grants};
 use crate::error::ConfigError;
 
 /// Largest memory cap an entry may ask for; the engine's pool is sized for it.
@@ -101,83 +104,6 @@ pub struct Grants {
     pub ca_file: Option<PathBuf>,
     /// Hypervisors the plugin may drive through libvirt over SSH.
     pub libvirt: Vec<LibvirtGrant>,
-}
-
-/// One hypervisor host reached through libvirt over SSH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LibvirtGrant {
-    /// The name plugins address the host by and the SSH server's address;
-    /// unique within the entry.
-    pub host: String,
-    /// SSH port.
-    pub port: u16,
-    /// SSH user.
-    pub user: String,
-    /// OpenSSH private key, read on every dial so a rotated key applies to
-    /// the next connection.
-    pub key_file: PathBuf,
-    /// known_hosts file the host's key must be listed in; there is no
-    /// trust on first use.
-    pub known_hosts_file: PathBuf,
-    /// The storage pools the plugin may use on the host: its volumes,
-    /// and its domains' disks and backing images, come only from these.
-    pub pools: Vec<String>,
-    /// The libvirt networks its domains' NICs may attach to.
-    pub networks: Vec<String>,
-    /// The host bridges its domains' NICs may attach to.
-    pub bridges: Vec<String>,
-    /// The libvirt socket on the host, forwarded over SSH.
-    pub socket: String,
-    /// The libvirt driver URI on the host, e.g. `qemu:///system`.
-    pub uri: String,
-    /// The driver URI for storage pool and volume calls: `uri` unless the
-    /// grant names another (a host whose domains are served by a driver
-    /// without storage of its own, such as libvirt's `test` driver).
-    pub storage_uri: String,
-    /// Budget of one libvirt call (the connect included); a call that
-    /// runs over it closes its connection.
-    pub call_timeout: Duration,
-}
-
-/// Where libvirt listens on a host unless a grant says otherwise.
-pub const DEFAULT_LIBVIRT_SOCKET: &str = "/var/run/libvirt/libvirt-sock";
-/// The driver a grant talks to unless it says otherwise.
-pub const DEFAULT_LIBVIRT_URI: &str = "qemu:///system";
-
-/// One HTTP destination and what comes with it.
-#[derive(Debug, Clone)]
-pub struct HttpGrant {
-    /// Scheme, host and port the plugin may send to.
-    pub destination: HttpDestination,
-    /// Address ranges that would otherwise be refused (loopback, private,
-    /// link-local, metadata) that this destination may resolve to.
-    pub allow_addresses: Vec<IpNet>,
-    /// A credential the host adds to every request to this destination.
-    pub credential: Option<Credential>,
-}
-
-/// What the host adds to every request to a grant's destination.
-#[derive(Debug, Clone)]
-pub enum Credential {
-    /// A header built from a secret file (`kind: header`, the default).
-    Header(HeaderCredential),
-    /// `Authorization: Bearer` with an access token the host gets for a
-    /// Google service account (`kind: google-service-account`).
-    GoogleServiceAccount(Arc<GoogleServiceAccount>),
-}
-
-/// The credential kinds `credential.kind` takes.
-const CREDENTIAL_KINDS: &str = "`header` (the default) or `google-service-account`";
-
-/// A header the host injects, built from a secret file read on every request.
-#[derive(Debug, Clone)]
-pub struct HeaderCredential {
-    /// Header name, e.g. `authorization`.
-    pub header: HeaderName,
-    /// Header value with `{secret}` where the file's content goes.
-    pub value_template: String,
-    /// File holding the secret; trailing newlines are dropped.
-    pub secret_file: PathBuf,
 }
 
 /// Resource limits of an entry.
@@ -280,45 +206,6 @@ struct RawGrants {
     libvirt: Vec<RawLibvirtGrant>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawLibvirtGrant {
-    host: String,
-    port: Option<u16>,
-    user: String,
-    key_file: PathBuf,
-    known_hosts_file: Option<PathBuf>,
-    pools: Option<Vec<String>>,
-    #[serde(default)]
-    networks: Vec<String>,
-    #[serde(default)]
-    bridges: Vec<String>,
-    socket: Option<String>,
-    uri: Option<String>,
-    storage_uri: Option<String>,
-    call_timeout: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawHttpGrant {
-    url: String,
-    #[serde(default)]
-    allow_addresses: Vec<String>,
-    credential: Option<RawCredential>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawCredential {
-    kind: Option<String>,
-    header: Option<String>,
-    value_template: Option<String>,
-    secret_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
-    scopes: Option<Vec<String>>,
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawLimits {
@@ -413,7 +300,7 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     let grants = Grants { http, ca_file: raw.grants.ca_file, libvirt };
     let limits = validate_limits(&at, raw.limits)?;
     let pin = raw.pin.map(|pin| validate_pin(&at, pin)).transpose()?;
-    let proxy_addresses = parse_ranges(&at, "proxyAddresses", &raw.proxy_addresses)?;
+    let proxy_addresses = address::parse_ranges(&at, "proxyAddresses", &raw.proxy_addresses)?;
     Ok(EntryConfig {
         name: raw.name,
         plugin: raw.plugin,
@@ -450,311 +337,6 @@ fn validate_pin(at: &str, raw: RawPin) -> Result<Pin, ConfigError> {
             "pin",
             "name exactly one of `version` (what the plugin's describe reports) or `digest` \
              (sha256 of the file)",
-        )),
-    }
-}
-
-fn validate_http_grant(at: &str, i: usize, raw: RawHttpGrant) -> Result<HttpGrant, ConfigError> {
-    let key = |field: &str| format!("grants.http[{i}].{field}");
-    let uri: http::Uri = raw.url.parse().map_err(|err| {
-        ConfigError::invalid(at, key("url"), format!("{:?} is not a URL: {err}", raw.url))
-    })?;
-    let scheme = match uri.scheme_str() {
-        Some(s @ ("http" | "https")) => s.to_owned(),
-        _ => {
-            return Err(ConfigError::invalid(
-                at,
-                key("url"),
-                format!("{:?} must start with https:// or http://", raw.url),
-            ));
-        }
-    };
-    let host = uri.host().unwrap_or_default().trim_matches(['[', ']']).to_ascii_lowercase();
-    if host.is_empty() || host.contains('*') {
-        return Err(ConfigError::invalid(
-            at,
-            key("url"),
-            format!("{:?} must name one host; wildcards are not accepted", raw.url),
-        ));
-    }
-    if let Some(ip) = crate::capabilities::address::non_canonical(&host) {
-        return Err(ConfigError::invalid(
-            at,
-            key("url"),
-            format!(
-                "{:?}: the host {host:?} is the IP address {ip} written another way; write {ip} \
-                 (URL parsers read such spellings differently)",
-                raw.url
-            ),
-        ));
-    }
-    if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
-        return Err(ConfigError::invalid(
-            at,
-            key("url"),
-            format!("{:?}: a grant is scheme, host and port only; drop the path", raw.url),
-        ));
-    }
-    let destination = HttpDestination { scheme, host, port: uri.port_u16() };
-    let allow_addresses = parse_ranges(at, &key("allowAddresses"), &raw.allow_addresses)?;
-    let credential =
-        raw.credential.map(|c| validate_credential(at, &key("credential"), c)).transpose()?;
-    Ok(HttpGrant { destination, allow_addresses, credential })
-}
-
-/// IP addresses and CIDR ranges, e.g. `allowAddresses`.
-fn parse_ranges(at: &str, key: &str, texts: &[String]) -> Result<Vec<IpNet>, ConfigError> {
-    texts
-        .iter()
-        .enumerate()
-        .map(|(j, text)| {
-            text.parse::<IpNet>()
-                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map_err(|_| {
-                    ConfigError::invalid(
-                        at,
-                        format!("{key}[{j}]"),
-                        format!(
-                            "{text:?} is neither an IP address nor a CIDR range like 10.0.0.0/8"
-                        ),
-                    )
-                })
-        })
-        .collect()
-}
-
-/// Names of libvirt objects or host interfaces a grant lists: plain
-/// names, each once.
-fn validate_names(
-    at: &str,
-    key: &str,
-    names: Vec<String>,
-    what: &str,
-) -> Result<Vec<String>, ConfigError> {
-    for (i, name) in names.iter().enumerate() {
-        let plain = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'));
-        if !plain {
-            return Err(ConfigError::invalid(
-                at,
-                format!("{key}[{i}]"),
-                format!("{name:?} is not a {what} name"),
-            ));
-        }
-        if names[..i].contains(name) {
-            return Err(ConfigError::invalid(
-                at,
-                format!("{key}[{i}]"),
-                format!("{name:?} is listed twice; list each {what} once"),
-            ));
-        }
-    }
-    Ok(names)
-}
-
-fn validate_libvirt_grants(
-    at: &str,
-    raw: Vec<RawLibvirtGrant>,
-) -> Result<Vec<LibvirtGrant>, ConfigError> {
-    let mut grants: Vec<LibvirtGrant> = Vec::with_capacity(raw.len());
-    for (i, grant) in raw.into_iter().enumerate() {
-        let key = |field: &str| format!("grants.libvirt[{i}].{field}");
-        let host = grant.host.trim().to_ascii_lowercase();
-        if host.is_empty() || host.contains(['*', '/', '@', ' ']) {
-            return Err(ConfigError::invalid(
-                at,
-                key("host"),
-                format!("{:?} must be one host name or IP address", grant.host),
-            ));
-        }
-        if grants.iter().any(|g| g.host == host) {
-            return Err(ConfigError::invalid(
-                at,
-                key("host"),
-                format!("{host:?} is granted twice; list each host once"),
-            ));
-        }
-        if grant.user.trim().is_empty() {
-            return Err(ConfigError::invalid(at, key("user"), "must name the SSH user"));
-        }
-        // Without a known_hosts file the host key could only be trusted on
-        // first use, which is exactly what lets a man in the middle in.
-        let known_hosts_file = grant.known_hosts_file.ok_or_else(|| {
-            ConfigError::invalid(
-                at,
-                key("knownHostsFile"),
-                "is required: name a known_hosts file that lists the host's key \
-                 (e.g. from `ssh-keyscan -p PORT HOST`, checked out of band)",
-            )
-        })?;
-        let pools = grant.pools.unwrap_or_default();
-        if pools.is_empty() {
-            return Err(ConfigError::invalid(
-                at,
-                key("pools"),
-                "is required: list the storage pools the plugin may use on this host, e.g. \
-                 `pools: [default]`; its disks and images come only from these",
-            ));
-        }
-        let pools = validate_names(at, &key("pools"), pools, "storage pool")?;
-        let networks = validate_names(at, &key("networks"), grant.networks, "libvirt network")?;
-        let bridges = validate_names(at, &key("bridges"), grant.bridges, "bridge")?;
-        let socket = grant.socket.unwrap_or_else(|| DEFAULT_LIBVIRT_SOCKET.to_owned());
-        if !socket.starts_with('/') {
-            return Err(ConfigError::invalid(
-                at,
-                key("socket"),
-                format!("{socket:?} must be an absolute path on the host"),
-            ));
-        }
-        let uri = grant.uri.unwrap_or_else(|| DEFAULT_LIBVIRT_URI.to_owned());
-        check_driver_uri(at, &key("uri"), &uri)?;
-        let storage_uri = grant.storage_uri.unwrap_or_else(|| uri.clone());
-        check_driver_uri(at, &key("storageUri"), &storage_uri)?;
-        let call_timeout = match grant.call_timeout {
-            None => Duration::from_secs(30),
-            Some(text) => match humantime::parse_duration(&text) {
-                Ok(d) if !d.is_zero() => d,
-                _ => {
-                    return Err(ConfigError::invalid(
-                        at,
-                        key("callTimeout"),
-                        format!("{text:?} is not a positive duration such as \"30s\""),
-                    ));
-                }
-            },
-        };
-        grants.push(LibvirtGrant {
-            host,
-            port: grant.port.unwrap_or(22),
-            user: grant.user,
-            key_file: grant.key_file,
-            known_hosts_file,
-            pools,
-            networks,
-            bridges,
-            socket,
-            uri,
-            storage_uri,
-            call_timeout,
-        });
-    }
-    Ok(grants)
-}
-
-/// A driver URI the host can route through its own transport.
-fn check_driver_uri(at: &str, key: &str, uri: &str) -> Result<(), ConfigError> {
-    match uri.split_once("://") {
-        Some((scheme, rest))
-            if !scheme.is_empty()
-                && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
-                && !rest.contains("socket=") =>
-        {
-            Ok(())
-        }
-        _ => Err(ConfigError::invalid(
-            at,
-            key,
-            format!(
-                "{uri:?} must be a local driver URI such as \"qemu:///system\"; the \
-                 transport (SSH to the host and `socket`) is the host's to choose"
-            ),
-        )),
-    }
-}
-
-fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Credential, ConfigError> {
-    let field = |name: &str| format!("{key}.{name}");
-    // Keys of the other kind are refused by name rather than ignored: a
-    // half-converted credential would otherwise send no secret at all.
-    let refuse = |name: &str, present: bool, kind: &str| {
-        if present {
-            Err(ConfigError::invalid(
-                at,
-                field(name),
-                format!("does not apply to kind `{kind}`; remove it"),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    match raw.kind.as_deref().unwrap_or("header") {
-        "header" => {
-            refuse("keyFile", raw.key_file.is_some(), "header")?;
-            refuse("scopes", raw.scopes.is_some(), "header")?;
-            let Some(header) = raw.header else {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("header"),
-                    "is required: name the header to send, e.g. Authorization",
-                ));
-            };
-            let header = HeaderName::try_from(header.as_str()).map_err(|_| {
-                ConfigError::invalid(
-                    at,
-                    field("header"),
-                    format!("{header:?} is not a valid header name"),
-                )
-            })?;
-            let Some(secret_file) = raw.secret_file else {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("secretFile"),
-                    "is required: the file holding the secret",
-                ));
-            };
-            let value_template = raw.value_template.unwrap_or_else(|| "{secret}".to_owned());
-            if !value_template.contains("{secret}") {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("valueTemplate"),
-                    "must contain {secret} where the secret file's content goes",
-                ));
-            }
-            Ok(Credential::Header(HeaderCredential { header, value_template, secret_file }))
-        }
-        "google-service-account" => {
-            let kind = "google-service-account";
-            refuse("header", raw.header.is_some(), kind)?;
-            refuse("valueTemplate", raw.value_template.is_some(), kind)?;
-            refuse("secretFile", raw.secret_file.is_some(), kind)?;
-            let Some(key_file) = raw.key_file else {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("keyFile"),
-                    "is required: the service account's JSON key file",
-                ));
-            };
-            let scopes = raw.scopes.unwrap_or_default();
-            if scopes.is_empty() {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("scopes"),
-                    "list at least one OAuth scope, e.g. https://www.googleapis.com/auth/compute",
-                ));
-            }
-            for (i, scope) in scopes.iter().enumerate() {
-                if !scope.starts_with("https://") || scope.contains(char::is_whitespace) {
-                    return Err(ConfigError::invalid(
-                        at,
-                        field(&format!("scopes[{i}]")),
-                        format!(
-                            "{scope:?} is not an OAuth scope URL such as \
-                             https://www.googleapis.com/auth/compute"
-                        ),
-                    ));
-                }
-            }
-            Ok(Credential::GoogleServiceAccount(Arc::new(GoogleServiceAccount::new(
-                key_file, scopes,
-            ))))
-        }
-        other => Err(ConfigError::invalid(
-            at,
-            field("kind"),
-            format!("{other:?} is not a credential kind; use {CREDENTIAL_KINDS}"),
         )),
     }
 }
@@ -1163,8 +745,8 @@ providers:
         else {
             panic!("a service-account credential")
         };
-        assert_eq!(account.key_file(), Path::new("/etc/proxyfleet/gcp-key.json"));
-        assert_eq!(account.scopes(), ["https://www.googleapis.com/auth/compute"]);
+        assert_eq!(account.key_file, Path::new("/etc/proxyfleet/gcp-key.json"));
+        assert_eq!(account.scopes, ["https://www.googleapis.com/auth/compute"]);
     }
 
     #[test]

@@ -339,7 +339,7 @@ pub(crate) fn entry_http(
         Some(transport) => Arc::clone(transport),
         None => Arc::new(crate::capabilities::http::ReqwestTransport::for_entry(entry)?),
     };
-    Ok(Arc::new(EntryHttp::new(entry, transport, redactor)))
+    Ok(Arc::new(EntryHttp::new(entry, transport, redactor, crate::capabilities::google::obtain)))
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+use crate::error::ConfigError;
+
 /// What kind of special-purpose address an address is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddressKind {
@@ -200,6 +202,31 @@ fn refused_v6(ip: Ipv6Addr) -> Option<AddressKind> {
     } else {
         None
     }
+}
+
+/// IP addresses and CIDR ranges, e.g. `allowAddresses`.
+pub(crate) fn parse_ranges(
+    at: &str,
+    key: &str,
+    texts: &[String],
+) -> Result<Vec<IpNet>, ConfigError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(j, text)| {
+            text.parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    ConfigError::invalid(
+                        at,
+                        format!("{key}[{j}]"),
+                        format!(
+                            "{text:?} is neither an IP address nor a CIDR range like 10.0.0.0/8"
+                        ),
+                    )
+                })
+        })
+        .collect()
 }
 
 #[cfg(test)]

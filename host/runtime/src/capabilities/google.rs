@@ -27,6 +27,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -38,8 +39,9 @@ use serde_json::{Value, json};
 
 use super::Redactor;
 use super::address::{literal_ip, refused_kind};
-use super::http::{HttpTransport, SendPolicy, WasiBody, full_body};
-use crate::config::{HttpGrant, Limits};
+use super::http::config::{Credential, GoogleCredential, HttpGrant};
+use super::http::{HttpTransport, ObtainedCredential, SendPolicy, WasiBody, full_body};
+use crate::config::Limits;
 
 /// `grant_type` of the exchange.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -109,6 +111,23 @@ struct CachedToken {
     expires_at: Instant,
 }
 
+#[async_trait::async_trait]
+impl ObtainedCredential for GoogleServiceAccount {
+    async fn authorize(
+        &self,
+        transport: &dyn HttpTransport,
+        grant: &HttpGrant,
+        limits: &Limits,
+        redactor: &Redactor,
+    ) -> Result<HeaderValue, Response<WasiBody>> {
+        GoogleServiceAccount::authorize(self, transport, grant, limits, redactor).await
+    }
+
+    fn refused(&self) {
+        self.token_refused();
+    }
+}
+
 /// Names the key file and scopes, never the token.
 impl fmt::Debug for GoogleServiceAccount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,10 +159,26 @@ struct Key {
     pair: ring::signature::RsaKeyPair,
 }
 
+/// The live credential of a grant's `credential`, when the host obtains
+/// it at request time: a service account with an empty token cache.
+pub(crate) fn obtain(credential: &Credential) -> Option<Arc<dyn ObtainedCredential>> {
+    match credential {
+        Credential::GoogleServiceAccount(google) => {
+            Some(Arc::new(GoogleServiceAccount::from_config(google)))
+        }
+        Credential::Header(_) => None,
+    }
+}
+
 impl GoogleServiceAccount {
     /// A credential reading its key from `key_file` and asking for `scopes`.
     pub fn new(key_file: PathBuf, scopes: Vec<String>) -> Self {
         Self { key_file, scopes, state: tokio::sync::Mutex::new(TokenState::default()) }
+    }
+
+    /// The credential a grant configures, with an empty token cache.
+    pub fn from_config(config: &GoogleCredential) -> Self {
+        Self::new(config.key_file.clone(), config.scopes.clone())
     }
 
     /// The JSON key file.

@@ -18,6 +18,7 @@ struct Fixture {
     entry: EntryConfig,
     transport: ReqwestTransport,
     key_file: PathBuf,
+    account: Arc<GoogleServiceAccount>,
     redactor: Redactor,
     _dir: tempfile::TempDir,
 }
@@ -54,14 +55,17 @@ impl Fixture {
         );
         let entry = ProvidersConfig::parse(&yaml).unwrap().entries.remove(0);
         let transport = ReqwestTransport::for_entry(&entry).unwrap();
-        Self { sim, entry, transport, key_file, redactor: Redactor::default(), _dir: dir }
+        let account = match &entry.grants.http[0].credential {
+            Some(Credential::GoogleServiceAccount(google)) => {
+                Arc::new(GoogleServiceAccount::from_config(google))
+            }
+            other => panic!("a service-account credential: {other:?}"),
+        };
+        Self { sim, entry, transport, key_file, account, redactor: Redactor::default(), _dir: dir }
     }
 
     fn account(&self) -> Arc<GoogleServiceAccount> {
-        match &self.entry.grants.http[0].credential {
-            Some(Credential::GoogleServiceAccount(account)) => Arc::clone(account),
-            other => panic!("a service-account credential: {other:?}"),
-        }
+        Arc::clone(&self.account)
     }
 
     async fn header(&self) -> Result<HeaderValue, TokenError> {

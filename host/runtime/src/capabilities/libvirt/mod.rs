@@ -13,6 +13,7 @@
 //! - `wit`: the WIT imports, mapped onto the above.
 
 mod allow_list;
+pub mod config;
 mod escape;
 mod ops;
 mod owner;
@@ -29,7 +30,7 @@ use virt::error::ErrorNumber;
 pub use ops::{AddressSource, DomainInfo, DomainState, InterfaceAddress, PoolInfo, Upload, Volume};
 pub use pool::HostPool;
 
-use crate::config::LibvirtGrant;
+use self::config::LibvirtGrant;
 
 /// Why a libvirt operation failed; the variant is what the plugin acts on.
 /// Messages never carry key material.

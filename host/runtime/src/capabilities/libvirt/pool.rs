@@ -26,9 +26,9 @@ use std::time::Instant;
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
+use super::config::LibvirtGrant;
 use super::ssh::{self, SshSession};
 use super::{LibvirtError, classify};
-use crate::config::LibvirtGrant;
 
 /// A libvirt client handle that closes its reference when dropped (virt
 /// 0.4 leaves that to the caller). Cloning takes another reference to the

@@ -17,7 +17,7 @@ use russh::client::{self, AuthResult, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 
 use super::LibvirtError;
-use crate::config::LibvirtGrant;
+use super::config::LibvirtGrant;
 
 /// Keepalive probes are sent this often while the session is idle ...
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);

@@ -29,6 +29,8 @@
 //! `provider.call` span, naming the method and the destination (scheme,
 //! host, port) only: paths, queries and headers may carry credentials.
 
+pub mod config;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -48,10 +50,11 @@ use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
 
 pub use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
+use self::config::{Credential, HttpGrant};
 use super::Redactor;
 use super::address::{AddressKind, literal_ip, refused_kind};
 use super::loggable::REQUEST_LOG_TARGET;
-use crate::config::{Credential, EntryConfig, HttpGrant, Limits};
+use crate::config::{EntryConfig, Limits};
 
 /// The methods a plugin may use.
 const ALLOWED_METHODS: [http::Method; 7] = [
@@ -87,11 +90,39 @@ pub trait HttpTransport: Send + Sync + fmt::Debug {
     ) -> Result<Response<WasiBody>, HttpError>;
 }
 
+/// A credential whose header the host obtains when a request needs it,
+/// such as an access token exchanged for a key it holds. Implemented by
+/// the Google service account; held per grant by [`EntryHttp`], so its
+/// cache lives as long as the entry.
+#[async_trait]
+pub(crate) trait ObtainedCredential: Send + Sync + fmt::Debug {
+    /// The `Authorization` value for a request to `grant`'s destination;
+    /// when there is none, the answer the plugin gets instead.
+    async fn authorize(
+        &self,
+        transport: &dyn HttpTransport,
+        grant: &HttpGrant,
+        limits: &Limits,
+        redactor: &Redactor,
+    ) -> Result<HeaderValue, Response<WasiBody>>;
+
+    /// The destination refused the value (401): obtain a new one, within
+    /// the credential's own rate limit.
+    fn refused(&self);
+}
+
+/// One grant and, for a credential the host obtains, its live state.
+#[derive(Debug)]
+struct LiveGrant {
+    grant: HttpGrant,
+    obtained: Option<Arc<dyn ObtainedCredential>>,
+}
+
 /// The HTTP capability of one provider entry.
 #[derive(Debug)]
 pub struct EntryHttp {
     entry: Arc<str>,
-    grants: Vec<HttpGrant>,
+    grants: Vec<LiveGrant>,
     limits: Limits,
     transport: Arc<dyn HttpTransport>,
     redactor: Arc<Redactor>,
@@ -106,14 +137,26 @@ struct InFlight {
 }
 
 impl EntryHttp {
+    /// The capability of `entry`. `obtain` makes the live state of each
+    /// grant whose credential the host obtains at request time.
     pub(crate) fn new(
         entry: &EntryConfig,
         transport: Arc<dyn HttpTransport>,
         redactor: Arc<Redactor>,
+        obtain: impl Fn(&Credential) -> Option<Arc<dyn ObtainedCredential>>,
     ) -> Self {
+        let grants = entry
+            .grants
+            .http
+            .iter()
+            .map(|grant| LiveGrant {
+                grant: grant.clone(),
+                obtained: grant.credential.as_ref().and_then(&obtain),
+            })
+            .collect();
         Self {
             entry: entry.name.as_str().into(),
-            grants: entry.grants.http.clone(),
+            grants,
             limits: entry.limits.clone(),
             transport,
             redactor,
@@ -126,8 +169,8 @@ impl EntryHttp {
         Arc::new(Semaphore::new(self.limits.http_in_flight_per_call))
     }
 
-    fn grant_for(&self, destination: &HttpDestination) -> Option<&HttpGrant> {
-        self.grants.iter().find(|g| {
+    fn grant_for(&self, destination: &HttpDestination) -> Option<&LiveGrant> {
+        self.grants.iter().find(|LiveGrant { grant: g, .. }| {
             g.destination.scheme == destination.scheme
                 && g.destination.host == destination.host
                 && g.destination.effective_port() == destination.effective_port()
@@ -205,7 +248,7 @@ impl EntryHttp {
             );
             return Err(HttpError::HttpRequestMethodInvalid);
         }
-        let Some(grant) = self.grant_for(&destination) else {
+        let Some(LiveGrant { grant, obtained }) = self.grant_for(&destination) else {
             tracing::warn!("refused: {destination} is not among the entry's HTTP grants");
             return Err(HttpError::HttpRequestDenied);
         };
@@ -246,8 +289,8 @@ impl EntryHttp {
         // holds are bounded by the in-flight caps too.
         let (mut parts, body) = request.into_parts();
         let body = collect_limited(&parts.headers, body, self.limits.http_request_bytes).await?;
-        if let Some(Credential::GoogleServiceAccount(account)) = &grant.credential {
-            match account.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
+        if let Some(obtained) = obtained {
+            match obtained.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
                 Ok(value) => drop(parts.headers.insert(http::header::AUTHORIZATION, value)),
                 Err(refusal) => return Ok(refusal),
             }
@@ -303,9 +346,9 @@ impl EntryHttp {
         super::reason_phrase::surface(&mut response);
         span.record("status", response.status().as_u16());
         if response.status() == http::StatusCode::UNAUTHORIZED
-            && let Some(Credential::GoogleServiceAccount(account)) = &grant.credential
+            && let Some(obtained) = obtained
         {
-            account.token_refused();
+            obtained.refused();
         }
         cap_response(response, self.limits.http_response_bytes, open)
     }

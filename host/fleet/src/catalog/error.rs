@@ -1,0 +1,28 @@
+//! Why a catalog request could not be met.
+
+/// Why a catalog request could not be met.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// No such proxy.
+    #[error("no proxy with id {0:?}")]
+    NoProxy(String),
+    /// No such lease, or it expired.
+    #[error("no live lease with id {0:?}: it expired or was released")]
+    NoLease(String),
+    /// Nothing matches and is available.
+    #[error(
+        "no available proxy matches{0}: none is running, healthy, unquarantined and (for an exclusive lease) unleased"
+    )]
+    NoneAvailable(String),
+    /// The lease store cannot be written now; the request may be retried.
+    #[error("the lease store cannot be written now ({0}); retry the request")]
+    StoreUnavailable(String),
+    /// A request value is out of range.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// What is allowed.
+        message: String,
+    },
+}

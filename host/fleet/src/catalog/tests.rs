@@ -1,0 +1,342 @@
+//! The catalog's tests, and the member builder the health engine's tests share.
+
+use std::net::IpAddr;
+
+use proxyfleet_core::kv::{CasOutcome, KvEntry, KvError};
+
+use super::*;
+
+/// A builder of members for tests.
+pub(crate) struct MemberBuilder(Member);
+
+impl MemberBuilder {
+    pub(crate) fn new(n: u8) -> Self {
+        Self(Member {
+            id: format!("uid-{n}"),
+            namespace: "default".into(),
+            name: format!("proxy-{n}"),
+            pool: None,
+            provider: "lab".into(),
+            labels: BTreeMap::new(),
+            phase: Phase::Running,
+            endpoint: Some(Endpoint { ip: IpAddr::from([127, 0, 0, n]), port: 3128 }),
+        })
+    }
+    pub(crate) fn pool(mut self, pool: &str) -> Self {
+        self.0.pool = Some(pool.into());
+        self
+    }
+    pub(crate) fn label(mut self, k: &str, v: &str) -> Self {
+        self.0.labels.insert(k.into(), v.into());
+        self
+    }
+    pub(crate) fn phase(mut self, phase: Phase) -> Self {
+        self.0.phase = phase;
+        self
+    }
+    pub(crate) fn no_endpoint(mut self) -> Self {
+        self.0.endpoint = None;
+        self
+    }
+    pub(crate) fn build(self) -> Member {
+        self.0
+    }
+}
+
+fn pass() -> Result<ProbePass, ProbeFailure> {
+    Ok(ProbePass { latency: Duration::from_millis(3), exit_ip: Some("198.51.100.7".into()) })
+}
+
+fn fail() -> Result<ProbePass, ProbeFailure> {
+    Err(ProbeFailure("connection refused".into()))
+}
+
+/// A catalog whose members all passed `rounds` probes.
+pub(crate) fn fleet_with(members: Vec<Member>, settings: FleetSettings) -> Fleet {
+    let fleet = Fleet::new(settings, Arc::new(Metrics::new()));
+    fleet.publish(members);
+    let results = fleet.probe_targets().into_iter().map(|(id, e)| (id, e, pass())).collect();
+    fleet.record_probes(results, 1, 1);
+    fleet
+}
+
+#[test]
+fn verdicts_need_n_passes_and_m_failures_in_a_row() {
+    let fleet = Fleet::new(FleetSettings::default(), Arc::new(Metrics::new()));
+    fleet.publish(vec![MemberBuilder::new(1).build()]);
+    let (id, endpoint) = fleet.probe_targets().remove(0);
+    let round = |result| fleet.record_probes(vec![(id.clone(), endpoint.clone(), result)], 2, 3);
+    round(pass());
+    assert_eq!(fleet.health(&id).unwrap().verdict, Verdict::Unknown);
+    round(pass());
+    assert_eq!(fleet.health(&id).unwrap().verdict, Verdict::Healthy);
+    assert_eq!(fleet.take_verdict_changes().len(), 1);
+    round(fail());
+    round(fail());
+    assert_eq!(fleet.health(&id).unwrap().verdict, Verdict::Healthy);
+    assert!(fleet.take_verdict_changes().is_empty());
+    round(fail());
+    let record = fleet.health(&id).unwrap();
+    assert_eq!(record.verdict, Verdict::Unhealthy);
+    assert_eq!((record.passes, record.failures), (2, 3));
+    assert_eq!(record.exit_ip.as_deref(), Some("198.51.100.7"));
+    assert!(record.message().contains("connection refused"), "{}", record.message());
+    assert!(fleet.next(&Selector::default(), None).is_err());
+}
+
+#[test]
+fn a_proxy_whose_address_goes_away_is_forgotten_at_once() {
+    let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
+    fleet.take_verdict_changes();
+    fleet.publish(vec![MemberBuilder::new(1).no_endpoint().phase(Phase::Provisioning).build()]);
+    assert_eq!(fleet.health("uid-1"), None);
+    assert_eq!(fleet.take_verdict_changes(), vec![("uid-1".to_owned(), None)]);
+    assert!(fleet.next(&Selector::default(), None).is_err());
+    // A result of the old endpoint that lands late is not recorded.
+    let old = Endpoint { ip: IpAddr::from([127, 0, 0, 1]), port: 3128 };
+    fleet.record_probes(vec![("uid-1".into(), old, pass())], 1, 1);
+    assert_eq!(fleet.health("uid-1"), None);
+}
+
+#[test]
+fn round_robin_visits_every_healthy_member_of_the_pool() {
+    let members = vec![
+        MemberBuilder::new(1).pool("default/a").build(),
+        MemberBuilder::new(2).pool("default/a").build(),
+        MemberBuilder::new(3).pool("default/b").build(),
+        MemberBuilder::new(4).pool("default/a").phase(Phase::Provisioning).build(),
+    ];
+    let fleet = fleet_with(members, FleetSettings::default());
+    let pool_a = Selector { pool: Some("default/a".into()), ..Selector::default() };
+    let picks: HashSet<String> = (0..4).map(|_| fleet.next(&pool_a, None).unwrap().0).collect();
+    assert_eq!(picks, HashSet::from(["uid-1".to_owned(), "uid-2".to_owned()]));
+    let everyone: HashSet<String> =
+        (0..6).map(|_| fleet.next(&Selector::default(), None).unwrap().0).collect();
+    assert_eq!(everyone.len(), 3);
+}
+
+#[test]
+fn least_recently_used_hands_out_the_longest_idle() {
+    let members = (1..=3).map(|n| MemberBuilder::new(n).build()).collect();
+    let fleet = fleet_with(members, FleetSettings::default());
+    let lru = Some(Strategy::LeastRecentlyUsed);
+    let first: Vec<String> =
+        (0..3).map(|_| fleet.next(&Selector::default(), lru).unwrap().0).collect();
+    assert_eq!(first.iter().collect::<HashSet<_>>().len(), 3);
+    assert_eq!(fleet.next(&Selector::default(), lru).unwrap().0, first[0]);
+}
+
+#[test]
+fn labels_and_providers_filter() {
+    let members = vec![
+        MemberBuilder::new(1).label("tier", "gold").build(),
+        MemberBuilder::new(2).label("tier", "bronze").build(),
+    ];
+    let fleet = fleet_with(members, FleetSettings::default());
+    let gold = Selector { labels: vec![("tier".into(), "gold".into())], ..Selector::default() };
+    for _ in 0..3 {
+        assert_eq!(fleet.next(&gold, Some(Strategy::Random)).unwrap().0, "uid-1");
+    }
+    let other = Selector { provider: Some("gcp".into()), ..Selector::default() };
+    let err = fleet.next(&other, None).unwrap_err().to_string();
+    assert!(err.contains("provider gcp"), "{err}");
+    assert_eq!(fleet.list(&gold, Some(true)).len(), 1);
+    assert_eq!(fleet.list(&Selector::default(), Some(false)).len(), 0);
+}
+
+#[tokio::test]
+async fn exclusive_leases_keep_others_off_until_released() {
+    let members = (1..=2).map(|n| MemberBuilder::new(n).build()).collect();
+    let fleet = fleet_with(members, FleetSettings::default());
+    let any = Selector::default();
+    let a = fleet.lease(&any, None, true, None).await.unwrap();
+    let b = fleet.lease(&any, None, true, None).await.unwrap();
+    assert_ne!(a.proxy_id, b.proxy_id);
+    assert!(matches!(
+        fleet.lease(&any, None, true, None).await,
+        Err(CatalogError::NoneAvailable(_))
+    ));
+    assert!(fleet.next(&any, None).is_err());
+    fleet.release(&a.id).await.unwrap();
+    assert_eq!(fleet.next(&any, None).unwrap().0, a.proxy_id);
+    assert!(matches!(fleet.release(&a.id).await, Err(CatalogError::NoLease(_))));
+}
+
+#[tokio::test]
+async fn shared_leases_block_only_exclusive_ones() {
+    let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
+    let any = Selector::default();
+    let shared = fleet.lease(&any, None, false, None).await.unwrap();
+    assert!(fleet.lease(&any, None, false, None).await.is_ok());
+    assert!(fleet.next(&any, None).is_ok());
+    assert!(fleet.lease(&any, None, true, None).await.is_err());
+    assert_eq!(fleet.get(&shared.proxy_id).unwrap().leases, 2);
+}
+
+#[tokio::test]
+async fn lease_ttls_are_checked_and_renewals_extend() {
+    let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
+    let any = Selector::default();
+    let err = fleet.lease(&any, None, true, Some(Duration::ZERO)).await.unwrap_err();
+    assert!(err.to_string().starts_with("ttlSeconds: "), "{err}");
+    let lease = fleet.lease(&any, None, true, Some(Duration::from_secs(10))).await.unwrap();
+    let renewed = fleet.renew(&lease.id, Some(Duration::from_secs(100))).await.unwrap();
+    assert!(renewed.expires_at >= lease.expires_at + 89);
+    assert!(fleet.renew("nope", None).await.is_err());
+}
+
+/// A store that refuses every call while it is down.
+#[derive(Debug, Default)]
+struct Flaky {
+    inner: proxyfleet_core::kv::MemoryKv,
+    down: AtomicBool,
+}
+
+impl Flaky {
+    fn check(&self) -> std::result::Result<(), KvError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(KvError::Unavailable("connection refused".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl KvStore for Flaky {
+    async fn get(&self, scope: &str, key: &str) -> std::result::Result<Option<KvEntry>, KvError> {
+        self.check()?;
+        self.inner.get(scope, key).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        scope: &str,
+        key: &str,
+        expected: Option<u64>,
+        value: Option<Vec<u8>>,
+    ) -> std::result::Result<CasOutcome, KvError> {
+        self.check()?;
+        self.inner.compare_and_swap(scope, key, expected, value).await
+    }
+
+    async fn list(&self, scope: &str, prefix: &str) -> std::result::Result<Vec<KvEntry>, KvError> {
+        self.check()?;
+        self.inner.list(scope, prefix).await
+    }
+}
+
+fn stored_fleet(store: &Arc<Flaky>) -> Fleet {
+    let members = (1..=2).map(|n| MemberBuilder::new(n).build()).collect();
+    let fleet = fleet_with(members, FleetSettings::default());
+    fleet.with_lease_store(Arc::clone(store) as _)
+}
+
+async fn stored_ids(store: &dyn KvStore) -> Vec<String> {
+    store.list(crate::leases::SCOPE, "").await.unwrap().into_iter().map(|e| e.key).collect()
+}
+
+#[tokio::test]
+async fn regression_a_restart_keeps_discovery_leases() {
+    let store = Arc::new(Flaky::default());
+    let any = Selector::default();
+    let before = stored_fleet(&store);
+    let held = before.lease(&any, None, true, None).await.unwrap();
+    drop(before);
+
+    // The next process (or leader) over the same store.
+    let after = stored_fleet(&store);
+    assert_eq!(after.restore_leases().await.unwrap(), 1);
+    assert_eq!(after.leases(), std::slice::from_ref(&held));
+    let renewed = after.renew(&held.id, Some(Duration::from_secs(600))).await.unwrap();
+    assert!(renewed.expires_at >= held.expires_at);
+    let other = after.lease(&any, None, true, None).await.unwrap();
+    assert_ne!(other.proxy_id, held.proxy_id, "the restored lease still excludes others");
+    assert!(matches!(
+        after.lease(&any, None, true, None).await,
+        Err(CatalogError::NoneAvailable(_))
+    ));
+    after.release(&held.id).await.unwrap();
+    assert_eq!(stored_ids(store.as_ref()).await, [other.id]);
+}
+
+#[tokio::test]
+async fn a_lease_the_store_cannot_hold_is_not_granted() {
+    let store = Arc::new(Flaky::default());
+    let fleet = stored_fleet(&store);
+    let any = Selector::default();
+    store.down.store(true, Ordering::SeqCst);
+    let err = fleet.lease(&any, None, true, None).await.unwrap_err();
+    assert!(matches!(err, CatalogError::StoreUnavailable(_)), "{err}");
+    assert!(err.to_string().contains("retry"), "{err}");
+    assert!(fleet.leases().is_empty());
+    store.down.store(false, Ordering::SeqCst);
+    fleet.sync_leases().await;
+    assert!(stored_ids(store.as_ref()).await.is_empty());
+    // Both proxies are still free for exclusive leases.
+    fleet.lease(&any, None, true, None).await.unwrap();
+    fleet.lease(&any, None, true, None).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_the_store_missed_is_written_at_the_next_sync() {
+    let store = Arc::new(Flaky::default());
+    let fleet = stored_fleet(&store);
+    let held = fleet.lease(&Selector::default(), None, true, None).await.unwrap();
+    store.down.store(true, Ordering::SeqCst);
+    let err = fleet.release(&held.id).await.unwrap_err();
+    assert!(matches!(err, CatalogError::StoreUnavailable(_)), "{err}");
+    assert_eq!(stored_ids(&store.inner).await, std::slice::from_ref(&held.id));
+    store.down.store(false, Ordering::SeqCst);
+    fleet.sync_leases().await;
+    assert!(stored_ids(store.as_ref()).await.is_empty());
+    // A restart now does not bring the released lease back.
+    let after = stored_fleet(&store);
+    assert_eq!(after.restore_leases().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn expired_leases_leave_the_store() {
+    let store = Arc::new(Flaky::default());
+    let fleet = stored_fleet(&store);
+    fleet.lease(&Selector::default(), None, true, Some(Duration::from_secs(1))).await.unwrap();
+    assert_eq!(stored_ids(store.as_ref()).await.len(), 1);
+    // Expire it on the table's clock, as a sweep after its end would.
+    fleet.holds().sweep(Instant::now() + Duration::from_secs(2));
+    fleet.sync_leases().await;
+    assert!(stored_ids(store.as_ref()).await.is_empty());
+}
+
+#[test]
+fn reports_quarantine_and_pool_members_are_replaced_once() {
+    let settings = FleetSettings { replace_after: 2, ..FleetSettings::default() };
+    let members =
+        vec![MemberBuilder::new(1).pool("default/a").build(), MemberBuilder::new(2).build()];
+    let fleet = fleet_with(members, settings);
+    let first = fleet.report("uid-1", ReportKind::Ban, "403 from target").unwrap();
+    assert!(!first.replacing);
+    assert_eq!(fleet.next(&Selector::default(), None).unwrap().0, "uid-2");
+    assert!(!fleet.get("uid-1").unwrap().available);
+    assert!(fleet.report("uid-1", ReportKind::Failure, "").unwrap().replacing);
+    assert!(!fleet.report("uid-1", ReportKind::Ban, "").unwrap().replacing);
+    let replace = fleet.take_replacements();
+    assert_eq!(replace.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["uid-1"]);
+    // Not in a pool: quarantined, never replaced.
+    for _ in 0..3 {
+        assert!(!fleet.report("uid-2", ReportKind::Ban, "").unwrap().replacing);
+    }
+    assert!(fleet.take_replacements().is_empty());
+    assert!(matches!(fleet.report("uid-9", ReportKind::Ban, ""), Err(CatalogError::NoProxy(_))));
+}
+
+#[test]
+fn strategies_parse_and_name_the_choices() {
+    assert_eq!(Strategy::parse("s", "random").unwrap(), Strategy::Random);
+    let err = Strategy::parse("--discovery-strategy", "fastest").unwrap_err().to_string();
+    assert!(err.contains("round-robin, least-recently-used or random"), "{err}");
+}
+
+#[test]
+fn ipv6_urls_are_bracketed() {
+    let endpoint = Endpoint { ip: "2001:db8::2".parse().unwrap(), port: 8080 };
+    assert_eq!(endpoint.url(), "http://[2001:db8::2]:8080");
+}

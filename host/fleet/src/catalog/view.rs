@@ -1,0 +1,42 @@
+//! A proxy as the API shows it.
+
+use std::collections::BTreeMap;
+
+use proxyfleet_core::proxy::Phase;
+use serde::Serialize;
+
+use super::HealthRecord;
+
+/// A proxy as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyView {
+    /// The Proxy's UID.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// ProxyPool.
+    pub pool: Option<String>,
+    /// Provider entry.
+    pub provider: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Phase.
+    pub phase: Phase,
+    /// `http://ip:port`, once the address is known.
+    pub url: Option<String>,
+    /// Would be handed out now: running, healthy, not quarantined.
+    pub available: bool,
+    /// Probes pass.
+    pub healthy: bool,
+    /// Probe counters.
+    pub health: Option<HealthRecord>,
+    /// Unix seconds until which crawlers' reports keep it out.
+    pub quarantined_until: Option<u64>,
+    /// Crawler reports so far.
+    pub reports: u32,
+    /// Live leases on it.
+    pub leases: usize,
+}
