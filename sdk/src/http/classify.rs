@@ -1,0 +1,190 @@
+//! Failures classified for the host: an HTTP answer by its status, a
+//! transport failure by its `wasi:http` error code.
+
+use wasip2::http::types::ErrorCode;
+
+use super::target::{Target, redact_userinfo};
+use super::{BODY_EXCERPT_CHARS, Method};
+use crate::ProviderError;
+
+/// The response header in which the host hands over the status line's
+/// reason phrase when it is not the standard one for the code: `wasi:http`
+/// has no field for it, and some backends (Proxmox VE before 8.4) put their
+/// error text only there. The host sets it and drops one the backend sent.
+pub const REASON_PHRASE_HEADER: &str = "proxyfleet-reason-phrase";
+
+/// The error for an HTTP `status`, or `None` below 400.
+///
+/// 401/403 → Unauthorized, 404 → NotFound, 409/423 → Conflict, 429 and 5xx →
+/// Transient, other 4xx → Permanent. The message holds the method, URL,
+/// status and a short excerpt of the body. [`classify_answer`] adds the
+/// reason phrase.
+pub fn classify_status(
+    method: Method,
+    url: &str,
+    status: u16,
+    body: &[u8],
+) -> Option<ProviderError> {
+    classify_answer(method, url, status, None, body)
+}
+
+/// [`classify_status`], with the status line's `reason` phrase (see
+/// [`REASON_PHRASE_HEADER`]) after the status in the message.
+///
+/// ```
+/// use proxyfleet_sdk::http::{Method, classify_answer};
+/// let error = classify_answer(
+///     Method::Put,
+///     "https://pve:8006/api2/json/nodes/pve1/qemu/101/config",
+///     500,
+///     Some("VM 101 is locked (clone)"),
+///     br#"{"data":null}"#,
+/// )
+/// .expect("an error");
+/// assert!(error.message().contains("HTTP 500 VM 101 is locked (clone)"));
+/// ```
+pub fn classify_answer(
+    method: Method,
+    url: &str,
+    status: u16,
+    reason: Option<&str>,
+    body: &[u8],
+) -> Option<ProviderError> {
+    if status < 400 {
+        return None;
+    }
+    let excerpt = excerpt(body);
+    let reason = reason.map(excerpt_text).filter(|reason| !reason.is_empty());
+    let mut message = format!("{method} {}: HTTP {status}", redact_userinfo(url));
+    if let Some(reason) = reason {
+        message.push(' ');
+        message.push_str(&reason);
+    }
+    if !excerpt.is_empty() {
+        message.push_str(": ");
+        message.push_str(&excerpt);
+    }
+    Some(match status {
+        401 | 403 => ProviderError::Unauthorized(message),
+        404 => ProviderError::NotFound(message),
+        409 | 423 => ProviderError::Conflict(message),
+        429 | 500.. => ProviderError::Transient(message),
+        _ => ProviderError::Permanent(message),
+    })
+}
+
+/// The start of `body` as one line of text.
+pub(super) fn excerpt(body: &[u8]) -> String {
+    excerpt_text(&String::from_utf8_lossy(body))
+}
+
+/// The start of `text` as one line.
+pub(super) fn excerpt_text(text: &str) -> String {
+    let mut words = text.split_whitespace();
+    let mut out = String::new();
+    let mut chars = 0;
+    for word in words.by_ref() {
+        let separator = usize::from(!out.is_empty());
+        let word_chars = word.chars().count();
+        if chars + separator + word_chars > BODY_EXCERPT_CHARS {
+            let room = BODY_EXCERPT_CHARS.saturating_sub(chars + separator);
+            if separator == 1 && room > 0 {
+                out.push(' ');
+            }
+            out.extend(word.chars().take(room));
+            out.push('…');
+            return out;
+        }
+        if separator == 1 {
+            out.push(' ');
+        }
+        out.push_str(word);
+        chars += separator + word_chars;
+    }
+    out
+}
+
+/// The error for a transport failure reported by the host.
+///
+/// A denial by the host's grants is Unauthorized; DNS, connection and
+/// timeout failures are Transient; size limits, malformed requests and TLS
+/// failures are Permanent.
+pub(super) fn classify_transport(
+    code: &ErrorCode,
+    method: Method,
+    url: &str,
+    target: &Target,
+) -> ProviderError {
+    let request = format!("{method} {}", redact_userinfo(url));
+    let transient = |what: &str| ProviderError::Transient(format!("{request}: {what}"));
+    let permanent = |what: &str| ProviderError::Permanent(format!("{request}: {what}"));
+    match code {
+        ErrorCode::HttpRequestDenied => ProviderError::Unauthorized(format!(
+            "denied by the host: the entry's grants do not allow {}",
+            target.origin()
+        )),
+        ErrorCode::DestinationIpProhibited => ProviderError::Unauthorized(format!(
+            "denied by the host: the entry's grants do not allow the address {} resolves to",
+            target.origin()
+        )),
+        ErrorCode::DnsTimeout => transient("DNS lookup timed out"),
+        ErrorCode::DnsError(payload) => transient(&format!(
+            "DNS lookup failed{}",
+            payload.rcode.as_deref().map(|rcode| format!(" ({rcode})")).unwrap_or_default()
+        )),
+        ErrorCode::DestinationNotFound => transient("destination not found"),
+        ErrorCode::DestinationUnavailable => transient("destination unavailable"),
+        ErrorCode::DestinationIpUnroutable => transient("destination address unroutable"),
+        ErrorCode::ConnectionRefused => transient("connection refused"),
+        ErrorCode::ConnectionTerminated => transient("connection closed early"),
+        ErrorCode::ConnectionTimeout => transient("connect timed out"),
+        ErrorCode::ConnectionReadTimeout => transient("timed out reading the response"),
+        ErrorCode::ConnectionWriteTimeout => transient("timed out sending the request"),
+        ErrorCode::ConnectionLimitReached => transient("connection limit reached"),
+        ErrorCode::HttpResponseIncomplete => transient("response incomplete"),
+        ErrorCode::HttpResponseTimeout => transient("timed out waiting for the response"),
+        ErrorCode::HttpProtocolError => transient("HTTP protocol error"),
+        ErrorCode::InternalError(detail) => transient(&format!(
+            "host error{}",
+            detail.as_deref().map(|detail| format!(": {detail}")).unwrap_or_default()
+        )),
+        ErrorCode::TlsProtocolError => permanent("TLS handshake failed"),
+        ErrorCode::TlsCertificateError => permanent("TLS certificate rejected"),
+        ErrorCode::TlsAlertReceived(payload) => permanent(&format!(
+            "TLS alert from the server{}",
+            payload
+                .alert_message
+                .as_deref()
+                .map(|message| format!(": {message}"))
+                .unwrap_or_default()
+        )),
+        // The host reports the size it saw; its cap is the entry's to set.
+        ErrorCode::HttpResponseBodySize(size) => permanent(&format!(
+            "response body too large{}: over the host's cap, the entry's \
+             `limits.httpResponseMiB`",
+            size.map(|size| format!(" ({size} bytes)")).unwrap_or_default()
+        )),
+        ErrorCode::HttpRequestBodySize(_) => permanent("request body too large"),
+        ErrorCode::HttpResponseHeaderSectionSize(_) | ErrorCode::HttpResponseHeaderSize(_) => {
+            permanent("response headers too large")
+        }
+        ErrorCode::HttpResponseTrailerSectionSize(_) | ErrorCode::HttpResponseTrailerSize(_) => {
+            permanent("response trailers too large")
+        }
+        ErrorCode::HttpRequestHeaderSectionSize(_) | ErrorCode::HttpRequestHeaderSize(_) => {
+            permanent("request headers too large")
+        }
+        ErrorCode::HttpRequestTrailerSectionSize(_) | ErrorCode::HttpRequestTrailerSize(_) => {
+            permanent("request trailers too large")
+        }
+        ErrorCode::HttpRequestLengthRequired => permanent("server requires a content length"),
+        ErrorCode::HttpRequestMethodInvalid => permanent("method refused"),
+        ErrorCode::HttpRequestUriInvalid => permanent("URI refused"),
+        ErrorCode::HttpRequestUriTooLong => permanent("URI too long"),
+        ErrorCode::HttpResponseTransferCoding(_) => permanent("unsupported transfer coding"),
+        ErrorCode::HttpResponseContentCoding(_) => permanent("unsupported content coding"),
+        ErrorCode::HttpUpgradeFailed => permanent("protocol upgrade failed"),
+        ErrorCode::LoopDetected => permanent("request loop detected"),
+        ErrorCode::ConfigurationError => permanent("host HTTP configuration error"),
+    }
+}
