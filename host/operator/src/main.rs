@@ -412,7 +412,7 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("loading plugins from {}", setup.plugin_dir.display()))?;
     let mut all_ok = true;
-    for (name, state) in registry.entries() {
+    for (name, state) in registry.entries().iter() {
         let line = match state {
             // `load` settles every entry before it answers.
             EntryState::Loading => {

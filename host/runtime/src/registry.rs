@@ -19,10 +19,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::SystemTime;
 
+use arc_swap::ArcSwap;
 use futures::StreamExt as _;
 
 use proxyfleet_core::installation::InstallationId;
@@ -95,7 +95,9 @@ pub struct Registry {
     configs: BTreeMap<String, EntryConfig>,
     /// The plugin each entry names, loaded or not.
     entry_plugins: BTreeMap<String, String>,
-    entries: EntryGenerations,
+    /// The entries and their states, swapped whole on each change (under
+    /// the revision lock), read without a lock.
+    entries: ArcSwap<BTreeMap<String, EntryState>>,
     revisions: Mutex<RevisionState>,
     /// One rescan at a time: each decides against what the last one saw.
     scanning: tokio::sync::Mutex<()>,
@@ -107,57 +109,8 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("plugin_dir", &self.plugin_dir)
-            .field("entries", self.entries.current())
+            .field("entries", &*self.entries.load())
             .finish_non_exhaustive()
-    }
-}
-
-/// The entries map as [`Registry::entries`] lends it out. A loading entry
-/// becomes ready or failed once; a failed one becomes ready at most once,
-/// when a file it accepts lands (a ready entry swaps revisions inside its
-/// provider and never fails again). Each such change publishes a new map
-/// and keeps the older ones, so references handed out earlier stay valid
-/// for the registry's life; there are at most two maps per entry that
-/// starts loading and one per entry that starts failed, plus the first.
-struct EntryGenerations {
-    first: BTreeMap<String, EntryState>,
-    later: Box<[OnceLock<BTreeMap<String, EntryState>>]>,
-    published: AtomicUsize,
-}
-
-impl EntryGenerations {
-    fn new(first: BTreeMap<String, EntryState>) -> Self {
-        let room = first
-            .values()
-            .map(|state| match state {
-                EntryState::Loading => 2,
-                EntryState::Failed(_) => 1,
-                EntryState::Ready(_) => 0,
-            })
-            .sum();
-        Self {
-            first,
-            later: (0..room).map(|_| OnceLock::new()).collect(),
-            published: AtomicUsize::new(0),
-        }
-    }
-
-    fn current(&self) -> &BTreeMap<String, EntryState> {
-        let published = self.published.load(Ordering::Acquire);
-        self.later[..published].iter().rev().find_map(OnceLock::get).unwrap_or(&self.first)
-    }
-
-    /// Makes `next` current. Callers hold the registry's revision lock, so
-    /// publications never race.
-    fn publish(
-        &self,
-        next: BTreeMap<String, EntryState>,
-    ) -> Result<(), BTreeMap<String, EntryState>> {
-        let published = self.published.load(Ordering::Acquire);
-        let Some(slot) = self.later.get(published) else { return Err(next) };
-        slot.set(next)?;
-        self.published.store(published + 1, Ordering::Release);
-        Ok(())
     }
 }
 
@@ -251,7 +204,7 @@ impl Registry {
                 .iter()
                 .map(|e| (e.name.clone(), e.plugin.clone()))
                 .collect(),
-            entries: EntryGenerations::new(entries),
+            entries: ArcSwap::from_pointee(entries),
             revisions: Mutex::new(RevisionState::default()),
             scanning: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::watch::Sender::new(config.entries.is_empty()),
@@ -298,7 +251,7 @@ impl Registry {
                 .await;
         }
         for entry in self.configs.values() {
-            if matches!(self.entries.current().get(&entry.name), Some(EntryState::Loading)) {
+            if matches!(self.entries.load().get(&entry.name), Some(EntryState::Loading)) {
                 let missing = format!(
                     "plugin {:?} not found: no {}.wasm in {}",
                     entry.plugin,
@@ -420,18 +373,12 @@ impl Registry {
         self.publish(&entry.name, settled);
     }
 
-    /// Publishes a new map with `entry` in `state`; false when there is no
-    /// room left. Callers hold the revision lock.
-    fn publish(&self, entry: &str, state: EntryState) -> bool {
-        let mut next = self.entries.current().clone();
+    /// Publishes a new map with `entry` in `state`. Callers hold the
+    /// revision lock, so two changes never race.
+    fn publish(&self, entry: &str, state: EntryState) {
+        let mut next = BTreeMap::clone(&self.entries.load());
         next.insert(entry.to_owned(), state);
-        let published = self.entries.publish(next).is_ok();
-        if !published {
-            // Each loading entry has room for its settling and one later
-            // activation, each failed one for its activation.
-            tracing::error!(entry = %entry, "cannot publish the entry's state");
-        }
-        published
+        self.entries.store(Arc::new(next));
     }
 
     /// Waits until no entry is loading any more.
@@ -443,7 +390,7 @@ impl Registry {
 
     /// The provider serving `entry`, or why there is none.
     pub fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
-        let entries = self.entries.current();
+        let entries = self.entries.load();
         match entries.get(entry) {
             Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider) as Arc<dyn Provider>),
             Some(EntryState::Loading) => Err(ProviderError::unavailable(format!(
@@ -459,11 +406,12 @@ impl Registry {
         }
     }
 
-    /// Every entry and its state, by name. An entry that failed at load
-    /// shows as ready once a file it accepts lands; a ready entry's revision
-    /// is its provider's ([`PluginProvider::revision`]).
-    pub fn entries(&self) -> &BTreeMap<String, EntryState> {
-        self.entries.current()
+    /// Every entry and its state, by name, as they are now: a later change
+    /// publishes a new map and leaves this one as it is. An entry that
+    /// failed at load shows as ready once a file it accepts lands; a ready
+    /// entry's revision is its provider's ([`PluginProvider::revision`]).
+    pub fn entries(&self) -> Arc<BTreeMap<String, EntryState>> {
+        self.entries.load_full()
     }
 
     /// The plugin the providers file names for `entry`, loaded or not.
@@ -527,7 +475,7 @@ impl Registry {
         let config = self.configs.get(entry)?;
         let loading = EntryHistory::default();
         let history = state.entries.get(entry).unwrap_or(&loading);
-        let (active, unavailable) = match self.entries.current().get(entry)? {
+        let (active, unavailable) = match self.entries.load().get(entry)? {
             EntryState::Ready(provider) => {
                 (Some(RevisionSummary::from(provider.revision().as_ref())), None)
             }
@@ -555,7 +503,7 @@ impl Registry {
     /// revision they started on. The plugin file is left alone: the entry
     /// stays on this revision until the file changes again.
     pub fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError> {
-        let provider = match self.entries.current().get(entry) {
+        let provider = match self.entries.load().get(entry) {
             None => return Err(RollbackError::UnknownEntry { entry: entry.to_owned() }),
             Some(EntryState::Failed(reason)) => {
                 return Err(RollbackError::Unavailable {
@@ -701,7 +649,7 @@ impl Registry {
                 return self.reject(entry, candidate, &Refusal::Load(reason.clone()));
             }
         };
-        match self.entries.current().get(&entry.name) {
+        match self.entries.load().get(&entry.name) {
             Some(EntryState::Ready(provider)) => {
                 if provider.revision().digest == revision.digest {
                     tracing::debug!(entry = %entry.name, digest = %revision.digest, "plugin file matches the active revision");
@@ -743,9 +691,7 @@ impl Registry {
     fn make_ready(&self, entry: &EntryConfig, provider: PluginProvider) {
         let mut state = self.lock();
         let revision = provider.revision();
-        if !self.publish(&entry.name, EntryState::Ready(Arc::new(provider))) {
-            return;
-        }
+        self.publish(&entry.name, EntryState::Ready(Arc::new(provider)));
         let history = state.entries.entry(entry.name.clone()).or_default();
         history.activated_at = Some(SystemTime::now());
         history.swaps += 1;
@@ -805,8 +751,9 @@ impl Registry {
         let mut state = self.lock();
         state.files.remove(name);
         state.plugins.remove(name);
+        let entries = self.entries.load();
         for entry in self.configs.values().filter(|entry| entry.plugin == name) {
-            let Some(EntryState::Ready(provider)) = self.entries.current().get(&entry.name) else {
+            let Some(EntryState::Ready(provider)) = entries.get(&entry.name) else {
                 continue;
             };
             if provider.revision().digest != digest {
@@ -961,24 +908,5 @@ mod tests {
         assert_eq!(refused_contract_version(&err).as_deref(), Some("0.1.0"));
         let err = LoadError::Describe { path: "x.wasm".into(), message: "no".into() };
         assert_eq!(refused_contract_version(&err), None);
-    }
-
-    #[test]
-    fn generations_keep_earlier_maps_and_run_out_of_room_at_one_per_failed_entry() {
-        let mut first = BTreeMap::new();
-        first.insert("a".to_owned(), EntryState::Failed("missing".into()));
-        let generations = EntryGenerations::new(first);
-        let lent = generations.current();
-        let mut next = BTreeMap::new();
-        next.insert("a".to_owned(), EntryState::Failed("still missing".into()));
-        assert!(generations.publish(next.clone()).is_ok());
-        assert!(
-            matches!(&lent["a"], EntryState::Failed(r) if r == "missing"),
-            "lent map unchanged"
-        );
-        assert!(
-            matches!(&generations.current()["a"], EntryState::Failed(r) if r == "still missing")
-        );
-        assert!(generations.publish(next).is_err(), "one change per entry that failed at load");
     }
 }

@@ -92,7 +92,8 @@ async fn an_opened_registry_serves_each_entry_once_its_plugin_has_loaded() {
     let (registry, pending) =
         Registry::open(&runtime, &config, dir.path(), Arc::new(MemoryKv::new())).await.unwrap();
     let registry = Arc::new(registry);
-    assert!(registry.entries().values().all(|state| matches!(state, EntryState::Loading)));
+    let lent = registry.entries();
+    assert!(lent.values().all(|state| matches!(state, EntryState::Loading)));
     let err = registry.provider("here").err().expect("nothing serves yet");
     assert_eq!(err.class, ErrorClass::Unavailable, "{err}");
     assert!(err.message.contains("still loading"), "{err}");
@@ -109,6 +110,10 @@ async fn an_opened_registry_serves_each_entry_once_its_plugin_has_loaded() {
     registry.load_pending(pending).await;
     waiter.await.unwrap();
     assert!(matches!(registry.entries()["here"], EntryState::Ready(_)));
+    assert!(
+        lent.values().all(|state| matches!(state, EntryState::Loading)),
+        "a map lent out earlier stays as it was"
+    );
     registry.provider("here").expect("ready once loaded");
     let EntryState::Failed(reason) = &registry.entries()["absent"] else {
         panic!("an entry without a plugin file fails: {:?}", registry.entries()["absent"]);
