@@ -484,7 +484,7 @@ impl Controllers {
         );
         let context = Arc::new(proxyfleet_kube::controller::Context::new(
             client.clone(),
-            Arc::clone(&registry),
+            Arc::clone(&registry) as _,
             policy,
             Some("tests".into()),
         ));

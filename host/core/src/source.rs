@@ -136,7 +136,10 @@ impl ProviderSource for StaticSource {
             Some(EntryState::Failed(reason)) => {
                 Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
             }
-            None => Err(ProviderError::unavailable(format!("no provider entry named {entry:?}"))),
+            None => Err(ProviderError::unavailable(format!(
+                "no provider entry named {entry:?}; entries are [{}]",
+                self.entries.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+            ))),
         }
     }
 

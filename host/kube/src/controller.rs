@@ -17,10 +17,10 @@ use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{
     FINALIZER, FinalizerChange, Policy, ProxyState, random_jitter, reconcile,
 };
+use proxyfleet_core::source::ProviderSource;
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
-use proxyfleet_runtime::Registry;
 
 use crate::convert;
 use crate::crd::{MANAGER, Proxy, USER_DATA_SECRET_LABEL};
@@ -42,7 +42,7 @@ pub enum Error {
 /// What every reconcile shares.
 pub struct Context {
     client: kube::Client,
-    registry: Arc<Registry>,
+    providers: Arc<dyn ProviderSource>,
     policy: Policy,
     recorder: Recorder,
     metrics: Arc<Metrics>,
@@ -56,16 +56,17 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context reporting Events as `instance`.
+    /// A context taking providers from `providers` (the plugin registry,
+    /// or fakes in tests) and reporting Events as `instance`.
     pub fn new(
         client: kube::Client,
-        registry: Arc<Registry>,
+        providers: Arc<dyn ProviderSource>,
         policy: Policy,
         instance: Option<String>,
     ) -> Self {
         let reporter = Reporter { controller: MANAGER.to_owned(), instance };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, registry, policy, recorder, metrics: Arc::new(Metrics::new()), fleet: None }
+        Self { client, providers, policy, recorder, metrics: Arc::new(Metrics::new()), fleet: None }
     }
 
     /// Publishes the Proxies to `fleet` and merges its health verdicts into
@@ -174,7 +175,7 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         // The schema refuses most of this; what it cannot express ends here.
         return refuse_spec(&proxy, &context, &namespace, status, err.to_string()).await;
     }
-    let provider = context.registry.provider(&desired.provider);
+    let provider = context.providers.provider(&desired.provider);
     let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
         Ok(provider) => Ok(provider.as_ref()),
         Err(err) => Err(err.clone()),

@@ -58,7 +58,7 @@ pub async fn lead(
     let identity_for_events = identity.clone();
     let mut context = Context::new(
         client.clone(),
-        Arc::clone(&registry),
+        Arc::clone(&registry) as _,
         settings.policy.clone(),
         Some(identity),
     )

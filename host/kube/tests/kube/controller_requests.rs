@@ -5,30 +5,19 @@ use std::sync::Arc;
 
 use http::{Method, Request, Response};
 use kube::client::Body;
-use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::reconcile::{FINALIZER, Policy};
+use proxyfleet_core::source::StaticSource;
 use proxyfleet_kube::controller::{Context, reconcile_proxy};
 use proxyfleet_kube::crd::Proxy;
-use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
-/// A context whose registry has no entries: every provider is unavailable,
-/// so a pass makes API requests only.
+/// A context with no provider entries: every provider is unavailable, so
+/// a pass makes API requests only. No plugin runtime is involved.
 async fn context(client: kube::Client) -> Arc<Context> {
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let config = ProvidersConfig::parse("providers: []\n").unwrap();
-    let dir = tempfile_dir();
-    let registry =
-        Registry::load(&runtime, &config, &dir, Arc::new(MemoryKv::new())).await.unwrap();
-    Arc::new(Context::new(client, Arc::new(registry), Policy::default(), Some("mock".into())))
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("proxyfleet-mock-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    let providers = Arc::new(StaticSource::new(InstallationId::default()));
+    Arc::new(Context::new(client, providers, Policy::default(), Some("mock".into())))
 }
 
 fn proxy(finalizers: &[&str]) -> Proxy {
