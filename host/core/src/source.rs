@@ -2,7 +2,8 @@
 //!
 //! The plugin runtime's registry implements [`ProviderSource`] for
 //! WebAssembly plugins; tests implement it over fakes. The modes'
-//! housekeeping ([`crate::housekeeping`]) needs nothing else.
+//! housekeeping (the `proxyfleet-housekeeping` crate) and the Proxy
+//! controller need nothing else.
 
 use std::path::PathBuf;
 use std::sync::Arc;
