@@ -45,6 +45,7 @@ struct Inner {
     start_provisioning: bool,
     slow_deletes: bool,
     lists_unmarked: bool,
+    checks_hang: bool,
 }
 
 impl FakeProvider {
@@ -74,6 +75,12 @@ impl FakeProvider {
     /// might.
     pub fn lists_unmarked(self) -> Self {
         self.lock().lists_unmarked = true;
+        self
+    }
+
+    /// `check` never answers, as a backend that hangs.
+    pub fn checks_hang(self) -> Self {
+        self.lock().checks_hang = true;
         self
     }
 
@@ -211,6 +218,9 @@ impl Provider for FakeProvider {
     }
 
     async fn check(&self) -> Health {
+        if self.lock().checks_hang {
+            std::future::pending::<()>().await;
+        }
         Health::ok()
     }
 }

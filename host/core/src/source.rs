@@ -13,6 +13,9 @@ use serde::Serialize;
 use crate::installation::InstallationId;
 use crate::{Provider, ProviderError};
 
+/// Why a loading entry serves nothing yet.
+pub const STILL_LOADING: &str = "its plugin is still loading";
+
 /// One provider entry as it stands now.
 #[derive(Clone)]
 pub enum EntryState {
@@ -32,6 +35,30 @@ impl std::fmt::Debug for EntryState {
             Self::Failed(reason) => f.debug_tuple("Failed").field(reason).finish(),
         }
     }
+}
+
+impl EntryState {
+    /// The provider when the entry serves; otherwise `Unavailable`, naming
+    /// the entry and why.
+    pub fn serving(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
+        match self {
+            Self::Ready(provider) => Ok(Arc::clone(provider)),
+            Self::Loading => Err(ProviderError::unavailable(format!(
+                "provider entry {entry:?}: {STILL_LOADING}"
+            ))),
+            Self::Failed(reason) => {
+                Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
+            }
+        }
+    }
+}
+
+/// The refusal for an entry no one configured, listing those that are.
+pub fn no_such_entry<'a>(entry: &str, names: impl IntoIterator<Item = &'a str>) -> ProviderError {
+    ProviderError::unavailable(format!(
+        "no provider entry named {entry:?}; entries are [{}]",
+        names.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// One loaded revision of a plugin.
@@ -129,18 +156,9 @@ impl ProviderSource for StaticSource {
     }
 
     fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
-        match self.entries.iter().find(|(name, _)| name == entry).map(|(_, state)| state) {
-            Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider)),
-            Some(EntryState::Loading) => Err(ProviderError::unavailable(format!(
-                "provider entry {entry:?}: its plugin is still loading"
-            ))),
-            Some(EntryState::Failed(reason)) => {
-                Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
-            }
-            None => Err(ProviderError::unavailable(format!(
-                "no provider entry named {entry:?}; entries are [{}]",
-                self.entries.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
-            ))),
+        match self.entries.iter().find(|(name, _)| name == entry) {
+            Some((_, state)) => state.serving(entry),
+            None => Err(no_such_entry(entry, self.entries.iter().map(|(name, _)| name.as_str()))),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use proxyfleet_core::source::{EntryState, ProviderSource};
+use proxyfleet_core::source::{EntryState, ProviderSource, STILL_LOADING};
 use proxyfleet_core::{Health, HealthReason, PluginInfo};
 use proxyfleet_metrics::Metrics;
 
@@ -50,10 +50,9 @@ pub async fn check_entries(
     let timeout = check_timeout(interval);
     let checks = source.entries().into_iter().map(|(entry, state)| async move {
         let (availability, health) = match state {
-            EntryState::Loading => (
-                Availability::Loading,
-                Health::unhealthy(HealthReason::Other, "its plugin is still loading"),
-            ),
+            EntryState::Loading => {
+                (Availability::Loading, Health::unhealthy(HealthReason::Other, STILL_LOADING))
+            }
             EntryState::Failed(reason) => (
                 Availability::Failed(reason.clone()),
                 Health::unhealthy(HealthReason::Misconfigured, reason),
@@ -85,48 +84,18 @@ pub async fn check_entries(
 mod tests {
     use std::sync::Arc;
 
-    use async_trait::async_trait;
     use proxyfleet_core::fake::FakeProvider;
     use proxyfleet_core::installation::InstallationId;
     use proxyfleet_core::source::StaticSource;
-    use proxyfleet_core::{Instance, Provider, ProxySpec, Result};
 
     use super::*;
-
-    /// A backend whose check never answers.
-    struct Hanging(FakeProvider);
-
-    #[async_trait]
-    impl Provider for Hanging {
-        fn entry(&self) -> &str {
-            self.0.entry()
-        }
-        fn info(&self) -> PluginInfo {
-            self.0.info()
-        }
-        async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
-            self.0.create(spec).await
-        }
-        async fn get(&self, id: &str) -> Result<Instance> {
-            self.0.get(id).await
-        }
-        async fn delete(&self, id: &str) -> Result<()> {
-            self.0.delete(id).await
-        }
-        async fn list(&self) -> Result<Vec<Instance>> {
-            self.0.list().await
-        }
-        async fn check(&self) -> Health {
-            std::future::pending().await
-        }
-    }
 
     fn source() -> StaticSource {
         StaticSource::new(InstallationId::default())
             .with("ok", EntryState::Ready(Arc::new(FakeProvider::new("ok"))))
             .with("loading", EntryState::Loading)
             .with("broken", EntryState::Failed("the plugin file is missing".into()))
-            .with("hangs", EntryState::Ready(Arc::new(Hanging(FakeProvider::new("hangs")))))
+            .with("hangs", EntryState::Ready(Arc::new(FakeProvider::new("hangs").checks_hang())))
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::reconcile::Policy;
+use proxyfleet_core::source::STILL_LOADING;
 use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
 use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
@@ -158,7 +159,7 @@ pub async fn check_providers(
                 status.reason = Some("Loading".into());
                 status.issues = vec![ProviderIssue {
                     reason: "loading".into(),
-                    message: Some("its plugin is still loading".into()),
+                    message: Some(STILL_LOADING.into()),
                 }];
             }
             Availability::Failed(reason) => {

@@ -38,10 +38,7 @@ use crate::oci::{OciPlugins, PollError, StoredBuilds};
 use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
-use proxyfleet_core::source::RollbackError;
-
-/// Why a loading entry serves nothing yet.
-const STILL_LOADING: &str = "its plugin is still loading";
+use proxyfleet_core::source::{RollbackError, STILL_LOADING, no_such_entry};
 
 /// Refused candidates listed per entry; older ones are only counted.
 const MAX_REJECTED: usize = 8;
@@ -392,17 +389,8 @@ impl Registry {
     pub fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
         let entries = self.entries.load();
         match entries.get(entry) {
-            Some(EntryState::Ready(provider)) => Ok(Arc::clone(provider) as Arc<dyn Provider>),
-            Some(EntryState::Loading) => Err(ProviderError::unavailable(format!(
-                "provider entry {entry:?}: {STILL_LOADING}"
-            ))),
-            Some(EntryState::Failed(reason)) => {
-                Err(ProviderError::unavailable(format!("provider entry {entry:?}: {reason}")))
-            }
-            None => Err(ProviderError::unavailable(format!(
-                "no provider entry named {entry:?}; entries are [{}]",
-                entries.keys().cloned().collect::<Vec<_>>().join(", ")
-            ))),
+            Some(state) => crate::source::as_source(state).serving(entry),
+            None => Err(no_such_entry(entry, entries.keys().map(String::as_str))),
         }
     }
 

@@ -9,6 +9,17 @@ use proxyfleet_core::{Provider, ProviderError};
 
 use crate::registry::{EntryState, Registry};
 
+/// A registry entry's state as a [`ProviderSource`] shows it.
+pub(crate) fn as_source(state: &EntryState) -> source::EntryState {
+    match state {
+        EntryState::Loading => source::EntryState::Loading,
+        EntryState::Ready(provider) => {
+            source::EntryState::Ready(Arc::clone(provider) as Arc<dyn Provider>)
+        }
+        EntryState::Failed(reason) => source::EntryState::Failed(reason.clone()),
+    }
+}
+
 impl ProviderSource for Registry {
     fn installation(&self) -> &InstallationId {
         Registry::installation(self)
@@ -17,16 +28,7 @@ impl ProviderSource for Registry {
     fn entries(&self) -> Vec<(String, source::EntryState)> {
         Registry::entries(self)
             .iter()
-            .map(|(name, state)| {
-                let state = match state {
-                    EntryState::Loading => source::EntryState::Loading,
-                    EntryState::Ready(provider) => {
-                        source::EntryState::Ready(Arc::clone(provider) as Arc<dyn Provider>)
-                    }
-                    EntryState::Failed(reason) => source::EntryState::Failed(reason.clone()),
-                };
-                (name.clone(), state)
-            })
+            .map(|(name, state)| (name.clone(), as_source(state)))
             .collect()
     }
 
