@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use proxyfleet_core::proxy::Phase;
 use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_standalone::{Settings, Standalone};
+use proxyfleet_standalone::Settings;
 use proxyfleet_tests::{localhost_tls, plugin};
 
 /// What to run, from the command line.
@@ -202,16 +202,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         .thread_name("operator")
         .enable_all()
         .build()?;
-    let mut settings = Settings::new(
-        site.join("proxies"),
-        site.join("state/state.redb"),
-        ProvidersConfig::parse(&providers)?,
-        site.join("plugins"),
-    );
+    let mut settings = Settings::new(site.join("proxies"));
     settings.gc_interval = Duration::from_secs(3600);
+    let providers = ProvidersConfig::parse(&providers)?;
     let cpu_before = operator_cpu();
     let started = Instant::now();
-    let standalone = Arc::new(runtime.block_on(Standalone::open(settings))?);
+    let standalone = Arc::new(runtime.block_on(proxyfleet_tests::standalone::open(
+        settings,
+        &site.join("state/state.redb"),
+        &providers,
+        &site.join("plugins"),
+    )));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let loop_runtime = runtime.handle().clone();
     let running = {

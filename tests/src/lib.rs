@@ -7,6 +7,7 @@ pub mod operator;
 pub mod ports;
 pub mod proxies;
 pub mod registry;
+pub mod standalone;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -17,6 +17,7 @@ pub mod pool;
 mod provider;
 pub mod proxy;
 pub mod reconcile;
+pub mod revisions;
 pub mod source;
 mod types;
 

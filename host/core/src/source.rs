@@ -5,12 +5,10 @@
 //! housekeeping (the `proxyfleet-housekeeping` crate) and the Proxy
 //! controller need nothing else.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use crate::installation::InstallationId;
+use crate::revisions::{EntryRevisions, RevisionSummary};
 use crate::{Provider, ProviderError};
 
 /// Why a loading entry serves nothing yet.
@@ -61,24 +59,6 @@ pub fn no_such_entry<'a>(entry: &str, names: impl IntoIterator<Item = &'a str>) 
     ))
 }
 
-/// One loaded revision of a plugin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RevisionSummary {
-    /// The name the plugin's `describe` reports.
-    pub plugin: String,
-    /// The version it reports.
-    pub version: String,
-    /// sha256 of the component file, lower-case hex.
-    pub digest: String,
-    /// The contract version it was built against.
-    pub contract_version: String,
-    /// When the file was loaded, in seconds since the Unix epoch.
-    pub loaded_at: u64,
-    /// The file it was loaded from.
-    pub source: PathBuf,
-}
-
 /// A rollback that could not be done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RollbackError {
@@ -120,6 +100,16 @@ pub trait ProviderSource: Send + Sync {
     /// Makes the revision `entry` served before the current one serve
     /// again, and returns it.
     fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError>;
+
+    /// Per entry, in name order: the revision serving it, the one before,
+    /// the candidates refused, and the swap and refusal counts.
+    fn revisions(&self) -> Vec<EntryRevisions>;
+
+    /// [`ProviderSource::revisions`] of one entry; `None` when no entry has
+    /// that name.
+    fn revisions_of(&self, entry: &str) -> Option<EntryRevisions> {
+        self.revisions().into_iter().find(|revisions| revisions.entry == entry)
+    }
 }
 
 /// A fixed set of entries, for tests and embedders that load providers
@@ -168,5 +158,33 @@ impl ProviderSource for StaticSource {
             None => Err(RollbackError::UnknownEntry { entry: entry.to_owned() }),
             Some(_) => Err(RollbackError::NoPrevious { entry: entry.to_owned() }),
         }
+    }
+
+    /// A fixed set loads no files: each entry names its provider's plugin
+    /// and has no revision history.
+    fn revisions(&self) -> Vec<EntryRevisions> {
+        self.entries
+            .iter()
+            .map(|(name, state)| {
+                let (plugin, unavailable) = match state {
+                    EntryState::Ready(provider) => (provider.info().name, None),
+                    EntryState::Loading => (String::new(), Some(STILL_LOADING.to_owned())),
+                    EntryState::Failed(reason) => (String::new(), Some(reason.clone())),
+                };
+                EntryRevisions {
+                    entry: name.clone(),
+                    plugin,
+                    pin: None,
+                    active: None,
+                    activated_at: None,
+                    previous: None,
+                    rejected: Vec::new(),
+                    unavailable,
+                    swaps: 0,
+                    rejections: 0,
+                    pull: None,
+                }
+            })
+            .collect()
     }
 }

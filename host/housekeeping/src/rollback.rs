@@ -1,6 +1,7 @@
 //! Rolling an entry back to the revision it served before, on request.
 
-use proxyfleet_core::source::{ProviderSource, RevisionSummary, RollbackError};
+use proxyfleet_core::revisions::RevisionSummary;
+use proxyfleet_core::source::{ProviderSource, RollbackError};
 
 /// Makes `entry` serve its previous revision again and logs it; the
 /// revision now serving is returned.

@@ -12,13 +12,12 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_core::source::STILL_LOADING;
+use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
 use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
 use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
 };
 use proxyfleet_metrics::Metrics;
-use proxyfleet_runtime::Registry;
 use tokio::sync::watch;
 
 use crate::controller::{self, Context};
@@ -51,19 +50,15 @@ pub struct LeaderSettings {
 /// Runs until `lost` turns true.
 pub async fn lead(
     client: kube::Client,
-    registry: Arc<Registry>,
+    source: Arc<dyn ProviderSource>,
     settings: LeaderSettings,
     identity: String,
     lost: watch::Receiver<bool>,
 ) {
     let identity_for_events = identity.clone();
-    let mut context = Context::new(
-        client.clone(),
-        Arc::clone(&registry) as _,
-        settings.policy.clone(),
-        Some(identity),
-    )
-    .with_metrics(Arc::clone(&settings.metrics));
+    let mut context =
+        Context::new(client.clone(), Arc::clone(&source), settings.policy.clone(), Some(identity))
+            .with_metrics(Arc::clone(&settings.metrics));
     if let Some((fleet, _)) = &settings.fleet {
         context = context.with_fleet(Arc::clone(fleet));
     }
@@ -94,15 +89,15 @@ pub async fn lead(
         let mut announcer = RevisionAnnouncer::new(client.clone(), identity_for_events.clone());
         loop {
             tokio::select! {
-                _ = gc.tick() => collect_garbage(&client, &registry, &settings).await,
+                _ = gc.tick() => collect_garbage(&client, source.as_ref(), &settings).await,
                 _ = checks.tick() => {
-                    check_providers(&client, &registry, settings.check_interval, &settings.metrics).await;
+                    check_providers(&client, source.as_ref(), settings.check_interval, &settings.metrics).await;
                 }
                 _ = revisions.tick() => {
                     // A swap or refusal shows on the ProxyProvider at once,
                     // not at the next scheduled check.
-                    if announcer.announce(&registry, &settings.metrics).await {
-                        check_providers(&client, &registry, settings.check_interval, &settings.metrics).await;
+                    if announcer.announce(source.as_ref(), &settings.metrics).await {
+                        check_providers(&client, source.as_ref(), settings.check_interval, &settings.metrics).await;
                     }
                 }
             }
@@ -118,7 +113,11 @@ pub async fn lead(
     }
 }
 
-async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &LeaderSettings) {
+async fn collect_garbage(
+    client: &kube::Client,
+    source: &dyn ProviderSource,
+    settings: &LeaderSettings,
+) {
     let proxies: Api<Proxy> = match &settings.watch_namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
@@ -133,7 +132,7 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
         }
     };
     let gc = GcSettings { min_age: settings.gc_min_age, dry_run: settings.gc_dry_run };
-    housekeeping::collect_garbage(registry, &live, gc, &settings.metrics).await;
+    housekeeping::collect_garbage(source, &live, gc, &settings.metrics).await;
 }
 
 /// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
@@ -142,14 +141,14 @@ async fn collect_garbage(client: &kube::Client, registry: &Registry, settings: &
 /// why.
 pub async fn check_providers(
     client: &kube::Client,
-    registry: &Registry,
+    source: &dyn ProviderSource,
     interval: Duration,
     metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
     let api: Api<ProxyProvider> = Api::all(client.clone());
     let now = Timestamp::now();
-    let checks = check_entries(registry, interval, metrics).await;
+    let checks = check_entries(source, interval, metrics).await;
     for EntryCheck { entry, availability, health } in checks {
         let entry = &entry;
         let mut status =
@@ -186,7 +185,9 @@ pub async fn check_providers(
                 status.reason = status.issues.first().map(|i| i.reason.clone());
             }
         }
-        if let Some(revisions) = registry.revisions_of(entry) {
+        let revisions = source.revisions_of(entry);
+        let plugin = revisions.as_ref().map_or_else(|| "unknown".to_owned(), |r| r.plugin.clone());
+        if let Some(revisions) = revisions {
             if status.available {
                 status.digest = revisions.active.as_ref().map(|active| active.digest.clone());
             }
@@ -212,8 +213,7 @@ pub async fn check_providers(
             // Carried over, also across a change of leader.
             api.get_opt(entry).await.ok().flatten().and_then(|p| p.status?.last_success)
         };
-        let plugin = registry.plugin_of(entry).unwrap_or("unknown");
-        if let Err(err) = publish(&api, entry, plugin, &status).await {
+        if let Err(err) = publish(&api, entry, &plugin, &status).await {
             tracing::warn!(entry = %entry, "cannot publish the provider check: {err}");
             failures.push((entry.clone(), err));
         }
@@ -272,9 +272,9 @@ impl RevisionAnnouncer {
 
     /// Announces what changed since the last call (the first call only
     /// takes note); returns whether anything did.
-    pub async fn announce(&mut self, registry: &Registry, metrics: &Metrics) -> bool {
+    pub async fn announce(&mut self, source: &dyn ProviderSource, metrics: &Metrics) -> bool {
         let mut changed = false;
-        for entry in registry.revisions() {
+        for entry in source.revisions() {
             metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
             let now = (entry.swaps, entry.rejections);
             let Some(before) = self.seen.insert(entry.entry.clone(), now) else { continue };

@@ -159,10 +159,15 @@ pub fn serve_api(
 
 /// What the API shows of a Kubernetes-mode installation's providers: the
 /// plugin revisions (check results are on the ProxyProvider objects).
-#[derive(Debug)]
-pub struct RegistryStatus(pub Arc<proxyfleet_runtime::Registry>);
+pub struct SourceStatus(pub Arc<dyn proxyfleet_core::source::ProviderSource>);
 
-impl ModeStatus for RegistryStatus {
+impl std::fmt::Debug for SourceStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SourceStatus").field(self.0.installation()).finish()
+    }
+}
+
+impl ModeStatus for SourceStatus {
     fn providers(&self) -> serde_json::Value {
         serde_json::json!({ "revisions": self.0.revisions() })
     }

@@ -24,7 +24,7 @@ use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::{EntryState, PluginProvider, Registry, Runtime, RuntimeOptions};
-use proxyfleet_standalone::{Settings, Standalone};
+use proxyfleet_standalone::{Settings, Standalone, StateDb};
 
 use crate::fleet_args::FleetArgs;
 
@@ -507,7 +507,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         fleet_setup.listener,
         fleet,
         fleet_setup.auth,
-        Arc::new(fleet_args::RegistryStatus(Arc::clone(&registry))),
+        Arc::new(fleet_args::SourceStatus(Arc::clone(&registry) as _)),
         stop.clone(),
     );
     // Every replica swaps plugins, so a new leader serves the same revision.
@@ -542,7 +542,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                     {
                         tracing::warn!("cannot label this pod as the leader: {err}");
                     }
-                    lead(client.clone(), registry, settings, identity, lost).await;
+                    lead(client.clone(), registry as _, settings, identity, lost).await;
                     if let Some(pod) = &pod
                         && let Err(err) = mark_leader(&client, &namespace, pod, false).await
                     {
@@ -574,26 +574,34 @@ async fn serve_metrics(
 
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let providers = ProvidersConfig::load(&args.setup.providers)?;
-    let (pull_limits, follow) =
-        (args.setup.runtime_options().pull_limits, args.setup.follow_options());
-    let mut settings = Settings::new(args.proxies, args.state, providers, args.setup.plugin_dir);
-    settings.pull_limits = pull_limits;
-    settings.follow = follow;
-    settings.cache_dir = args.setup.cache_dir;
+    let mut settings = Settings::new(args.proxies);
+    settings.concurrency = providers.concurrency();
     settings.gc_dry_run = args.housekeeping.gc_dry_run;
-    settings.installation = args.housekeeping.installation_id;
     settings.gc_min_age = args.housekeeping.gc_min_age;
     settings.gc_interval = args.housekeeping.gc_interval;
     settings.check_interval = args.housekeeping.provider_check_interval;
+    let state = StateDb::open(&args.state, args.housekeeping.installation_id.as_ref()).await?;
+    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let runtime = Runtime::new(RuntimeOptions {
+        observer: Some(Arc::clone(&metrics) as _),
+        installation: state.installation().clone(),
+        ..args.setup.runtime_options()
+    })?;
+    let registry = Arc::new(
+        Registry::load(&runtime, &providers, &args.setup.plugin_dir, state.kv())
+            .await
+            .with_context(|| format!("loading plugins from {}", args.setup.plugin_dir.display()))?,
+    );
     if args.once {
-        let standalone = Standalone::open(settings).await?;
+        let standalone = Standalone::new(settings, state, registry, metrics)?;
         return settle_and_print(&standalone, args.settle_timeout).await;
     }
     let stop = shutdown::on_signal()?;
     let fleet = args.fleet.setup().await?;
     settings.fleet = fleet.fleet;
     settings.health = Some(fleet.health);
-    let standalone = Arc::new(Standalone::open(settings).await?);
+    let standalone =
+        Arc::new(Standalone::new(settings, state, Arc::clone(&registry) as _, metrics)?);
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
     let api = fleet_args::serve_api(
         fleet.listener,
@@ -602,6 +610,11 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
         Arc::clone(&standalone) as _,
         stop.clone(),
     );
+    // A new plugin file in the directory, or a new build behind an
+    // `oci://` plugin's tag, is admitted and swapped in while everything
+    // keeps running.
+    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
+    let _follower = registry.follow(args.setup.follow_options());
     standalone.run(stop.cancelled()).await?;
     let _ = api.await;
     tracing::info!("stopped");

@@ -5,7 +5,8 @@
 //! the plugin, made by the registry; the rest are decided here.
 
 use proxyfleet_core::{Capabilities, HttpDestination};
-use serde::Serialize;
+
+pub use proxyfleet_core::revisions::RejectionKind;
 
 use crate::config::{EntryConfig, Grants, Pin};
 use crate::plugin::PluginRevision;
@@ -48,21 +49,6 @@ fn same_destination(a: &HttpDestination, b: &HttpDestination) -> bool {
         && a.effective_port() == b.effective_port()
 }
 
-/// Which check a candidate failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RejectionKind {
-    /// The file could not be read, compiled, linked or described, or it
-    /// speaks another breaking version of the contract.
-    Load,
-    /// It is not the build the entry pins.
-    Pin,
-    /// It asks for capabilities the entry does not grant.
-    Capabilities,
-    /// It refused the entry's config.
-    Config,
-}
-
 /// Why a revision may not serve an entry. Displayed after the plugin's
 /// name ("plugin \"x\" refused the entry's config: ...").
 #[derive(Debug, Clone, thiserror::Error)]
@@ -85,18 +71,6 @@ pub(crate) enum Refusal {
     Widening(Vec<MissingGrant>),
     #[error("refused the entry's config: {0}")]
     Config(String),
-}
-
-impl RejectionKind {
-    /// The name it is serialized as, for log fields and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Load => "load",
-            Self::Pin => "pin",
-            Self::Capabilities => "capabilities",
-            Self::Config => "config",
-        }
-    }
 }
 
 impl Refusal {

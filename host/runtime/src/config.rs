@@ -13,6 +13,8 @@ use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
 use serde::Deserialize;
 
 use crate::capabilities::address;
+pub use proxyfleet_core::revisions::Pin;
+
 pub use crate::capabilities::http::config::{Credential, HeaderCredential, HttpGrant};
 use crate::capabilities::http::config::{RawHttpGrant, validate_http_grant};
 pub use crate::capabilities::libvirt::config::{
@@ -63,36 +65,6 @@ pub struct EntryConfig {
     /// public addresses are taken, other special-purpose ones dropped (see
     /// [`crate::capabilities::address::refused_proxy_address`]).
     pub proxy_addresses: Vec<IpNet>,
-}
-
-/// Restricts an entry to one build of its plugin: a file that is another
-/// build is not activated for the entry, at load or on a swap.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Pin {
-    /// The version the plugin's `describe` reports, compared exactly.
-    Version(String),
-    /// The sha256 of the component file, 64 lower-case hex digits.
-    Digest(String),
-}
-
-impl Pin {
-    /// Whether a build with this version and file digest satisfies the pin.
-    pub fn admits(&self, version: &str, digest: &str) -> bool {
-        match self {
-            Self::Version(pinned) => pinned == version,
-            Self::Digest(pinned) => pinned.eq_ignore_ascii_case(digest),
-        }
-    }
-}
-
-impl std::fmt::Display for Pin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Version(version) => write!(f, "version {version}"),
-            Self::Digest(digest) => write!(f, "digest sha256:{digest}"),
-        }
-    }
 }
 
 /// Capabilities granted to an entry. Everything not named is refused.
@@ -262,6 +234,12 @@ impl ProvidersConfig {
             ConfigError::invalid(format!("registries[{}]", err.index), err.field, err.reason)
         })?;
         Ok(Self { entries, registries })
+    }
+
+    /// Each entry's `limits.concurrency`, by entry name: how many calls
+    /// its plugin may have open at once.
+    pub fn concurrency(&self) -> std::collections::BTreeMap<String, usize> {
+        self.entries.iter().map(|entry| (entry.name.clone(), entry.limits.concurrency)).collect()
     }
 }
 

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
+pub use proxyfleet_core::revisions::PullStatus;
 use proxyfleet_oci::{OciError, PluginReference, PullLimits, Registries, Store};
-use serde::Serialize;
 
 use crate::config::ProvidersConfig;
 use crate::engine::Runtime;
@@ -48,22 +48,6 @@ impl PollError {
             Self::Registry(source) | Self::Refused { source, .. } => source,
         }
     }
-}
-
-/// What the last look at a reference's registry found.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PullStatus {
-    /// The reference.
-    pub reference: String,
-    /// The manifest digest the store holds for it.
-    pub manifest_digest: Option<String>,
-    /// When the registry last answered, in Unix seconds.
-    pub checked_at: Option<u64>,
-    /// Why the last look failed, if it did; the store keeps serving.
-    pub error: Option<String>,
-    /// Looks that failed in a row.
-    pub failures: u32,
 }
 
 /// The `oci://` plugins of a registry.

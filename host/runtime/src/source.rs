@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use proxyfleet_core::installation::InstallationId;
-use proxyfleet_core::source::{self, ProviderSource, RevisionSummary, RollbackError};
+use proxyfleet_core::revisions::{EntryRevisions, RevisionSummary};
+use proxyfleet_core::source::{self, ProviderSource, RollbackError};
 use proxyfleet_core::{Provider, ProviderError};
 
 use crate::registry::{EntryState, Registry};
@@ -38,5 +39,13 @@ impl ProviderSource for Registry {
 
     fn rollback(&self, entry: &str) -> Result<RevisionSummary, RollbackError> {
         Registry::rollback(self, entry)
+    }
+
+    fn revisions(&self) -> Vec<EntryRevisions> {
+        Registry::revisions(self)
+    }
+
+    fn revisions_of(&self, entry: &str) -> Option<EntryRevisions> {
+        Registry::revisions_of(self, entry)
     }
 }

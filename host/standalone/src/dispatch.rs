@@ -15,7 +15,7 @@ use futures::{FutureExt as _, StreamExt as _};
 
 /// The bound for a Proxy naming an entry the providers file does not have:
 /// its reconcile only reports the entry missing.
-pub(crate) const UNKNOWN_ENTRY_CONCURRENCY: usize = 4;
+pub const UNKNOWN_ENTRY_CONCURRENCY: usize = 4;
 
 /// Reconciles waiting for a slot of their entry and reconciles in flight.
 /// A Proxy is in it at most once: waiting or running, it is busy.

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use proxyfleet_core::installation::InstallationId;
+
 /// Why the standalone mode cannot go on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,9 +30,18 @@ pub enum Error {
     /// cannot be kept.
     #[error(transparent)]
     Installation(#[from] proxyfleet_core::installation::InstallationError),
-    /// The runtime could not start or load.
-    #[error(transparent)]
-    Runtime(#[from] proxyfleet_runtime::RuntimeError),
+    /// The providers were built for another installation than the state
+    /// database keeps: their marks would not be this installation's.
+    #[error(
+        "the providers serve installation {providers} but the state database keeps {database}; \
+         build them for the database's installation"
+    )]
+    InstallationMismatch {
+        /// The ID the database keeps.
+        database: InstallationId,
+        /// The ID the providers mark instances with.
+        providers: InstallationId,
+    },
 }
 
 /// Results of the standalone mode.

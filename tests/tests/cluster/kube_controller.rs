@@ -216,7 +216,7 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     let metrics = proxyfleet_metrics::Metrics::new();
     let failures = proxyfleet_kube::operate::check_providers(
         &user,
-        &controllers.registry,
+        controllers.registry.as_ref(),
         Duration::from_secs(5),
         &metrics,
     )

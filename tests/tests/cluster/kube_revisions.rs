@@ -55,8 +55,11 @@ async fn swaps_and_refusals_show_as_events_and_on_the_provider_status() {
     let metrics = Metrics::new();
     let interval = std::time::Duration::from_secs(60);
     let mut announcer = RevisionAnnouncer::new(client.clone(), "tests".into());
-    assert!(!announcer.announce(&registry, &metrics).await, "the first call only takes note");
-    assert!(check_providers(&client, &registry, interval, &metrics).await.is_empty());
+    assert!(
+        !announcer.announce(registry.as_ref(), &metrics).await,
+        "the first call only takes note"
+    );
+    assert!(check_providers(&client, registry.as_ref(), interval, &metrics).await.is_empty());
     let providers_api: Api<ProxyProvider> = Api::all(client.clone());
     let status = providers_api.get(&entry).await.unwrap().status.unwrap();
     assert_eq!(status.version.as_deref(), Some("1.0.0"));
@@ -64,8 +67,8 @@ async fn swaps_and_refusals_show_as_events_and_on_the_provider_status() {
 
     replace_file(&plugin("fixtures/answer-v2"), &file);
     registry.rescan().await;
-    assert!(announcer.announce(&registry, &metrics).await);
-    check_providers(&client, &registry, interval, &metrics).await;
+    assert!(announcer.announce(registry.as_ref(), &metrics).await);
+    check_providers(&client, registry.as_ref(), interval, &metrics).await;
     let status = providers_api.get(&entry).await.unwrap().status.unwrap();
     assert_eq!(status.version.as_deref(), Some("2.0.0"));
     assert_eq!(status.previous.as_ref().map(|p| p.version.as_str()), Some("1.0.0"));
@@ -80,8 +83,8 @@ async fn swaps_and_refusals_show_as_events_and_on_the_provider_status() {
 
     replace_file(&plugin("fixtures/answer-wide"), &file);
     registry.rescan().await;
-    assert!(announcer.announce(&registry, &metrics).await);
-    check_providers(&client, &registry, interval, &metrics).await;
+    assert!(announcer.announce(registry.as_ref(), &metrics).await);
+    check_providers(&client, registry.as_ref(), interval, &metrics).await;
     let status = providers_api.get(&entry).await.unwrap().status.unwrap();
     assert_eq!(status.version.as_deref(), Some("2.0.0"), "the refused build does not serve");
     let refused = status.rejected.last().expect("the refusal is listed");

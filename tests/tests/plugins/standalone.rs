@@ -45,15 +45,21 @@ impl Site {
     }
 
     async fn open_with(&self, adjust: impl FnOnce(&mut Settings)) -> Standalone {
-        let mut settings = Settings::new(
-            self.path("proxies"),
-            self.path("state/state.redb"),
-            ProvidersConfig::parse(PROVIDERS).unwrap(),
-            self.path("plugins"),
-        );
+        self.open_on(PROVIDERS, adjust).await
+    }
+
+    async fn open_on(&self, providers: &str, adjust: impl FnOnce(&mut Settings)) -> Standalone {
+        let mut settings = Settings::new(self.path("proxies"));
         settings.gc_min_age = Duration::ZERO;
         adjust(&mut settings);
-        Standalone::open(settings).await.unwrap()
+        let providers = ProvidersConfig::parse(providers).unwrap();
+        proxyfleet_tests::standalone::open(
+            settings,
+            &self.path("state/state.redb"),
+            &providers,
+            &self.path("plugins"),
+        )
+        .await
     }
 }
 
@@ -102,7 +108,7 @@ async fn a_restart_after_an_unrecorded_create_adopts_instead_of_duplicating() {
         assert!(record.finalizer && record.status.provider_id.is_none());
         // The create reaches the backend, then the process dies before the
         // status is written.
-        let provider = standalone.registry().provider("local").unwrap();
+        let provider = standalone.source().provider("local").unwrap();
         let instance = provider.create(&record.desired.to_spec(&record.meta)).await.unwrap();
         (record.meta.uid, instance.provider_id)
     };
@@ -142,7 +148,7 @@ async fn orphans_are_collected_and_checks_are_published() {
     let standalone = site.open().await;
     standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
     // An assignment no Proxy of this installation owns.
-    let provider = standalone.registry().provider("local").unwrap();
+    let provider = standalone.source().provider("local").unwrap();
     let mut orphan = standalone.records().unwrap()[0].clone();
     orphan.meta.uid = "uid-of-a-proxy-long-gone".into();
     provider.create(&orphan.desired.to_spec(&orphan.meta)).await.unwrap();
@@ -322,10 +328,7 @@ async fn regression_a_manifest_edit_during_a_pass_is_kept() {
         )
     };
     site.write(&labelled("blue"));
-    let standalone = std::sync::Arc::new(
-        site.open_with(|settings| settings.providers = ProvidersConfig::parse(&providers).unwrap())
-            .await,
-    );
+    let standalone = std::sync::Arc::new(site.open_on(&providers, |_| {}).await);
     standalone.sync_desired().unwrap();
     standalone.reconcile_due().await; // puts the finalizer on
     let pass = tokio::spawn({

@@ -46,14 +46,15 @@ impl Site {
             "providers:\n  - name: local\n    plugin: static\n    config: {{ endpoints: [{}] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
             endpoints.join(", ")
         );
-        let mut settings = Settings::new(
-            self.dir.path().join("proxies"),
-            self.dir.path().join("state.redb"),
-            ProvidersConfig::parse(&providers).unwrap(),
-            self.dir.path().join("plugins"),
-        );
+        let mut settings = Settings::new(self.dir.path().join("proxies"));
         settings.fleet = fleet;
-        Standalone::open(settings).await.unwrap()
+        proxyfleet_tests::standalone::open(
+            settings,
+            &self.dir.path().join("state.redb"),
+            &ProvidersConfig::parse(&providers).unwrap(),
+            &self.dir.path().join("plugins"),
+        )
+        .await
     }
 
     fn engine(&self, standalone: &Standalone) -> HealthEngine {

@@ -1,6 +1,8 @@
 //! The standalone driver: reads desired Proxies from files, keeps their
 //! records in the embedded store, and runs the core reconciler, orphan
-//! collection and provider checks on them.
+//! collection and provider checks on them, over whatever
+//! [`ProviderSource`] it is given (the plugin registry in the operator,
+//! core's fakes in the tests).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -10,11 +12,10 @@ use std::time::{Duration, Instant};
 
 use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::gc::GcReport;
-use proxyfleet_core::installation::{self, InstallationId};
-use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::pool::{self, Member};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jitter, reconcile};
+use proxyfleet_core::source::ProviderSource;
 use proxyfleet_core::{Health, Provider, ProviderError};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
@@ -22,34 +23,26 @@ use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
 };
 use proxyfleet_metrics::Metrics;
-use proxyfleet_oci::PullLimits;
-use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::follow::FollowOptions;
-use proxyfleet_runtime::watch::WatchOptions;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 
 use crate::desired;
-use crate::dispatch::{Dispatch, UNKNOWN_ENTRY_CONCURRENCY};
+use crate::dispatch::Dispatch;
+pub use crate::dispatch::UNKNOWN_ENTRY_CONCURRENCY;
 use crate::error::{Error, Result};
+use crate::state::StateDb;
 use crate::store::{ProxyRecord, Store, record_key};
+
+#[cfg(test)]
+mod tests;
 
 /// How a standalone installation runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// A Proxy manifest file or folder.
     pub proxies: PathBuf,
-    /// The state database file.
-    pub state: PathBuf,
-    /// Provider entries.
-    pub providers: ProvidersConfig,
-    /// Folder of plugin components.
-    pub plugin_dir: PathBuf,
-    /// Folder for precompiled plugins and builds pulled from registries.
-    pub cache_dir: Option<PathBuf>,
-    /// What a pull of an `oci://` plugin accepts.
-    pub pull_limits: PullLimits,
-    /// How the `oci://` plugins' tags are followed.
-    pub follow: FollowOptions,
+    /// How many passes of each entry's Proxies may run at once (its
+    /// `limits.concurrency`); an entry not named here gets
+    /// [`UNKNOWN_ENTRY_CONCURRENCY`].
+    pub concurrency: BTreeMap<String, usize>,
     /// Reconciler timing.
     pub policy: Policy,
     /// How often the manifests are read again.
@@ -66,27 +59,14 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// Health probes; `None` runs none, so no Proxy is ever handed out.
     pub health: Option<HealthSettings>,
-    /// The installation's ID when the operator names one; otherwise the one
-    /// kept in the state database (generated at the first start).
-    pub installation: Option<InstallationId>,
 }
 
 impl Settings {
-    /// Settings with the default timings.
-    pub fn new(
-        proxies: PathBuf,
-        state: PathBuf,
-        providers: ProvidersConfig,
-        plugin_dir: PathBuf,
-    ) -> Self {
+    /// Settings with the default timings, for the manifests at `proxies`.
+    pub fn new(proxies: PathBuf) -> Self {
         Self {
             proxies,
-            state,
-            providers,
-            plugin_dir,
-            cache_dir: None,
-            pull_limits: PullLimits::default(),
-            follow: FollowOptions::default(),
+            concurrency: BTreeMap::new(),
             policy: Policy::default(),
             rescan: Duration::from_secs(2),
             gc_interval: Duration::from_secs(300),
@@ -95,7 +75,6 @@ impl Settings {
             check_interval: Duration::from_secs(60),
             fleet: FleetSettings::default(),
             health: None,
-            installation: None,
         }
     }
 }
@@ -117,11 +96,10 @@ pub struct ProviderCheck {
 }
 
 /// A standalone installation.
-#[derive(Debug)]
 pub struct Standalone {
     settings: Settings,
     store: Arc<Store>,
-    registry: Arc<Registry>,
+    source: Arc<dyn ProviderSource>,
     /// When each record is due for its next pass; a record that is absent
     /// waits for a change of its manifest.
     schedule: Mutex<HashMap<String, Instant>>,
@@ -153,25 +131,36 @@ const TURN: Duration = Duration::from_millis(250);
 /// `published_at` before the first publish.
 const NEVER_PUBLISHED: u64 = u64::MAX;
 
+impl std::fmt::Debug for Standalone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Standalone")
+            .field("settings", &self.settings)
+            .field("installation", self.source.installation())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Standalone {
-    /// Opens the state database and loads the providers.
-    pub async fn open(settings: Settings) -> Result<Self> {
-        let store = Arc::new(Store::open(&settings.state)?);
-        let metrics = Arc::new(Metrics::new());
-        let (installation, settled) =
-            installation::settle(store.as_ref(), settings.installation.as_ref()).await?;
-        tracing::info!(installation = %installation, ?settled, "installation");
-        let runtime = Runtime::new(RuntimeOptions {
-            installation,
-            cache_dir: settings.cache_dir.clone(),
-            pull_limits: settings.pull_limits,
-            observer: Some(Arc::clone(&metrics) as _),
-            ..RuntimeOptions::default()
-        })?;
-        let kv: Arc<dyn KvStore> = Arc::clone(&store) as _;
-        let registry = Arc::new(
-            Registry::load(&runtime, &settings.providers, &settings.plugin_dir, kv).await?,
-        );
+    /// An installation on the state database `state`, reconciling on the
+    /// entries of `source` (built for `state`'s installation, with the
+    /// database as its key-value store) and recording into `metrics`.
+    ///
+    /// # Errors
+    /// When `source` serves another installation than the database keeps,
+    /// or the records cannot be read.
+    pub fn new(
+        settings: Settings,
+        state: StateDb,
+        source: Arc<dyn ProviderSource>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        if source.installation() != state.installation() {
+            return Err(Error::InstallationMismatch {
+                database: state.installation().clone(),
+                providers: source.installation().clone(),
+            });
+        }
+        let store = state.into_store();
         // Every stored record gets a pass after a restart: that is how an
         // interrupted create or delete resumes.
         let now = Instant::now();
@@ -184,7 +173,7 @@ impl Standalone {
         Ok(Self {
             settings,
             store,
-            registry,
+            source,
             schedule: Mutex::new(schedule),
             checks: Mutex::new(BTreeMap::new()),
             metrics,
@@ -221,8 +210,8 @@ impl Standalone {
     }
 
     /// The provider entries.
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
+    pub fn source(&self) -> &Arc<dyn ProviderSource> {
+        &self.source
     }
 
     /// The discovery catalog the health engine and the API work on.
@@ -549,12 +538,7 @@ impl Standalone {
     /// How many passes of Proxies on `entry` may be in flight at once: its
     /// `limits.concurrency`, as many as its plugin may have calls open.
     fn entry_concurrency(&self, entry: &str) -> usize {
-        self.settings
-            .providers
-            .entries
-            .iter()
-            .find(|candidate| candidate.name == entry)
-            .map_or(UNKNOWN_ENTRY_CONCURRENCY, |found| found.limits.concurrency)
+        self.settings.concurrency.get(entry).copied().unwrap_or(UNKNOWN_ENTRY_CONCURRENCY)
     }
 
     fn reconcile_failed(&self, key: &str, err: &Error) {
@@ -567,7 +551,7 @@ impl Standalone {
     /// with the latest health verdict merged: a manifest sync or a verdict
     /// that came in during the pass is kept, and wakes the Proxy again.
     async fn reconcile_record(&self, key: &str, record: ProxyRecord) -> Result<()> {
-        let provider = self.registry.provider(&record.desired.provider);
+        let provider = self.source.provider(&record.desired.provider);
         let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
             Ok(provider) => Ok(provider.as_ref()),
             Err(err) => Err(err.clone()),
@@ -648,7 +632,7 @@ impl Standalone {
         };
         let settings =
             GcSettings { min_age: self.settings.gc_min_age, dry_run: self.settings.gc_dry_run };
-        housekeeping::collect_garbage(self.registry.as_ref(), &live, settings, &self.metrics).await
+        housekeeping::collect_garbage(self.source.as_ref(), &live, settings, &self.metrics).await
     }
 
     /// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
@@ -656,8 +640,7 @@ impl Standalone {
     pub async fn check_providers(&self) -> Vec<ProviderCheck> {
         let now = unix_now();
         let results =
-            check_entries(self.registry.as_ref(), self.settings.check_interval, &self.metrics)
-                .await;
+            check_entries(self.source.as_ref(), self.settings.check_interval, &self.metrics).await;
         let mut published = self.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for EntryCheck { entry, availability, health } in results {
             let plugin = match availability {
@@ -715,11 +698,6 @@ impl Standalone {
         // Publish once before the first round, so the engine's first round
         // already probes what the store knows.
         self.publish_fleet()?;
-        // A new plugin file in the directory is admitted and swapped in
-        // while everything keeps running.
-        let _watcher = self.registry.watch(WatchOptions::default());
-        // So is a new build behind an `oci://` plugin's tag.
-        let _follower = self.registry.follow(self.settings.follow);
         let prober = self.settings.health.clone().map(|settings| {
             let engine = HealthEngine::new(settings, Arc::clone(&self.fleet));
             tokio::spawn(engine.run(std::future::pending()))
@@ -749,7 +727,7 @@ impl Standalone {
                 if let Err(err) = self.publish_fleet().and_then(|()| self.apply_health()) {
                     tracing::error!("health verdicts not applied: {err}");
                 }
-                for entry in self.registry.revisions() {
+                for entry in self.source.revisions() {
                     self.metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
                 }
                 if Instant::now() >= next_gc {
@@ -789,11 +767,11 @@ impl Standalone {
 
 impl ModeStatus for Standalone {
     fn providers(&self) -> serde_json::Value {
-        serde_json::json!({ "checks": self.provider_checks(), "revisions": self.registry.revisions() })
+        serde_json::json!({ "checks": self.provider_checks(), "revisions": self.source.revisions() })
     }
 
     fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
-        let active = housekeeping::rollback(self.registry.as_ref(), entry)?;
+        let active = housekeeping::rollback(self.source.as_ref(), entry)?;
         Ok(serde_json::to_value(active).unwrap_or_default())
     }
 }

@@ -1,0 +1,247 @@
+//! The driver over core's fakes: manifests in a temporary folder, a real
+//! state database, and a `StaticSource` of `FakeProvider`s, so each test
+//! runs the whole pass (sync, reconcile, record, publish, collect, check)
+//! with no plugin runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxyfleet_core::fake::{self, FakeProvider};
+use proxyfleet_core::installation::InstallationId;
+use proxyfleet_core::proxy::{ConditionType, Phase};
+use proxyfleet_core::source::{EntryState, StaticSource};
+use proxyfleet_core::{Instance, InstanceState, OwnershipMark};
+use proxyfleet_fleet::api::{ModeStatus, Refusal};
+use proxyfleet_metrics::Metrics;
+
+use super::{Settings, Standalone};
+use crate::error::Error;
+use crate::state::StateDb;
+
+fn manifest(name: &str, provider: &str) -> String {
+    format!(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: {name} }}\n\
+         spec: {{ provider: {provider}, port: 3128 }}\n---\n"
+    )
+}
+
+fn installation(id: &str) -> InstallationId {
+    InstallationId::parse("installation", id).unwrap()
+}
+
+/// A temporary site: a manifest folder and a state database.
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("proxies")).unwrap();
+        Self { dir }
+    }
+
+    fn write(&self, manifests: &str) {
+        std::fs::write(self.dir.path().join("proxies/proxies.yaml"), manifests).unwrap();
+    }
+
+    /// The driver on `source`, with orphans collected at any age.
+    async fn open(&self, source: StaticSource) -> Standalone {
+        let mut settings = Settings::new(self.dir.path().join("proxies"));
+        settings.gc_min_age = Duration::ZERO;
+        let state = StateDb::open(
+            &self.dir.path().join("state.redb"),
+            Some(&installation(fake::INSTALLATION)),
+        )
+        .await
+        .unwrap();
+        Standalone::new(settings, state, Arc::new(source), Arc::new(Metrics::new())).unwrap()
+    }
+}
+
+/// One entry, `fake`, served by `provider`.
+fn serving(provider: &Arc<FakeProvider>) -> StaticSource {
+    StaticSource::new(installation(fake::INSTALLATION))
+        .with("fake", EntryState::Ready(Arc::clone(provider) as _))
+}
+
+#[tokio::test]
+async fn proxies_converge_on_the_source_and_go_when_removed() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&(manifest("a", "fake") + &manifest("b", "fake")));
+    let standalone = site.open(serving(&provider)).await;
+
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        assert_eq!(record.status.phase, Phase::Running, "{record:?}");
+        assert!(record.finalizer);
+        assert!(record.status.ip.as_deref().is_some_and(|ip| ip.starts_with("198.51.100.")));
+    }
+    assert_eq!(provider.instances().len(), 2);
+
+    site.write(&manifest("a", "fake"));
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(records.iter().map(|r| r.meta.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    let left: Vec<_> = provider.instances().into_values().map(|i| i.name).collect();
+    assert_eq!(left, ["a"], "b's instance was deleted with its record");
+}
+
+#[tokio::test]
+async fn running_proxies_are_published_to_the_catalog_and_withdrawn_when_deleted() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+
+    standalone.publish_fleet().unwrap();
+    let targets = standalone.fleet().probe_targets();
+    assert_eq!(targets.len(), 1, "{targets:?}");
+    assert_eq!(targets[0].1.port, 3128);
+    assert!(targets[0].1.ip.to_string().starts_with("198.51.100."));
+
+    site.write("");
+    standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    standalone.publish_fleet().unwrap();
+    assert!(standalone.fleet().probe_targets().is_empty());
+}
+
+#[tokio::test]
+async fn a_proxy_on_a_missing_entry_waits_and_names_the_entries_there_are() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("lost", "nowhere"));
+    let standalone = site.open(serving(&provider)).await;
+    standalone.sync_desired().unwrap();
+    standalone.reconcile_due().await;
+    standalone.reconcile_due().await;
+
+    let record = standalone.records().unwrap().remove(0);
+    assert_ne!(record.status.phase, Phase::Running);
+    let condition = record.status.condition(ConditionType::Provisioned).unwrap();
+    assert!(condition.message.contains("\"nowhere\""), "{condition:?}");
+    assert!(condition.message.contains("[fake]"), "{condition:?}");
+    assert!(provider.calls().is_empty(), "no call reached another entry");
+}
+
+#[tokio::test]
+async fn orphans_of_this_installation_are_collected_and_nothing_else() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    let marked = |id: &str, installation: &str| Instance {
+        provider_id: id.to_owned(),
+        name: id.to_owned(),
+        state: InstanceState::Running,
+        addresses: Vec::new(),
+        port: None,
+        created_at: Some(1),
+        mark: Some(OwnershipMark {
+            installation: installation.to_owned(),
+            uid: format!("uid-of-{id}"),
+            namespace: "default".to_owned(),
+            name: id.to_owned(),
+            created_at: 1,
+        }),
+    };
+    provider.insert(marked("orphan", fake::INSTALLATION));
+    provider.insert(marked("theirs", "another-installation"));
+
+    let reports = standalone.collect_garbage().await;
+    assert_eq!(reports.len(), 1);
+    let (entry, report) = &reports[0];
+    assert_eq!(entry, "fake");
+    report.as_ref().unwrap();
+    let mut left: Vec<_> = provider.instances().into_values().map(|i| i.name).collect();
+    left.sort();
+    assert_eq!(left, ["a", "theirs"], "the orphan went; the Proxy's and the other's stayed");
+}
+
+#[tokio::test]
+async fn provider_checks_publish_every_entry_and_keep_the_last_success() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    let source = serving(&provider)
+        .with("broken", EntryState::Failed("plugin \"x\" failed to load".to_owned()));
+    let standalone = site.open(source).await;
+
+    let checks = standalone.check_providers().await;
+    assert_eq!(checks.iter().map(|c| c.entry.as_str()).collect::<Vec<_>>(), ["broken", "fake"]);
+    let broken = &checks[0];
+    assert!(!broken.health.healthy);
+    assert_eq!((broken.plugin.as_deref(), broken.last_success), (None, None));
+    let fake = &checks[1];
+    assert!(fake.health.healthy);
+    assert_eq!(fake.plugin.as_deref(), Some("fake 1.0.0"));
+    assert_eq!(fake.last_success, Some(fake.checked_at));
+    assert_eq!(standalone.provider_checks(), checks);
+}
+
+#[tokio::test]
+async fn the_state_api_reports_revisions_and_refuses_a_rollback_with_nothing_before() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    let standalone = site.open(serving(&provider)).await;
+
+    let providers = standalone.providers();
+    assert_eq!(providers["revisions"][0]["entry"], "fake");
+    assert_eq!(providers["revisions"][0]["plugin"], "fake");
+    assert!(matches!(standalone.rollback("fake"), Err(Refusal::Conflict(_))));
+    assert!(matches!(standalone.rollback("nowhere"), Err(Refusal::NotFound(_))));
+}
+
+#[tokio::test]
+async fn providers_built_for_another_installation_are_refused() {
+    let site = Site::new();
+    let state = StateDb::open(&site.dir.path().join("state.redb"), Some(&installation("ours")))
+        .await
+        .unwrap();
+    let source = StaticSource::new(installation("theirs"));
+    let err = Standalone::new(
+        Settings::new(site.dir.path().join("proxies")),
+        state,
+        Arc::new(source),
+        Arc::new(Metrics::new()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::InstallationMismatch { database, providers }
+            if database.as_str() == "ours" && providers.as_str() == "theirs"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_run_loop_brings_proxies_up_and_lets_passes_end_at_shutdown() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&(manifest("a", "fake") + &manifest("b", "fake")));
+    let standalone = Arc::new(site.open(serving(&provider)).await);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(Arc::clone(&standalone).run(async {
+        let _ = stopped.await;
+    }));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let records = standalone.records().unwrap();
+        if records.len() == 2 && records.iter().all(|r| r.status.phase == Phase::Running) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not running: {records:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The loop publishes each turn: the catalog follows the records.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while standalone.fleet().probe_targets().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "never published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(provider.instances().len(), 2, "a shutdown deletes nothing");
+}
