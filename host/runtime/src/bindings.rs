@@ -1,14 +1,13 @@
 //! Host bindings of the provider contract: the one `bindgen!` of the
-//! project. Host implementations of the imports live in `capabilities`.
+//! project. Host implementations of the imports live in `capabilities`,
+//! each on its capability's view of the call; these bindings name none of
+//! them (the `libvirt.upload` resource stays bindgen's opaque handle).
 
 wasmtime::component::bindgen!({
     path: "../../wit",
     world: "provider-plugin",
     imports: { default: async },
     exports: { default: async },
-    with: {
-        "proxyfleet:provider/libvirt.upload": crate::capabilities::libvirt::Upload,
-    },
 });
 
 pub(crate) use exports::proxyfleet::provider::provider::Guest;

@@ -11,11 +11,14 @@ use proxyfleet_core::observe::CallObserver;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings::ProviderPlugin;
+use crate::bindings::{kv, libvirt, log, types};
 use crate::cache::PrecompiledCache;
 use crate::capabilities::http::HttpTransport;
-use crate::config::MAX_MEMORY_MIB;
+use crate::capabilities::kv::KvImport;
+use crate::capabilities::libvirt::LibvirtImport;
+use crate::capabilities::log::LogImport;
 use crate::error::RuntimeError;
+use crate::limits::MAX_MEMORY_MIB;
 use crate::state::PluginState;
 
 /// How often the engine's epoch advances. A plugin stuck in a loop is
@@ -102,8 +105,14 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            // Each import gets only its capability's view of the call.
             .and_then(|()| {
-                ProviderPlugin::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |s| s)
+                types::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |state| state)
+            })
+            .and_then(|()| log::add_to_linker::<_, LogImport>(&mut linker, PluginState::log_view))
+            .and_then(|()| kv::add_to_linker::<_, KvImport>(&mut linker, PluginState::kv_view))
+            .and_then(|()| {
+                libvirt::add_to_linker::<_, LibvirtImport>(&mut linker, PluginState::libvirt_view)
             })
             .map_err(|err| RuntimeError::Engine(format!("{err:#}")))?;
         let oci_store_dir = options.cache_dir.as_ref().map(|dir| dir.join("oci"));

@@ -24,6 +24,7 @@ pub mod config;
 mod engine;
 mod error;
 pub mod follow;
+mod limits;
 mod oci;
 mod plugin;
 mod provider;

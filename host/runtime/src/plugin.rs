@@ -13,13 +13,13 @@ use wasmtime::Store;
 use wasmtime::component::Component;
 
 use crate::bindings::{CONTRACT_VERSION, PROVIDER_EXPORT, ProviderPluginPre, types as wit};
-use crate::capabilities::Redactor;
 use crate::capabilities::http::{EntryHttp, HttpTransport};
 use crate::capabilities::kv::{EntryKv, KvQuota};
+use crate::capabilities::{CallScope, Redactor};
 use crate::config::{EntryConfig, Limits};
 use crate::engine::Runtime;
 use crate::error::LoadError;
-use crate::state::{CallScope, PluginState};
+use crate::state::PluginState;
 
 /// One version of one plugin, ready to instantiate.
 pub struct PluginRevision {
@@ -337,9 +337,20 @@ pub(crate) fn entry_http(
 ) -> Result<Arc<EntryHttp>, String> {
     let transport: Arc<dyn HttpTransport> = match &runtime.inner.http_transport {
         Some(transport) => Arc::clone(transport),
-        None => Arc::new(crate::capabilities::http::ReqwestTransport::for_entry(entry)?),
+        None => Arc::new(crate::capabilities::http::ReqwestTransport::for_entry(
+            &entry.grants.http,
+            entry.grants.ca_file.as_deref(),
+            &entry.limits,
+        )?),
     };
-    Ok(Arc::new(EntryHttp::new(entry, transport, redactor, crate::capabilities::google::obtain)))
+    Ok(Arc::new(EntryHttp::new(
+        &entry.name,
+        &entry.grants.http,
+        &entry.limits,
+        transport,
+        redactor,
+        crate::capabilities::google::obtain,
+    )))
 }
 
 #[cfg(test)]

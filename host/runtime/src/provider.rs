@@ -22,6 +22,7 @@ use tracing::Instrument as _;
 use wasmtime::Store;
 
 use crate::bindings::{Guest, types as wit};
+use crate::capabilities::CallScope;
 use crate::capabilities::Redactor;
 use crate::capabilities::address::refused_proxy_address;
 use crate::capabilities::http::EntryHttp;
@@ -29,7 +30,7 @@ use crate::capabilities::kv::{EntryKv, KvQuota};
 use crate::config::EntryConfig;
 use crate::engine::Runtime;
 use crate::plugin::{PluginRevision, new_store};
-use crate::state::{CallScope, PluginState};
+use crate::state::PluginState;
 
 /// A provider entry served by a plugin. The revision sits behind a
 /// swappable handle: a call takes the current revision when it starts and

@@ -65,6 +65,19 @@ pub enum EntryState {
     Failed(String),
 }
 
+impl EntryState {
+    /// The state as a `ProviderSource` shows it: the provider behind the
+    /// core trait.
+    pub fn as_source(&self) -> proxyfleet_core::source::EntryState {
+        use proxyfleet_core::source::EntryState as Shown;
+        match self {
+            Self::Loading => Shown::Loading,
+            Self::Ready(provider) => Shown::Ready(Arc::clone(provider) as Arc<dyn Provider>),
+            Self::Failed(reason) => Shown::Failed(reason.clone()),
+        }
+    }
+}
+
 /// The plugin files [`Registry::open`] read, for
 /// [`Registry::load_pending`] to compile.
 pub struct PendingLoad {
@@ -389,7 +402,7 @@ impl Registry {
     pub fn provider(&self, entry: &str) -> Result<Arc<dyn Provider>, ProviderError> {
         let entries = self.entries.load();
         match entries.get(entry) {
-            Some(state) => crate::source::as_source(state).serving(entry),
+            Some(state) => state.as_source().serving(entry),
             None => Err(no_such_entry(entry, entries.keys().map(String::as_str))),
         }
     }

@@ -8,18 +8,7 @@ use proxyfleet_core::revisions::{EntryRevisions, RevisionSummary};
 use proxyfleet_core::source::{self, ProviderSource, RollbackError};
 use proxyfleet_core::{Provider, ProviderError};
 
-use crate::registry::{EntryState, Registry};
-
-/// A registry entry's state as a [`ProviderSource`] shows it.
-pub(crate) fn as_source(state: &EntryState) -> source::EntryState {
-    match state {
-        EntryState::Loading => source::EntryState::Loading,
-        EntryState::Ready(provider) => {
-            source::EntryState::Ready(Arc::clone(provider) as Arc<dyn Provider>)
-        }
-        EntryState::Failed(reason) => source::EntryState::Failed(reason.clone()),
-    }
-}
+use crate::registry::Registry;
 
 impl ProviderSource for Registry {
     fn installation(&self) -> &InstallationId {
@@ -29,7 +18,7 @@ impl ProviderSource for Registry {
     fn entries(&self) -> Vec<(String, source::EntryState)> {
         Registry::entries(self)
             .iter()
-            .map(|(name, state)| (name.clone(), as_source(state)))
+            .map(|(name, state)| (name.clone(), state.as_source()))
             .collect()
     }
 

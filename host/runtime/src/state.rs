@@ -8,21 +8,11 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::capabilities::Redactor;
+use crate::capabilities::CallScope;
 use crate::capabilities::http::{EntryHttp, HttpHooks};
-use crate::capabilities::kv::EntryKv;
-use crate::capabilities::libvirt::EntryLibvirt;
-
-/// Who a call is for; every log line and store access is scoped by it.
-#[derive(Clone)]
-pub(crate) struct CallScope {
-    pub(crate) entry: Arc<str>,
-    pub(crate) plugin: Arc<str>,
-    pub(crate) operation: &'static str,
-    pub(crate) proxy: Option<String>,
-    pub(crate) kv: Arc<EntryKv>,
-    pub(crate) redactor: Arc<Redactor>,
-}
+use crate::capabilities::kv::KvView;
+use crate::capabilities::libvirt::{EntryLibvirt, LibvirtView};
+use crate::capabilities::log::LogView;
 
 /// Caps linear memory growth and remembers that it did, so a trap caused by
 /// the cap is reported as such rather than as a bare "out of bounds".
@@ -128,9 +118,19 @@ impl WasiHttpView for PluginState {
 
 impl crate::bindings::types::Host for PluginState {}
 
+/// What each capability's imports see of a call: only their own part of
+/// the store's data (as `wasmtime-wasi`'s `WasiCtxView`), handed to them
+/// by the linker's getters in `engine`.
 impl PluginState {
-    /// The plugin's resource table, for host-side resources (uploads).
-    pub(crate) fn table(&mut self) -> &mut ResourceTable {
-        &mut self.table
+    pub(crate) fn log_view(&mut self) -> LogView<'_> {
+        LogView { scope: &self.scope }
+    }
+
+    pub(crate) fn kv_view(&mut self) -> KvView<'_> {
+        KvView { scope: &self.scope, writes: &mut self.kv_writes }
+    }
+
+    pub(crate) fn libvirt_view(&mut self) -> LibvirtView<'_> {
+        LibvirtView { hosts: &self.libvirt, table: &mut self.table }
     }
 }

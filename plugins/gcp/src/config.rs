@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use proxyfleet_sdk::{ProviderError, Result};
 use serde::Deserialize;
 
+use crate::names::{is_label_key, is_label_value, is_resource_id};
+
 /// JSON schema of [`Config`], reported by `describe`.
 pub const CONFIG_SCHEMA: &str = r#"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -122,15 +124,6 @@ fn invalid(key: &str, what: &str) -> ProviderError {
     ProviderError::InvalidConfig(format!("config key `{key}`: {what}"))
 }
 
-/// A resource ID: lowercase letters, digits and `-`, starting with a
-/// letter (project IDs, zones, network tags, machine types).
-pub fn is_resource_id(text: &str) -> bool {
-    text.starts_with(|c: char| c.is_ascii_lowercase())
-        && text.len() <= 63
-        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !text.ends_with('-')
-}
-
 /// A relative resource path: segments of `[A-Za-z0-9._-]`, no scheme.
 fn is_resource_path(text: &str) -> bool {
     !text.is_empty()
@@ -225,7 +218,7 @@ impl Config {
             }
         }
         for (key, value) in &config.labels {
-            if !crate::instance::is_label_key(key) || !crate::instance::is_label_value(value) {
+            if !is_label_key(key) || !is_label_value(value) {
                 return Err(invalid(
                     &format!("labels.{key}"),
                     "keys and values are up to 63 of [a-z0-9_-], keys starting with a letter",

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::{AddressKind, Config, Source};
+use crate::names::{is_label_value, is_resource_id};
 
 /// The label every instance of an entry carries, with the entry's name as
 /// its value; `list` filters on it.
@@ -33,7 +34,7 @@ pub fn provider_id(zone: &str, name: &str) -> String {
 /// Zone and name of a provider ID this plugin handed out.
 pub fn parse_provider_id(id: &str) -> Option<(&str, &str)> {
     let (zone, name) = id.split_once('/')?;
-    let valid = |part: &str| crate::config::is_resource_id(part);
+    let valid = |part: &str| is_resource_id(part);
     (valid(zone) && valid(name)).then_some((zone, name))
 }
 
@@ -55,21 +56,6 @@ pub fn request_id(parts: &[&str]) -> String {
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
-}
-
-/// Label keys: up to 63 of `[a-z0-9_-]`, starting with a letter.
-pub fn is_label_key(key: &str) -> bool {
-    key.len() <= 63
-        && key.starts_with(|c: char| c.is_ascii_lowercase())
-        && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
-}
-
-/// Label values: up to 63 of `[a-z0-9_-]`.
-pub fn is_label_value(value: &str) -> bool {
-    value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
 /// The labels of a new instance: the config's, the ownership mark's and

@@ -23,6 +23,7 @@
 mod config;
 mod gce;
 mod instance;
+mod names;
 
 use proxyfleet_sdk::http::{Method, encode_component};
 use proxyfleet_sdk::kv::{self, CasOutcome};

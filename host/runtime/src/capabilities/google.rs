@@ -41,7 +41,7 @@ use super::Redactor;
 use super::address::{literal_ip, refused_kind};
 use super::http::config::{Credential, GoogleCredential, HttpGrant};
 use super::http::{HttpTransport, ObtainedCredential, SendPolicy, WasiBody, full_body};
-use crate::config::Limits;
+use crate::limits::Limits;
 
 /// `grant_type` of the exchange.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxyfleet_core::kv::{CasOutcome, KvEntry, KvError, KvStore};
+use wasmtime::component::HasData;
 
+use super::CallScope;
 use crate::bindings::kv as wit;
-use crate::config::Limits;
-use crate::state::PluginState;
+use crate::limits::Limits;
 
 /// The numbers an entry's store is held to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,9 +158,23 @@ impl EntryKv {
     }
 }
 
-impl wit::Host for PluginState {
+/// The store import as one call sees it: the entry's store, and the writes
+/// this call made against `limits.kvWritesPerCall`.
+pub(crate) struct KvView<'a> {
+    pub(crate) scope: &'a CallScope,
+    pub(crate) writes: &'a mut u32,
+}
+
+/// The store import's share of a store's data, for the linker.
+pub(crate) struct KvImport;
+
+impl HasData for KvImport {
+    type Data<'a> = KvView<'a>;
+}
+
+impl wit::Host for KvView<'_> {
     async fn get(&mut self, key: String) -> Result<Option<wit::KvEntry>, wit::KvError> {
-        let scope = &self.scope;
+        let scope = self.scope;
         scope.kv.store.get(&scope.entry, &key).await.map(|e| e.map(to_wit)).map_err(err_to_wit)
     }
 
@@ -170,14 +185,14 @@ impl wit::Host for PluginState {
         value: Option<Vec<u8>>,
     ) -> Result<wit::CasOutcome, wit::KvError> {
         let limit = self.scope.kv.quota.writes_per_call;
-        if self.kv_writes >= limit {
+        if *self.writes >= limit {
             return Err(wit::KvError::Invalid(format!(
                 "this call already made {limit} writes, the entry's limit \
                  (limits.kvWritesPerCall)"
             )));
         }
-        self.kv_writes += 1;
-        let scope = &self.scope;
+        *self.writes += 1;
+        let scope = self.scope;
         match scope.kv.compare_and_swap(&scope.entry, &key, expected, value).await {
             Ok(CasOutcome::Applied(version)) => Ok(wit::CasOutcome::Applied(version)),
             Ok(CasOutcome::Conflict(now)) => Ok(wit::CasOutcome::Conflict(now.map(to_wit))),
@@ -186,7 +201,7 @@ impl wit::Host for PluginState {
     }
 
     async fn list(&mut self, prefix: String) -> Result<Vec<wit::KvEntry>, wit::KvError> {
-        let scope = &self.scope;
+        let scope = self.scope;
         scope
             .kv
             .store

@@ -13,8 +13,10 @@
 
 use std::fmt::Write as _;
 
+use wasmtime::component::HasData;
+
+use super::CallScope;
 use crate::bindings::log::{Host, Level};
-use crate::state::PluginState;
 
 /// The target plugin records are logged under.
 pub const PLUGIN_LOG_TARGET: &str = "proxyfleet::plugin";
@@ -28,9 +30,21 @@ const MAX_FIELDS: usize = 32;
 /// Longest field name kept.
 const MAX_KEY_BYTES: usize = 64;
 
-impl Host for PluginState {
+/// The log import as one call sees it: who the call is for.
+pub(crate) struct LogView<'a> {
+    pub(crate) scope: &'a CallScope,
+}
+
+/// The log import's share of a store's data, for the linker.
+pub(crate) struct LogImport;
+
+impl HasData for LogImport {
+    type Data<'a> = LogView<'a>;
+}
+
+impl Host for LogView<'_> {
     async fn log(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
-        let scope = &self.scope;
+        let scope = self.scope;
         // Redacted before anything is cut, so a cut never leaves part of a
         // secret the redactor would no longer recognise.
         let message = scope.redactor.redact(&message).into_owned();

@@ -3,6 +3,7 @@
 //! entry's grants name.
 
 pub mod address;
+mod call;
 pub mod google;
 pub mod http;
 pub(crate) mod kv;
@@ -12,4 +13,5 @@ pub mod loggable;
 pub mod reason_phrase;
 mod redact;
 
+pub(crate) use call::CallScope;
 pub use redact::Redactor;

@@ -54,7 +54,12 @@ impl Fixture {
             key_file.display(),
         );
         let entry = ProvidersConfig::parse(&yaml).unwrap().entries.remove(0);
-        let transport = ReqwestTransport::for_entry(&entry).unwrap();
+        let transport = ReqwestTransport::for_entry(
+            &entry.grants.http,
+            entry.grants.ca_file.as_deref(),
+            &entry.limits,
+        )
+        .unwrap();
         let account = match &entry.grants.http[0].credential {
             Some(Credential::GoogleServiceAccount(google)) => {
                 Arc::new(GoogleServiceAccount::from_config(google))

@@ -33,6 +33,7 @@ pub mod config;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ use self::config::{Credential, HttpGrant};
 use super::Redactor;
 use super::address::{AddressKind, literal_ip, refused_kind};
 use super::loggable::REQUEST_LOG_TARGET;
-use crate::config::{EntryConfig, Limits};
+use crate::limits::Limits;
 
 /// The methods a plugin may use.
 const ALLOWED_METHODS: [http::Method; 7] = [
@@ -137,17 +138,18 @@ struct InFlight {
 }
 
 impl EntryHttp {
-    /// The capability of `entry`. `obtain` makes the live state of each
-    /// grant whose credential the host obtains at request time.
+    /// The capability of the entry named `entry`, with its HTTP grants and
+    /// limits. `obtain` makes the live state of each grant whose credential
+    /// the host obtains at request time.
     pub(crate) fn new(
-        entry: &EntryConfig,
+        entry: &str,
+        grants: &[HttpGrant],
+        limits: &Limits,
         transport: Arc<dyn HttpTransport>,
         redactor: Arc<Redactor>,
         obtain: impl Fn(&Credential) -> Option<Arc<dyn ObtainedCredential>>,
     ) -> Self {
-        let grants = entry
-            .grants
-            .http
+        let grants = grants
             .iter()
             .map(|grant| LiveGrant {
                 grant: grant.clone(),
@@ -155,12 +157,12 @@ impl EntryHttp {
             })
             .collect();
         Self {
-            entry: entry.name.as_str().into(),
+            entry: entry.into(),
             grants,
-            limits: entry.limits.clone(),
+            limits: limits.clone(),
             transport,
             redactor,
-            in_flight: Arc::new(Semaphore::new(entry.limits.http_in_flight)),
+            in_flight: Arc::new(Semaphore::new(limits.http_in_flight)),
         }
     }
 
@@ -488,13 +490,16 @@ pub struct ReqwestTransport {
 }
 
 impl ReqwestTransport {
-    /// A client for `entry`: its CA bundle, its address policy in the DNS
-    /// resolver, no redirects and no proxy from the environment.
-    pub fn for_entry(entry: &EntryConfig) -> Result<Self, String> {
+    /// A client for an entry's HTTP grants: its CA bundle (`ca_file`), its
+    /// grants' address policy in the DNS resolver, its connect timeout and
+    /// in-flight limit, no redirects and no proxy from the environment.
+    pub fn for_entry(
+        grants: &[HttpGrant],
+        ca_file: Option<&Path>,
+        limits: &Limits,
+    ) -> Result<Self, String> {
         let resolver = GrantResolver {
-            allowed: entry
-                .grants
-                .http
+            allowed: grants
                 .iter()
                 .map(|g| (g.destination.host.clone(), g.allow_addresses.clone()))
                 .collect(),
@@ -503,11 +508,11 @@ impl ReqwestTransport {
             .use_rustls_tls()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .connect_timeout(entry.limits.http_connect_timeout)
+            .connect_timeout(limits.http_connect_timeout)
             // Never more idle connections than the entry may have open.
-            .pool_max_idle_per_host(entry.limits.http_in_flight)
+            .pool_max_idle_per_host(limits.http_in_flight)
             .dns_resolver(Arc::new(resolver));
-        if let Some(ca_file) = &entry.grants.ca_file {
+        if let Some(ca_file) = ca_file {
             let pem = std::fs::read(ca_file).map_err(|err| {
                 format!("grants.caFile: cannot read {}: {err}", ca_file.display())
             })?;

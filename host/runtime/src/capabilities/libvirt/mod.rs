@@ -29,6 +29,7 @@ use virt::error::ErrorNumber;
 
 pub use ops::{AddressSource, DomainInfo, DomainState, InterfaceAddress, PoolInfo, Upload, Volume};
 pub use pool::HostPool;
+pub(crate) use wit::{LibvirtImport, LibvirtView};
 
 use self::config::LibvirtGrant;
 

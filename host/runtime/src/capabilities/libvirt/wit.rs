@@ -1,12 +1,41 @@
 //! The `proxyfleet:provider/libvirt` imports: the plugin's calls mapped to
 //! the entry's host pools. Host names the entry does not grant are refused
 //! before anything is dialled.
+//!
+//! An upload lives in the call's resource table as the host's [`Upload`];
+//! the plugin holds the contract's opaque `upload` handle with the same
+//! index, and the table checks the type on every use.
 
-use wasmtime::component::Resource;
+use wasmtime::component::{HasData, Resource, ResourceTable};
 
-use super::{AddressSource, DomainInfo, DomainState, LibvirtError, PoolInfo, Upload, Volume};
+use super::{
+    AddressSource, DomainInfo, DomainState, EntryLibvirt, LibvirtError, PoolInfo, Upload, Volume,
+};
 use crate::bindings::libvirt as wit;
-use crate::state::PluginState;
+
+/// The libvirt import as one call sees it: the entry's hosts, and the
+/// call's resource table for uploads.
+pub(crate) struct LibvirtView<'a> {
+    pub(crate) hosts: &'a EntryLibvirt,
+    pub(crate) table: &'a mut ResourceTable,
+}
+
+/// The libvirt import's share of a store's data, for the linker.
+pub(crate) struct LibvirtImport;
+
+impl HasData for LibvirtImport {
+    type Data<'a> = LibvirtView<'a>;
+}
+
+/// The table's entry behind a plugin's handle, owned or borrowed as the
+/// handle is.
+fn host_side(handle: &Resource<wit::Upload>) -> Resource<Upload> {
+    if handle.owned() {
+        Resource::new_own(handle.rep())
+    } else {
+        Resource::new_borrow(handle.rep())
+    }
+}
 
 type Answer<T> = Result<T, wit::LibvirtError>;
 
@@ -61,15 +90,15 @@ fn pool_to_wit(p: PoolInfo) -> wit::PoolInfo {
     }
 }
 
-impl PluginState {
+impl LibvirtView<'_> {
     fn libvirt_host(&self, host: &str) -> Answer<std::sync::Arc<super::HostPool>> {
-        self.libvirt.host(host).cloned().map_err(err_to_wit)
+        self.hosts.host(host).cloned().map_err(err_to_wit)
     }
 }
 
-impl wit::Host for PluginState {
+impl wit::Host for LibvirtView<'_> {
     async fn hosts(&mut self) -> Vec<String> {
-        self.libvirt.hosts()
+        self.hosts.hosts()
     }
 
     async fn ping(&mut self, host: String) -> Answer<String> {
@@ -125,10 +154,11 @@ impl wit::Host for PluginState {
         pool: String,
         name: String,
         length: u64,
-    ) -> Answer<Resource<Upload>> {
+    ) -> Answer<Resource<wit::Upload>> {
         let host = self.libvirt_host(&host)?;
         let upload = host.begin_upload(&pool, &name, length).await.map_err(err_to_wit)?;
-        self.table().push(upload).map_err(table_error)
+        let held = self.table.push(upload).map_err(table_error)?;
+        Ok(Resource::new_own(held.rep()))
     }
 
     async fn define_domain(&mut self, host: String, xml: String) -> Answer<wit::DomainInfo> {
@@ -198,20 +228,20 @@ impl wit::Host for PluginState {
     }
 }
 
-impl wit::HostUpload for PluginState {
-    async fn write(&mut self, upload: Resource<Upload>, chunk: Vec<u8>) -> Answer<()> {
-        let upload = self.table().get_mut(&upload).map_err(table_error)?;
+impl wit::HostUpload for LibvirtView<'_> {
+    async fn write(&mut self, upload: Resource<wit::Upload>, chunk: Vec<u8>) -> Answer<()> {
+        let upload = self.table.get_mut(&host_side(&upload)).map_err(table_error)?;
         upload.write(chunk).await.map_err(err_to_wit)
     }
 
-    async fn finish(&mut self, upload: Resource<Upload>) -> Answer<()> {
-        let upload = self.table().delete(upload).map_err(table_error)?;
+    async fn finish(&mut self, upload: Resource<wit::Upload>) -> Answer<()> {
+        let upload = self.table.delete(host_side(&upload)).map_err(table_error)?;
         upload.finish().await.map_err(err_to_wit)
     }
 
-    async fn drop(&mut self, upload: Resource<Upload>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, upload: Resource<wit::Upload>) -> wasmtime::Result<()> {
         // Dropping an unfinished upload aborts it (see `Upload`'s Drop).
-        self.table().delete(upload)?;
+        self.table.delete(host_side(&upload))?;
         Ok(())
     }
 }
