@@ -11,7 +11,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Method, Request, encode_component};
+use proxyfleet_sdk::http::{Failure, Method, Request, Response, encode_component};
 use proxyfleet_sdk::{ProviderError, Result};
 use serde_json::Value;
 
@@ -153,7 +153,19 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
         body: Option<&Value>,
-    ) -> Result<(u16, Value)> {
+    ) -> Result<(u16, Value), Failure> {
+        let response = self.send(method, path, query, body)?;
+        let value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+        Ok((response.status, value))
+    }
+
+    fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<Response, Failure> {
         let mut url = self.url(path);
         if !query.is_empty() {
             let query: Vec<String> = query
@@ -166,28 +178,30 @@ impl Client {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send_any_status()?;
-        let value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
-        Ok((response.status, value))
+        request.send_any_status()
     }
 
-    /// Performs `method path`; an answer of 400 or more is an error.
+    /// Performs `method path`; an answer of 400 or more is a failure,
+    /// classified by Google's error format (and told apart from an answer
+    /// the host made itself by its header).
     pub fn call(
         &self,
         method: Method,
         path: &str,
         query: &[(&str, String)],
         body: Option<&Value>,
-    ) -> Result<Value> {
-        let (status, value) = self.request(method, path, query, body)?;
-        if status >= 400 {
-            return Err(classify(method, &self.label(path), status, &value));
+    ) -> Result<Value, Failure> {
+        let response = self.send(method, path, query, body)?;
+        let value = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+        if response.status >= 400 {
+            let error = classify(method, &self.label(path), response.status, &value);
+            return Err(Failure::of_answer(&response, error));
         }
         Ok(value)
     }
 
     /// A GET of `path`.
-    pub fn get(&self, path: &str) -> Result<Value> {
+    pub fn get(&self, path: &str) -> Result<Value, Failure> {
         self.call(Method::Get, path, &[], None)
     }
 

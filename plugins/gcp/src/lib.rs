@@ -25,7 +25,7 @@ mod gce;
 mod instance;
 mod names;
 
-use proxyfleet_sdk::http::{Method, encode_component};
+use proxyfleet_sdk::http::{Failure, Method, encode_component};
 use proxyfleet_sdk::kv::{self, CasOutcome};
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
@@ -52,8 +52,8 @@ fn instance_path(zone: &str, name: &str) -> String {
 fn find(client: &Client, zone: &str, name: &str) -> Result<Option<Value>> {
     match client.get(&instance_path(zone, name)) {
         Ok(instance) => Ok(Some(instance)),
-        Err(ProviderError::NotFound(_)) => Ok(None),
-        Err(error) => Err(error),
+        Err(failure) if matches!(failure.error(), ProviderError::NotFound(_)) => Ok(None),
+        Err(failure) => Err(failure.into()),
     }
 }
 
@@ -331,23 +331,12 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
     Ok(instances)
 }
 
-/// The health reason for a failed request.
-fn reason_of(error: &ProviderError) -> HealthReason {
-    let message = error.message();
-    if message.contains("could not get an access token") {
-        HealthReason::CredentialsUnavailable
-    } else if message.contains("certificate") {
-        HealthReason::CertificateInvalid
-    } else if message.contains("timed out") {
-        HealthReason::Timeout
-    } else {
-        match error {
-            ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
-            ProviderError::InvalidConfig(_) | ProviderError::NotFound(_) => {
-                HealthReason::Misconfigured
-            }
-            _ => HealthReason::Unreachable,
-        }
+/// The health reason for a failed request: a project, zone or source
+/// that is not there is the entry's config; the rest as the failure says.
+fn reason_of(failure: &Failure) -> HealthReason {
+    match failure.error() {
+        ProviderError::NotFound(_) => HealthReason::Misconfigured,
+        _ => failure.health_reason(),
     }
 }
 
@@ -364,24 +353,22 @@ fn check(ctx: &CallContext) -> Health {
     let client = Client::new(&config, ctx.deadline());
     // The project first: it proves the token and the project at once, and
     // when it fails every other request would fail the same way.
-    if let Err(error) = client.get("") {
-        let message = match &error {
+    if let Err(failure) = client.get("") {
+        let error = failure.error();
+        let message = match error {
             ProviderError::NotFound(_) => format!(
                 "config key `project`: {} (does the project exist, and may the service account see it?)",
                 error.message()
             ),
             _ => error.message().to_owned(),
         };
-        return Health::unhealthy(reason_of(&error), message);
+        return Health::unhealthy(reason_of(&failure), message);
     }
     let mut issues = Vec::new();
     for (index, zone) in config.zones.iter().enumerate() {
-        if let Err(error) = client.get(&format!("zones/{}", encode_component(zone))) {
-            let reason = match error {
-                ProviderError::NotFound(_) => HealthReason::Misconfigured,
-                _ => reason_of(&error),
-            };
-            issues.push((reason, format!("config key `zones[{index}]`: {}", error.message())));
+        if let Err(failure) = client.get(&format!("zones/{}", encode_component(zone))) {
+            let message = format!("config key `zones[{index}]`: {}", failure.error().message());
+            issues.push((reason_of(&failure), message));
         }
     }
     let sources = config.images.iter().map(|(key, path)| (format!("images.{key}"), path)).chain(
@@ -397,12 +384,12 @@ fn check(ctx: &CallContext) -> Health {
         } else {
             format!("projects/{}/{path}", config.project)
         };
-        if let Err(error) = client.get(&path) {
-            let reason = match error {
+        if let Err(failure) = client.get(&path) {
+            let reason = match failure.error() {
                 ProviderError::NotFound(_) => HealthReason::TemplateNotFound,
-                _ => reason_of(&error),
+                _ => reason_of(&failure),
             };
-            issues.push((reason, format!("config key `{key}`: {}", error.message())));
+            issues.push((reason, format!("config key `{key}`: {}", failure.error().message())));
         }
     }
     issues.into_iter().fold(Health::healthy(), |health, (reason, message)| Health {
@@ -447,6 +434,8 @@ export_provider!(Gcp);
 
 #[cfg(test)]
 mod tests {
+    use proxyfleet_sdk::http::{FailureKind, HostRefusal};
+
     use super::*;
 
     fn spec(uid: &str, placement: &[(&str, &str)]) -> ProxySpec {
@@ -506,21 +495,31 @@ mod tests {
     }
 
     #[test]
-    fn health_reasons_come_from_the_failure() {
-        assert_eq!(
-            reason_of(&ProviderError::Unauthorized(
-                "GET p: HTTP 401 credentialUnavailable: the host could not get an access token for this request: x".into()
-            )),
-            HealthReason::CredentialsUnavailable
+    fn health_reasons_come_from_the_failure_not_its_text() {
+        let credential = Failure::new(
+            FailureKind::Host(HostRefusal::CredentialUnavailable),
+            ProviderError::Unauthorized("GET p: HTTP 401".into()),
         );
-        assert_eq!(
-            reason_of(&ProviderError::Unauthorized("GET p: HTTP 403".into())),
-            HealthReason::Unauthorized
+        assert_eq!(reason_of(&credential), HealthReason::CredentialsUnavailable);
+        let forbidden = Failure::new(
+            FailureKind::Status(403),
+            ProviderError::Unauthorized("GET p: HTTP 403".into()),
         );
-        assert_eq!(
-            reason_of(&ProviderError::Transient("GET p: connect timed out".into())),
-            HealthReason::Timeout
+        assert_eq!(reason_of(&forbidden), HealthReason::Unauthorized);
+        let slow = Failure::new(FailureKind::Timeout, ProviderError::Transient("x".into()));
+        assert_eq!(reason_of(&slow), HealthReason::Timeout);
+        let missing = Failure::new(
+            FailureKind::Status(404),
+            ProviderError::NotFound("GET p: HTTP 404".into()),
         );
+        assert_eq!(reason_of(&missing), HealthReason::Misconfigured);
+        // Google's own words about tokens decide nothing: only the host's
+        // header marks its refusal.
+        let backend = Failure::new(
+            FailureKind::Status(401),
+            ProviderError::Unauthorized("GET p: HTTP 401: could not get an access token".into()),
+        );
+        assert_eq!(reason_of(&backend), HealthReason::Unauthorized);
         assert_eq!(
             source_path("https://www.googleapis.com/compute/v1/projects/a/global/images/b"),
             "projects/a/global/images/b"

@@ -9,8 +9,8 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Method, Request, classify_status};
-use proxyfleet_sdk::{ProviderError, Result};
+use proxyfleet_sdk::http::{Failure, FailureKind, Method, Request, classify_status};
+use proxyfleet_sdk::{HealthReason, ProviderError, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -34,6 +34,9 @@ pub struct ApiError {
     pub kind: String,
     /// Seconds the server asks to wait before retrying.
     pub retry_after: Option<u64>,
+    /// What failed: the transport's kind, the host's own answer, or the
+    /// status.
+    pub cause: FailureKind,
     pub error: ProviderError,
 }
 
@@ -44,8 +47,21 @@ impl From<ApiError> for ProviderError {
 }
 
 impl ApiError {
-    fn transport(error: ProviderError) -> Self {
-        Self { status: 0, reason: String::new(), kind: String::new(), retry_after: None, error }
+    fn transport(failure: Failure) -> Self {
+        Self {
+            status: 0,
+            reason: String::new(),
+            kind: String::new(),
+            retry_after: None,
+            cause: failure.kind(),
+            error: failure.into_error(),
+        }
+    }
+
+    /// The health reason a check reports for this error, from its cause
+    /// and class (see [`Failure::health_reason`]).
+    pub fn health_reason(&self) -> HealthReason {
+        Failure::new(self.cause, self.error.clone()).health_reason()
     }
 }
 
@@ -145,6 +161,7 @@ pub fn classify(
             reason: String::new(),
             kind: String::new(),
             retry_after,
+            cause: FailureKind::Status(status),
             error: fallback,
         };
     };
@@ -180,7 +197,14 @@ pub fn classify(
         429 | 500.. => ProviderError::Transient(message),
         _ => ProviderError::Permanent(message),
     };
-    ApiError { status, reason: parsed.reason, kind: parsed.details.kind, retry_after, error }
+    ApiError {
+        status,
+        reason: parsed.reason,
+        kind: parsed.details.kind,
+        retry_after,
+        cause: FailureKind::Status(status),
+        error,
+    }
 }
 
 /// The API of one cluster, within one call's deadline.
@@ -220,9 +244,10 @@ impl Client {
         loop {
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(ApiError::transport(ProviderError::Transient(format!(
-                    "{method} {path}: no time left in the call"
-                ))));
+                return Err(ApiError::transport(Failure::new(
+                    FailureKind::Timeout,
+                    ProviderError::Transient(format!("{method} {path}: no time left in the call")),
+                )));
             }
             let mut request = Request::new(method, url.clone())
                 .header("accept", "application/json")
@@ -237,15 +262,20 @@ impl Client {
                 if response.body.is_empty() {
                     return Ok(Value::Null);
                 }
-                return response.json().map_err(ApiError::transport);
+                return response
+                    .json()
+                    .map_err(|error| ApiError::transport(Failure::new(FailureKind::Body, error)));
             }
-            let error = classify(
-                method,
-                path,
-                response.status,
-                response.header("retry-after"),
-                &response.body,
-            );
+            let error = ApiError {
+                cause: FailureKind::of_answer(&response),
+                ..classify(
+                    method,
+                    path,
+                    response.status,
+                    response.header("retry-after"),
+                    &response.body,
+                )
+            };
             let retryable = error.status == 429 || error.status >= 500;
             if let Some(wait) = error.retry_after.map(Duration::from_secs)
                 && retryable

@@ -235,24 +235,6 @@ fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
     }
 }
 
-/// The health reason for a failed request.
-fn reason_of(error: &ProviderError) -> HealthReason {
-    let message = error.message();
-    if message.contains("could not read the credential") || message.contains("credential for") {
-        HealthReason::CredentialsUnavailable
-    } else if message.contains("certificate") || message.contains("TLS") {
-        HealthReason::CertificateInvalid
-    } else if message.contains("timed out") {
-        HealthReason::Timeout
-    } else {
-        match error {
-            ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
-            ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
-            _ => HealthReason::Unreachable,
-        }
-    }
-}
-
 /// Asks the API server whether the credential may `verb` pods in
 /// `namespace`: `Ok(None)` when allowed, `Ok(Some(why))` when not.
 fn may(client: &Client, namespace: &str, verb: &str) -> Result<Option<String>, ApiError> {
@@ -287,7 +269,7 @@ fn check(ctx: &CallContext) -> Health {
     // one would fail the same way. Every authenticated user may read it.
     let version = match client.get("/version") {
         Ok(version) => version,
-        Err(error) => return Health::unhealthy(reason_of(&error.error), error.error.message()),
+        Err(error) => return Health::unhealthy(error.health_reason(), error.error.message()),
     };
     log::debug!(
         "API server reachable",
@@ -329,7 +311,7 @@ fn check(ctx: &CallContext) -> Health {
             );
         }
         Err(error) => {
-            health = fail(health, reason_of(&error.error), error.error.message().to_owned());
+            health = fail(health, error.health_reason(), error.error.message().to_owned());
         }
     }
 
@@ -347,7 +329,7 @@ fn check(ctx: &CallContext) -> Health {
             Err(error) => {
                 return fail(
                     health,
-                    reason_of(&error.error),
+                    error.health_reason(),
                     format!(
                         "cannot ask the API server for the credential's permissions: {}",
                         error.error.message()
@@ -408,34 +390,52 @@ export_provider!(Kubernetes);
 
 #[cfg(test)]
 mod tests {
+    use proxyfleet_sdk::http::{FailureKind, HostRefusal};
+
     use super::*;
 
     #[test]
-    fn health_reasons_come_from_the_failure() {
-        let reason = |error: ProviderError| reason_of(&error);
-        assert_eq!(
-            reason(ProviderError::Transient(
-                "GET x: host error: the host could not read the credential for https://k:443"
-                    .into()
-            )),
-            HealthReason::CredentialsUnavailable
-        );
-        assert_eq!(
-            reason(ProviderError::Permanent("GET x: TLS certificate rejected".into())),
-            HealthReason::CertificateInvalid
-        );
-        assert_eq!(
-            reason(ProviderError::Transient("GET x: connect timed out".into())),
-            HealthReason::Timeout
-        );
-        assert_eq!(
-            reason(ProviderError::Unauthorized("GET /version: HTTP 401 Unauthorized".into())),
-            HealthReason::Unauthorized
-        );
-        assert_eq!(
-            reason(ProviderError::Transient("GET x: connection refused".into())),
-            HealthReason::Unreachable
-        );
+    fn health_reasons_come_from_the_cause_not_the_text() {
+        let failed = |cause: FailureKind, error: ProviderError| ApiError {
+            status: 0,
+            reason: String::new(),
+            kind: String::new(),
+            retry_after: None,
+            cause,
+            error,
+        };
+        let credential = FailureKind::Host(HostRefusal::CredentialUnavailable);
+        for (cause, error, reason) in [
+            (
+                credential,
+                ProviderError::Transient("x".into()),
+                HealthReason::CredentialsUnavailable,
+            ),
+            (
+                FailureKind::Tls,
+                ProviderError::Permanent("x".into()),
+                HealthReason::CertificateInvalid,
+            ),
+            (FailureKind::Timeout, ProviderError::Transient("x".into()), HealthReason::Timeout),
+            (
+                FailureKind::Status(401),
+                ProviderError::Unauthorized("GET /version: HTTP 401 Unauthorized".into()),
+                HealthReason::Unauthorized,
+            ),
+            (
+                FailureKind::Connection,
+                ProviderError::Transient("GET x: connection refused".into()),
+                HealthReason::Unreachable,
+            ),
+            // An API server's own words decide nothing.
+            (
+                FailureKind::Status(500),
+                ProviderError::Transient("HTTP 500: certificate rotation timed out".into()),
+                HealthReason::Unreachable,
+            ),
+        ] {
+            assert_eq!(failed(cause, error).health_reason(), reason, "{cause:?}");
+        }
     }
 
     #[test]
@@ -447,6 +447,7 @@ mod tests {
             reason: "NotFound".into(),
             kind: kind.into(),
             retry_after: None,
+            cause: FailureKind::Status(404),
             error: ProviderError::NotFound("POST /api/v1/namespaces/gone/pods: HTTP 404".into()),
         };
         assert!(matches!(

@@ -78,7 +78,7 @@ fn vm_path(node: &str, vmid: u32) -> String {
 }
 
 fn vm_config(client: &Client, node: &str, vmid: u32) -> Result<Value> {
-    client.get(&format!("{}/config", vm_path(node, vmid)), &[])
+    Ok(client.get(&format!("{}/config", vm_path(node, vmid)), &[])?)
 }
 
 /// Whether `vm` is our VM for `uid`: it carries our name and, in its
@@ -420,8 +420,8 @@ fn get_instance(client: &Client, vmid: u32) -> Result<Instance> {
     if state == InstanceState::Running {
         match client.get(&format!("{path}/agent/network-get-interfaces"), &[]) {
             Ok(agent) => addresses = vm::addresses_of(&agent),
-            Err(error) if pve::agent_not_ready(&error) => {}
-            Err(error) => return Err(error),
+            Err(failure) if pve::agent_not_ready(failure.error()) => {}
+            Err(failure) => return Err(failure.into()),
         }
         if addresses.is_empty() {
             state = InstanceState::Provisioning;
@@ -645,24 +645,6 @@ fn listed_by_claim(vm: &VmEntry) -> Result<Option<Instance>> {
     }
 }
 
-/// The health reason for a failed request.
-fn reason_of(error: &ProviderError) -> HealthReason {
-    let message = error.message();
-    if message.contains("could not read the credential") || message.contains("credential for") {
-        HealthReason::CredentialsUnavailable
-    } else if message.contains("certificate") {
-        HealthReason::CertificateInvalid
-    } else if message.contains("timed out") {
-        HealthReason::Timeout
-    } else {
-        match error {
-            ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
-            ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
-            _ => HealthReason::Unreachable,
-        }
-    }
-}
-
 fn check(ctx: &CallContext) -> Health {
     let config = match Config::parse(&ctx.config) {
         Ok(config) => config,
@@ -673,7 +655,9 @@ fn check(ctx: &CallContext) -> Health {
     // one would fail the same way.
     let version = match client.get("/version", &[]) {
         Ok(version) => version,
-        Err(error) => return Health::unhealthy(reason_of(&error), error.message()),
+        Err(failure) => {
+            return Health::unhealthy(failure.health_reason(), failure.error().message());
+        }
     };
     log::debug!(
         "cluster reachable",
@@ -694,14 +678,16 @@ fn check(ctx: &CallContext) -> Health {
     let mut issues = Vec::new();
     for node in &config.nodes {
         let (node_status, storage) = (answers.next(), answers.next());
-        if let Some(Err(error)) = node_status {
-            issues.push((reason_of(&error), format!("node {node}: {}", error.message())));
+        if let Some(Err(failure)) = node_status {
+            let message = format!("node {node}: {}", failure.error().message());
+            issues.push((failure.health_reason(), message));
         }
-        if let Some(Err(error)) = storage {
-            let reason = match pve::recognise(error.message()) {
+        if let Some(Err(failure)) = storage {
+            let reason = match pve::recognise(failure.error().message()) {
                 Some(Fault::StorageMissing) => HealthReason::StorageNotFound,
-                _ => reason_of(&error),
+                _ => failure.health_reason(),
             };
+            let error = failure.error();
             issues.push((
                 reason,
                 format!(
@@ -726,7 +712,9 @@ fn check(ctx: &CallContext) -> Health {
                 }
             }
         }
-        Some(Err(error)) => issues.push((reason_of(&error), error.message().to_owned())),
+        Some(Err(failure)) => {
+            issues.push((failure.health_reason(), failure.error().message().to_owned()));
+        }
         None => {}
     }
     issues.into_iter().fold(Health::healthy(), |health, (reason, message)| Health {
@@ -777,6 +765,8 @@ export_provider!(Proxmox);
 
 #[cfg(test)]
 mod tests {
+    use proxyfleet_sdk::http::{Failure, FailureKind};
+
     use super::*;
 
     #[test]
@@ -798,30 +788,21 @@ mod tests {
     }
 
     #[test]
-    fn health_reasons_come_from_the_failure() {
-        let reason = |error: ProviderError| reason_of(&error);
-        assert_eq!(
-            reason(ProviderError::Transient(
-                "GET x: host error: the host could not read the credential for https://pve:8006"
-                    .into()
-            )),
-            HealthReason::CredentialsUnavailable
+    fn a_pve_fault_reclassifies_the_error_and_keeps_the_failure_kind() {
+        let answer = Failure::new(
+            FailureKind::Status(500),
+            ProviderError::Transient(
+                "GET x: HTTP 500: Configuration file 'nodes/pve1/qemu-server/101.conf' does not exist"
+                    .into(),
+            ),
         );
-        assert_eq!(
-            reason(ProviderError::Permanent("GET x: TLS certificate rejected".into())),
-            HealthReason::CertificateInvalid
-        );
-        assert_eq!(
-            reason(ProviderError::Transient("GET x: connect timed out".into())),
-            HealthReason::Timeout
-        );
-        assert_eq!(
-            reason(ProviderError::Unauthorized("GET x: HTTP 401".into())),
-            HealthReason::Unauthorized
-        );
-        assert_eq!(
-            reason(ProviderError::Transient("GET x: connection refused".into())),
-            HealthReason::Unreachable
-        );
+        let failure = answer.map_error(pve::classify);
+        assert!(matches!(failure.error(), ProviderError::NotFound(_)), "{failure}");
+        assert_eq!(failure.kind(), FailureKind::Status(500));
+        assert_eq!(failure.health_reason(), HealthReason::Unreachable);
+
+        let timed_out = Failure::new(FailureKind::Timeout, ProviderError::Transient("x".into()))
+            .map_error(pve::classify);
+        assert_eq!(timed_out.health_reason(), HealthReason::Timeout);
     }
 }

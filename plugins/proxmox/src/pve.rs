@@ -14,7 +14,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Method, Request, encode_component};
+use proxyfleet_sdk::http::{Failure, FailureKind, Method, Request, encode_component};
 use proxyfleet_sdk::{ProviderError, Result, log};
 use serde_json::Value;
 
@@ -159,7 +159,12 @@ impl Client {
 
     /// Performs `method path` with `params` (query for GET and DELETE, form
     /// body otherwise) and returns the `data` of the answer.
-    pub fn call(&self, method: Method, path: &str, params: &[(&str, String)]) -> Result<Value> {
+    pub fn call(
+        &self,
+        method: Method,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<Value, Failure> {
         let mut url = format!("{}{path}", self.base);
         let request = match method {
             Method::Get | Method::Delete | Method::Head => {
@@ -170,12 +175,13 @@ impl Client {
             }
             _ => Request::new(method, url).body("application/x-www-form-urlencoded", form(params)),
         };
-        let response = request.send().map_err(classify)?;
-        let envelope: Value = response.json()?;
+        let response = request.send().map_err(|failure| failure.map_error(classify))?;
+        let envelope: Value =
+            response.json().map_err(|error| Failure::new(FailureKind::Body, error))?;
         Ok(envelope.get("data").cloned().unwrap_or(Value::Null))
     }
 
-    pub fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value> {
+    pub fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, Failure> {
         self.call(Method::Get, path, params)
     }
 
@@ -219,7 +225,7 @@ impl Client {
         let response = Request::post(url)
             .body(&format!("multipart/form-data; boundary={boundary}"), body)
             .send()
-            .map_err(classify)?;
+            .map_err(|failure| failure.map_error(classify))?;
         let envelope: Value = response.json()?;
         match envelope.get("data").and_then(Value::as_str) {
             Some(upid) => self.wait_task(node, upid),

@@ -7,9 +7,10 @@ use wasip2::http::types::{self as wasi, ErrorCode, IncomingBody, IncomingRespons
 use wasip2::io::streams::{InputStream, StreamError};
 
 use super::classify::classify_transport;
+use super::failure::{Failure, FailureKind};
 use super::target::Target;
 use super::{Method, READ_CHUNK, WRITE_CHUNK};
-use crate::{ProviderError, Result};
+use crate::ProviderError;
 
 /// How much of an error answer's body [`Request::send_streaming`] reads
 /// for the message.
@@ -32,12 +33,12 @@ pub(super) struct OpenResponse {
     pub(super) upload_error: Option<ErrorCode>,
     /// How reading the body failed: every later read fails the same way,
     /// so a body cut off never reads as one that ended.
-    pub(super) failed: Option<ProviderError>,
+    pub(super) failed: Option<Failure>,
 }
 
 impl OpenResponse {
     /// The next chunk of the body; `None` once it has all been read.
-    pub(super) fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+    pub(super) fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure> {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
@@ -52,11 +53,14 @@ impl OpenResponse {
                 self.finish();
                 let error = match wasi::http_error_code(&io_error) {
                     Some(code) => classify_transport(&code, self.method, &self.url, &self.target),
-                    None => ProviderError::Transient(format!(
-                        "{}: reading the response failed: {}",
-                        self.label,
-                        io_error.to_debug_string()
-                    )),
+                    None => Failure::new(
+                        FailureKind::Connection,
+                        ProviderError::Transient(format!(
+                            "{}: reading the response failed: {}",
+                            self.label,
+                            io_error.to_debug_string()
+                        )),
+                    ),
                 };
                 self.failed = Some(error.clone());
                 Err(error)
@@ -79,15 +83,18 @@ impl OpenResponse {
     }
 
     /// The whole body, at most `limit` bytes.
-    pub(super) fn read_all(&mut self, limit: usize) -> Result<Vec<u8>> {
+    pub(super) fn read_all(&mut self, limit: usize) -> Result<Vec<u8>, Failure> {
         let mut bytes = Vec::new();
         while let Some(chunk) = self.next_chunk()? {
             if bytes.len() + chunk.len() > limit {
                 self.finish();
-                return Err(ProviderError::Permanent(format!(
-                    "{}: response body too large (over {limit} bytes)",
-                    self.label
-                )));
+                return Err(Failure::new(
+                    FailureKind::TooLarge,
+                    ProviderError::Permanent(format!(
+                        "{}: response body too large (over {limit} bytes)",
+                        self.label
+                    )),
+                ));
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -95,7 +102,7 @@ impl OpenResponse {
     }
 
     /// A failed request upload, unless the status says more.
-    pub(super) fn check_upload(&mut self) -> Result<()> {
+    pub(super) fn check_upload(&mut self) -> Result<(), Failure> {
         match self.upload_error.take().filter(|_| self.status < 400) {
             Some(code) => Err(classify_transport(&code, self.method, &self.url, &self.target)),
             None => Ok(()),
@@ -152,9 +159,9 @@ impl BodyStream {
     }
 
     /// The next chunk of the body (at most 64 KiB); `None` at its end. A
-    /// connection lost part way is [`ProviderError::Transient`], and so is
-    /// every read after it.
-    pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+    /// connection lost part way is a [`Failure`] classified
+    /// [`ProviderError::Transient`], and so is every read after it.
+    pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure> {
         self.open.next_chunk()
     }
 }

@@ -3,6 +3,7 @@
 
 use wasip2::http::types::ErrorCode;
 
+use super::failure::{Failure, FailureKind};
 use super::target::{Target, redact_userinfo};
 use super::{BODY_EXCERPT_CHARS, Method};
 use crate::ProviderError;
@@ -104,7 +105,7 @@ pub(super) fn excerpt_text(text: &str) -> String {
     out
 }
 
-/// The error for a transport failure reported by the host.
+/// The failure for a transport error reported by the host, by its code.
 ///
 /// A denial by the host's grants is Unauthorized; DNS, connection and
 /// timeout failures are Transient; size limits, malformed requests and TLS
@@ -114,77 +115,104 @@ pub(super) fn classify_transport(
     method: Method,
     url: &str,
     target: &Target,
-) -> ProviderError {
+) -> Failure {
     let request = format!("{method} {}", redact_userinfo(url));
-    let transient = |what: &str| ProviderError::Transient(format!("{request}: {what}"));
-    let permanent = |what: &str| ProviderError::Permanent(format!("{request}: {what}"));
+    let transient = |kind: FailureKind, what: &str| {
+        Failure::new(kind, ProviderError::Transient(format!("{request}: {what}")))
+    };
+    let permanent = |kind: FailureKind, what: &str| {
+        Failure::new(kind, ProviderError::Permanent(format!("{request}: {what}")))
+    };
+    use FailureKind::{Connection, Denied, Dns, Other, Request, Timeout, Tls, TooLarge};
     match code {
-        ErrorCode::HttpRequestDenied => ProviderError::Unauthorized(format!(
-            "denied by the host: the entry's grants do not allow {}",
-            target.origin()
-        )),
-        ErrorCode::DestinationIpProhibited => ProviderError::Unauthorized(format!(
-            "denied by the host: the entry's grants do not allow the address {} resolves to",
-            target.origin()
-        )),
-        ErrorCode::DnsTimeout => transient("DNS lookup timed out"),
-        ErrorCode::DnsError(payload) => transient(&format!(
-            "DNS lookup failed{}",
-            payload.rcode.as_deref().map(|rcode| format!(" ({rcode})")).unwrap_or_default()
-        )),
-        ErrorCode::DestinationNotFound => transient("destination not found"),
-        ErrorCode::DestinationUnavailable => transient("destination unavailable"),
-        ErrorCode::DestinationIpUnroutable => transient("destination address unroutable"),
-        ErrorCode::ConnectionRefused => transient("connection refused"),
-        ErrorCode::ConnectionTerminated => transient("connection closed early"),
-        ErrorCode::ConnectionTimeout => transient("connect timed out"),
-        ErrorCode::ConnectionReadTimeout => transient("timed out reading the response"),
-        ErrorCode::ConnectionWriteTimeout => transient("timed out sending the request"),
-        ErrorCode::ConnectionLimitReached => transient("connection limit reached"),
-        ErrorCode::HttpResponseIncomplete => transient("response incomplete"),
-        ErrorCode::HttpResponseTimeout => transient("timed out waiting for the response"),
-        ErrorCode::HttpProtocolError => transient("HTTP protocol error"),
-        ErrorCode::InternalError(detail) => transient(&format!(
-            "host error{}",
-            detail.as_deref().map(|detail| format!(": {detail}")).unwrap_or_default()
-        )),
-        ErrorCode::TlsProtocolError => permanent("TLS handshake failed"),
-        ErrorCode::TlsCertificateError => permanent("TLS certificate rejected"),
-        ErrorCode::TlsAlertReceived(payload) => permanent(&format!(
-            "TLS alert from the server{}",
-            payload
-                .alert_message
-                .as_deref()
-                .map(|message| format!(": {message}"))
-                .unwrap_or_default()
-        )),
+        ErrorCode::HttpRequestDenied => Failure::new(
+            Denied,
+            ProviderError::Unauthorized(format!(
+                "denied by the host: the entry's grants do not allow {}",
+                target.origin()
+            )),
+        ),
+        ErrorCode::DestinationIpProhibited => Failure::new(
+            Denied,
+            ProviderError::Unauthorized(format!(
+                "denied by the host: the entry's grants do not allow the address {} resolves to",
+                target.origin()
+            )),
+        ),
+        ErrorCode::DnsTimeout => transient(Timeout, "DNS lookup timed out"),
+        ErrorCode::DnsError(payload) => transient(
+            Dns,
+            &format!(
+                "DNS lookup failed{}",
+                payload.rcode.as_deref().map(|rcode| format!(" ({rcode})")).unwrap_or_default()
+            ),
+        ),
+        ErrorCode::DestinationNotFound => transient(Dns, "destination not found"),
+        ErrorCode::DestinationUnavailable => transient(Connection, "destination unavailable"),
+        ErrorCode::DestinationIpUnroutable => {
+            transient(Connection, "destination address unroutable")
+        }
+        ErrorCode::ConnectionRefused => transient(Connection, "connection refused"),
+        ErrorCode::ConnectionTerminated => transient(Connection, "connection closed early"),
+        ErrorCode::ConnectionTimeout => transient(Timeout, "connect timed out"),
+        ErrorCode::ConnectionReadTimeout => transient(Timeout, "timed out reading the response"),
+        ErrorCode::ConnectionWriteTimeout => transient(Timeout, "timed out sending the request"),
+        ErrorCode::ConnectionLimitReached => transient(Connection, "connection limit reached"),
+        ErrorCode::HttpResponseIncomplete => transient(Connection, "response incomplete"),
+        ErrorCode::HttpResponseTimeout => transient(Timeout, "timed out waiting for the response"),
+        ErrorCode::HttpProtocolError => transient(Other, "HTTP protocol error"),
+        ErrorCode::InternalError(detail) => transient(
+            Other,
+            &format!(
+                "host error{}",
+                detail.as_deref().map(|detail| format!(": {detail}")).unwrap_or_default()
+            ),
+        ),
+        ErrorCode::TlsProtocolError => permanent(Tls, "TLS handshake failed"),
+        ErrorCode::TlsCertificateError => permanent(Tls, "TLS certificate rejected"),
+        ErrorCode::TlsAlertReceived(payload) => permanent(
+            Tls,
+            &format!(
+                "TLS alert from the server{}",
+                payload
+                    .alert_message
+                    .as_deref()
+                    .map(|message| format!(": {message}"))
+                    .unwrap_or_default()
+            ),
+        ),
         // The host reports the size it saw; its cap is the entry's to set.
-        ErrorCode::HttpResponseBodySize(size) => permanent(&format!(
-            "response body too large{}: over the host's cap, the entry's \
-             `limits.httpResponseMiB`",
-            size.map(|size| format!(" ({size} bytes)")).unwrap_or_default()
-        )),
-        ErrorCode::HttpRequestBodySize(_) => permanent("request body too large"),
+        ErrorCode::HttpResponseBodySize(size) => permanent(
+            TooLarge,
+            &format!(
+                "response body too large{}: over the host's cap, the entry's \
+                 `limits.httpResponseMiB`",
+                size.map(|size| format!(" ({size} bytes)")).unwrap_or_default()
+            ),
+        ),
+        ErrorCode::HttpRequestBodySize(_) => permanent(TooLarge, "request body too large"),
         ErrorCode::HttpResponseHeaderSectionSize(_) | ErrorCode::HttpResponseHeaderSize(_) => {
-            permanent("response headers too large")
+            permanent(TooLarge, "response headers too large")
         }
         ErrorCode::HttpResponseTrailerSectionSize(_) | ErrorCode::HttpResponseTrailerSize(_) => {
-            permanent("response trailers too large")
+            permanent(TooLarge, "response trailers too large")
         }
         ErrorCode::HttpRequestHeaderSectionSize(_) | ErrorCode::HttpRequestHeaderSize(_) => {
-            permanent("request headers too large")
+            permanent(TooLarge, "request headers too large")
         }
         ErrorCode::HttpRequestTrailerSectionSize(_) | ErrorCode::HttpRequestTrailerSize(_) => {
-            permanent("request trailers too large")
+            permanent(TooLarge, "request trailers too large")
         }
-        ErrorCode::HttpRequestLengthRequired => permanent("server requires a content length"),
-        ErrorCode::HttpRequestMethodInvalid => permanent("method refused"),
-        ErrorCode::HttpRequestUriInvalid => permanent("URI refused"),
-        ErrorCode::HttpRequestUriTooLong => permanent("URI too long"),
-        ErrorCode::HttpResponseTransferCoding(_) => permanent("unsupported transfer coding"),
-        ErrorCode::HttpResponseContentCoding(_) => permanent("unsupported content coding"),
-        ErrorCode::HttpUpgradeFailed => permanent("protocol upgrade failed"),
-        ErrorCode::LoopDetected => permanent("request loop detected"),
-        ErrorCode::ConfigurationError => permanent("host HTTP configuration error"),
+        ErrorCode::HttpRequestLengthRequired => {
+            permanent(Request, "server requires a content length")
+        }
+        ErrorCode::HttpRequestMethodInvalid => permanent(Request, "method refused"),
+        ErrorCode::HttpRequestUriInvalid => permanent(Request, "URI refused"),
+        ErrorCode::HttpRequestUriTooLong => permanent(TooLarge, "URI too long"),
+        ErrorCode::HttpResponseTransferCoding(_) => permanent(Other, "unsupported transfer coding"),
+        ErrorCode::HttpResponseContentCoding(_) => permanent(Other, "unsupported content coding"),
+        ErrorCode::HttpUpgradeFailed => permanent(Other, "protocol upgrade failed"),
+        ErrorCode::LoopDetected => permanent(Other, "request loop detected"),
+        ErrorCode::ConfigurationError => permanent(Other, "host HTTP configuration error"),
     }
 }

@@ -2,11 +2,14 @@
 //!
 //! The host only lets a plugin reach the destinations its entry grants; a
 //! request anywhere else fails with [`ProviderError::Unauthorized`]. Every
-//! failure comes back as a [`ProviderError`] already classified for the
-//! host: an HTTP status of 400 or more by [`classify_status`], a transport
-//! failure by its `wasi:http` error code. [`Request::send_any_status`]
-//! hands error answers back instead, for APIs whose bodies say more than
-//! their status.
+//! failure comes back as a [`Failure`]: its [`FailureKind`] (the
+//! transport's error code, an answer the host made itself, or the status),
+//! the server's `Retry-After`, and the error already classified for the
+//! host (an HTTP status of 400 or more by [`classify_status`], a transport
+//! failure by its `wasi:http` error code), which `?` turns it into.
+//! [`Request::send_any_status`] hands error answers back instead, for APIs
+//! whose bodies say more than their status; [`Failure::of_answer`] keeps
+//! their kind.
 //!
 //! ```no_run
 //! use proxyfleet_sdk::http::Request;
@@ -267,19 +270,8 @@ impl Request {
     /// A status of 400 or more is returned as the error [`classify_status`]
     /// gives; any other status (including 3xx: redirects are not followed)
     /// as `Ok`.
-    pub fn send(self) -> Result<Response> {
-        let (method, url) = (self.method, self.url.clone());
-        let response = self.send_any_status()?;
-        match classify_answer(
-            method,
-            &url,
-            response.status,
-            response.reason_phrase(),
-            &response.body,
-        ) {
-            Some(error) => Err(error),
-            None => Ok(response),
-        }
+    pub fn send(self) -> Result<Response, Failure> {
+        self.start()?.answer()
     }
 
     /// Performs the request and returns the response whatever its status;
@@ -289,55 +281,63 @@ impl Request {
     /// For APIs whose error answers say more than their status, such as
     /// Kubernetes `Status` objects or a `Retry-After` header: the plugin
     /// classifies them itself (falling back on [`classify_status`]).
-    pub fn send_any_status(self) -> Result<Response> {
+    pub fn send_any_status(self) -> Result<Response, Failure> {
         let limit = self.max_response_bytes;
-        let mut open = self.open()?;
-        let body = open.read_all(limit)?;
-        open.check_upload()?;
-        Ok(Response {
-            status: open.status,
-            headers: std::mem::take(&mut open.headers),
-            body,
-            request: std::mem::take(&mut open.label),
-        })
+        read_response(self.open()?, limit)
     }
 
     /// Performs the request and hands the body back chunk by chunk, for
     /// downloads too large to hold in memory (a disk image). A status of
     /// 400 or more is the error [`classify_status`] gives, as with
     /// [`Request::send`]; the response size limit does not apply.
-    pub fn send_streaming(self) -> Result<BodyStream> {
+    pub fn send_streaming(self) -> Result<BodyStream, Failure> {
         let mut open = self.open()?;
         if open.status >= 400 {
             // Enough of the body for the error message; the rest is dropped.
-            let body = open.read_prefix(ERROR_BODY_BYTES);
-            let status = open.status;
-            let reason = open
-                .headers
-                .iter()
-                .find(|(key, _)| key.eq_ignore_ascii_case(REASON_PHRASE_HEADER))
-                .map(|(_, value)| value.as_str());
-            return Err(classify_answer(open.method, &open.url, status, reason, &body)
-                .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {status}"))));
+            let answer = Response {
+                status: open.status,
+                body: open.read_prefix(ERROR_BODY_BYTES),
+                headers: std::mem::take(&mut open.headers),
+                request: std::mem::take(&mut open.label),
+            };
+            let error = classify_answer(
+                open.method,
+                &open.url,
+                answer.status,
+                answer.reason_phrase(),
+                &answer.body,
+            )
+            .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {}", answer.status)));
+            return Err(Failure::of_answer(&answer, error));
         }
         open.check_upload()?;
         Ok(BodyStream { open })
     }
 
     /// Sends the request and waits for the response head.
-    fn open(self) -> Result<OpenResponse> {
+    fn open(self) -> Result<OpenResponse, Failure> {
+        self.start()?.open()
+    }
+
+    /// Sends the request (and its body) without waiting for the answer.
+    fn start(self) -> Result<Started, Failure> {
         if let Some(error) = self.deferred_error {
-            return Err(error);
+            return Err(Failure::new(FailureKind::Request, error));
         }
         let target = Target::parse(&self.url).map_err(|reason| {
-            ProviderError::Permanent(format!(
-                "{} {}: invalid URL: {reason}",
-                self.method,
-                redact_userinfo(&self.url)
-            ))
+            Failure::new(
+                FailureKind::Request,
+                ProviderError::Permanent(format!(
+                    "{} {}: invalid URL: {reason}",
+                    self.method,
+                    redact_userinfo(&self.url)
+                )),
+            )
         })?;
         let label = format!("{} {}", self.method, self.url);
-        let fail = |what: &str| ProviderError::Permanent(format!("{label}: {what}"));
+        let fail = |what: &str| {
+            Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
+        };
 
         let headers = Fields::new();
         // The whole body is known, so say how long it is: without this the
@@ -385,21 +385,56 @@ impl Request {
         // Written after `handle`, so that a body larger than the host's
         // buffer streams out instead of blocking before the request starts.
         let write_result = write_body(outgoing_body, &self.body);
+        Ok(Started {
+            future_response,
+            write_result,
+            method: self.method,
+            url: self.url,
+            target,
+            label,
+            max_response_bytes: self.max_response_bytes,
+        })
+    }
+}
 
+/// A request on its way: sent, its answer not awaited yet.
+struct Started {
+    future_response: wasi::FutureIncomingResponse,
+    write_result: std::result::Result<(), wasi::ErrorCode>,
+    method: Method,
+    url: String,
+    target: Target,
+    label: String,
+    max_response_bytes: usize,
+}
+
+impl Started {
+    /// Waits for the response head.
+    fn open(self) -> Result<OpenResponse, Failure> {
+        let label = self.label;
+        let fail = |what: &str| {
+            Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
+        };
+        let future_response = self.future_response;
         future_response.subscribe().block();
         let response = match future_response.get() {
             Some(Ok(Ok(response))) => response,
             // A broken upload usually shows here with the better code.
             Some(Ok(Err(code))) => {
-                return Err(classify_transport(&code, self.method, &self.url, &target));
+                return Err(classify_transport(&code, self.method, &self.url, &self.target));
             }
             Some(Err(())) => return Err(fail("response already taken")),
-            None => return Err(ProviderError::Transient(format!("{label}: no response"))),
+            None => {
+                return Err(Failure::new(
+                    FailureKind::Connection,
+                    ProviderError::Transient(format!("{label}: no response")),
+                ));
+            }
         };
         // A server may answer before reading the whole body (401, 413): its
         // answer is what counts, so a failed upload is only reported when
         // the status does not say more.
-        let upload_error = write_result.err();
+        let upload_error = self.write_result.err();
 
         let status = response.status();
         let headers = response
@@ -418,12 +453,62 @@ impl Request {
             headers,
             method: self.method,
             url: self.url,
-            target,
+            target: self.target,
             label,
             upload_error,
             failed: None,
         })
     }
+
+    /// Waits for the whole answer, as [`Request::send`] does.
+    fn answer(self) -> Result<Response, Failure> {
+        let (method, url, limit) = (self.method, self.url.clone(), self.max_response_bytes);
+        let response = read_response(self.open()?, limit)?;
+        match classify_answer(
+            method,
+            &url,
+            response.status,
+            response.reason_phrase(),
+            &response.body,
+        ) {
+            Some(error) => Err(Failure::of_answer(&response, error)),
+            None => Ok(response),
+        }
+    }
+}
+
+/// Reads an opened answer whole, at most `limit` bytes of body.
+fn read_response(mut open: OpenResponse, limit: usize) -> Result<Response, Failure> {
+    let body = open.read_all(limit)?;
+    open.check_upload()?;
+    Ok(Response {
+        status: open.status,
+        headers: std::mem::take(&mut open.headers),
+        body,
+        request: std::mem::take(&mut open.label),
+    })
+}
+
+/// Sends every request before waiting for any answer, so that they are in
+/// flight at once (a check asking every node the same question), and
+/// returns each outcome in the order given, as [`Request::send`] would:
+/// an answer of 400 or more is a [`Failure`].
+///
+/// The host holds each request to the entry's grants and limits as it
+/// would one at a time; beyond the entry's `limits.httpInFlightPerCall`,
+/// the surplus fails with a connection-limit failure.
+///
+/// ```no_run
+/// use proxyfleet_sdk::http::{Request, send_all};
+/// let answers = send_all(vec![
+///     Request::get("https://pve.example:8006/api2/json/nodes/pve1/status"),
+///     Request::get("https://pve.example:8006/api2/json/nodes/pve2/status"),
+/// ]);
+/// assert_eq!(answers.len(), 2);
+/// ```
+pub fn send_all(requests: Vec<Request>) -> Vec<Result<Response, Failure>> {
+    let started: Vec<Result<Started, Failure>> = requests.into_iter().map(Request::start).collect();
+    started.into_iter().map(|started| started.and_then(Started::answer)).collect()
 }
 
 /// A complete HTTP response.
@@ -496,6 +581,7 @@ pub fn encode_component(text: &str) -> String {
 
 mod body;
 mod classify;
+mod failure;
 mod target;
 #[cfg(test)]
 mod tests;
@@ -504,4 +590,5 @@ pub use body::BodyStream;
 use body::{ERROR_BODY_BYTES, OpenResponse, write_body};
 pub use classify::{REASON_PHRASE_HEADER, classify_answer, classify_status};
 use classify::{classify_transport, excerpt};
+pub use failure::{Failure, FailureKind, HOST_REFUSAL_HEADER, HostRefusal};
 use target::{Target, redact_userinfo};

@@ -2,6 +2,7 @@ use wasip2::http::types::ErrorCode;
 
 use super::target::Scheme;
 use super::*;
+use crate::HealthReason;
 
 fn target(url: &str) -> Target {
     Target::parse(url).unwrap_or_else(|error| panic!("{url}: {error}"))
@@ -102,7 +103,7 @@ fn excerpt_collapses_whitespace() {
 fn classifies_transport_errors() {
     let url = "https://api.example:8443/v1";
     let target = target(url);
-    let class = |code: ErrorCode| classify_transport(&code, Method::Get, url, &target);
+    let class = |code: ErrorCode| classify_transport(&code, Method::Get, url, &target).into_error();
     assert_eq!(
         class(ErrorCode::HttpRequestDenied),
         ProviderError::Unauthorized(
@@ -135,6 +136,80 @@ fn classifies_transport_errors() {
     }
     let message = class(ErrorCode::ConnectionRefused).message().to_owned();
     assert_eq!(message, "GET https://api.example:8443/v1: connection refused");
+}
+
+#[test]
+fn transport_failures_keep_their_kind_and_give_the_health_reason() {
+    let url = "https://api.example:8443/v1";
+    let target = target(url);
+    let failure = |code: ErrorCode| classify_transport(&code, Method::Get, url, &target);
+    for (code, kind, reason) in [
+        (ErrorCode::HttpRequestDenied, FailureKind::Denied, HealthReason::Unauthorized),
+        (ErrorCode::DnsTimeout, FailureKind::Timeout, HealthReason::Timeout),
+        (ErrorCode::ConnectionTimeout, FailureKind::Timeout, HealthReason::Timeout),
+        (ErrorCode::ConnectionReadTimeout, FailureKind::Timeout, HealthReason::Timeout),
+        (ErrorCode::HttpResponseTimeout, FailureKind::Timeout, HealthReason::Timeout),
+        (ErrorCode::TlsCertificateError, FailureKind::Tls, HealthReason::CertificateInvalid),
+        (ErrorCode::TlsProtocolError, FailureKind::Tls, HealthReason::CertificateInvalid),
+        (ErrorCode::ConnectionRefused, FailureKind::Connection, HealthReason::Unreachable),
+        (
+            ErrorCode::DnsError(wasi::DnsErrorPayload { rcode: None, info_code: None }),
+            FailureKind::Dns,
+            HealthReason::Unreachable,
+        ),
+        (ErrorCode::HttpResponseBodySize(None), FailureKind::TooLarge, HealthReason::Unreachable),
+        (ErrorCode::InternalError(Some("x".into())), FailureKind::Other, HealthReason::Unreachable),
+    ] {
+        let failure = failure(code);
+        assert_eq!((failure.kind(), failure.health_reason()), (kind, reason), "{failure}");
+    }
+}
+
+fn answer(status: u16, headers: &[(&str, &str)]) -> Response {
+    Response {
+        status,
+        headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        body: Vec::new(),
+        request: "GET https://api.example/v1".to_owned(),
+    }
+}
+
+#[test]
+fn an_answer_the_host_made_itself_is_told_by_its_header_not_its_text() {
+    let refused = answer(503, &[(HOST_REFUSAL_HEADER, "credential-unavailable")]);
+    let failure =
+        Failure::of_answer(&refused, ProviderError::Transient("any wording at all".into()));
+    assert_eq!(failure.kind(), FailureKind::Host(HostRefusal::CredentialUnavailable));
+    assert_eq!(failure.health_reason(), HealthReason::CredentialsUnavailable);
+
+    // The backend's own 401 is the backend's, whatever its body says.
+    let backend = answer(401, &[]);
+    let failure = Failure::of_answer(
+        &backend,
+        ProviderError::Unauthorized("the host could not get an access token".into()),
+    );
+    assert_eq!(failure.kind(), FailureKind::Status(401));
+    assert_eq!(failure.health_reason(), HealthReason::Unauthorized);
+
+    let unknown = answer(503, &[(HOST_REFUSAL_HEADER, "from-a-newer-host")]);
+    let failure = Failure::of_answer(&unknown, ProviderError::Transient("x".into()));
+    assert_eq!(failure.kind(), FailureKind::Status(503));
+}
+
+#[test]
+fn an_answer_keeps_its_retry_after_in_seconds() {
+    let busy = answer(429, &[("Retry-After", " 7 ")]);
+    let failure = Failure::of_answer(&busy, ProviderError::Transient("busy".into()));
+    assert_eq!(failure.retry_after(), Some(std::time::Duration::from_secs(7)));
+    let dated = answer(503, &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]);
+    assert_eq!(
+        Failure::of_answer(&dated, ProviderError::Transient("x".into())).retry_after(),
+        None
+    );
+    let reworded = Failure::of_answer(&busy, ProviderError::Transient("busy".into()))
+        .map_error(|_| ProviderError::QuotaExceeded("over quota".into()));
+    assert_eq!(reworded.retry_after(), Some(std::time::Duration::from_secs(7)));
+    assert_eq!(reworded.kind(), FailureKind::Status(429));
 }
 
 #[test]

@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use super::Redactor;
 use super::address::{literal_ip, refused_kind};
 use super::http::config::{Credential, GoogleCredential, HttpGrant};
+use super::http::host_refusal::{self, HostRefusal};
 use super::http::{HttpTransport, ObtainedCredential, SendPolicy, WasiBody, full_body};
 use crate::limits::Limits;
 
@@ -472,6 +473,7 @@ fn refusal_response(error: &TokenError) -> Response<WasiBody> {
     }});
     let mut response = Response::new(full_body(Bytes::from(body.to_string())));
     *response.status_mut() = code;
+    host_refusal::mark(&mut response, HostRefusal::CredentialUnavailable);
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=UTF-8"),

@@ -30,6 +30,7 @@
 //! host, port) only: paths, queries and headers may carry credentials.
 
 pub mod config;
+pub mod host_refusal;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -298,30 +299,32 @@ impl EntryHttp {
             }
         }
         if let Some(Credential::Header(credential)) = &grant.credential {
-            let secret =
-                tokio::fs::read_to_string(&credential.secret_file).await.map_err(|err| {
+            let secret = match tokio::fs::read_to_string(&credential.secret_file).await {
+                Ok(secret) => secret,
+                Err(err) => {
                     tracing::error!(
                         "credential for {destination} unavailable: cannot read {}: {err}",
                         credential.secret_file.display()
                     );
-                    HttpError::InternalError(Some(format!(
+                    return Ok(host_refusal::credential_unavailable(format!(
                         "the host could not read the credential for {destination}"
-                    )))
-                })?;
+                    )));
+                }
+            };
             let secret = secret.trim_end_matches(['\n', '\r']);
             let value = credential.value_template.replace("{secret}", secret);
             self.redactor.remember(secret);
             self.redactor.remember(&value);
-            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            let Ok(mut value) = HeaderValue::from_str(&value) else {
                 tracing::error!(
                     "credential for {destination}: the secret file {} holds bytes that cannot \
                      appear in a header",
                     credential.secret_file.display()
                 );
-                HttpError::InternalError(Some(format!(
+                return Ok(host_refusal::credential_unavailable(format!(
                     "the host's credential for {destination} is not a valid header value"
-                )))
-            })?;
+                )));
+            };
             value.set_sensitive(true);
             parts.headers.insert(credential.header.clone(), value);
         }
@@ -346,6 +349,7 @@ impl EntryHttp {
             }
         };
         super::reason_phrase::surface(&mut response);
+        host_refusal::strip(&mut response);
         span.record("status", response.status().as_u16());
         if response.status() == http::StatusCode::UNAUTHORIZED
             && let Some(obtained) = obtained

@@ -1,0 +1,206 @@
+//! A failed request, typed: what went wrong (the transport's error kind,
+//! an answer the host made itself, or the server's status) and the
+//! `Retry-After` the server gave, beside the error classified for the host.
+//!
+//! A plugin acts on the [`FailureKind`] and takes its health reasons from
+//! [`Failure::health_reason`], never from a message's text: the host and
+//! the SDK may reword their messages at any time.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::Response;
+use crate::{HealthReason, ProviderError};
+
+/// The response header that marks an answer the host made itself instead
+/// of forwarding the request; its value names why ([`HostRefusal`]). The
+/// host drops a header of this name from a backend's answers, so only the
+/// host can set it.
+pub const HOST_REFUSAL_HEADER: &str = "proxyfleet-host-refusal";
+
+/// Why the host answered a request itself.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRefusal {
+    /// The credential the host adds for this destination could not be read
+    /// or obtained (an unreadable secret file, a token endpoint that
+    /// refused): `credential-unavailable`.
+    CredentialUnavailable,
+}
+
+impl HostRefusal {
+    /// The refusal a [`HOST_REFUSAL_HEADER`] value names; `None` for a
+    /// value this SDK does not know (a newer host's).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::HostRefusal;
+    /// assert_eq!(
+    ///     HostRefusal::parse("credential-unavailable"),
+    ///     Some(HostRefusal::CredentialUnavailable)
+    /// );
+    /// assert_eq!(HostRefusal::parse("something-new"), None);
+    /// ```
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim() {
+            "credential-unavailable" => Some(Self::CredentialUnavailable),
+            _ => None,
+        }
+    }
+}
+
+/// What made a request fail.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The entry's grants do not allow the destination, or the address it
+    /// resolves to.
+    Denied,
+    /// The host answered itself instead of sending the request.
+    Host(HostRefusal),
+    /// The name did not resolve.
+    Dns,
+    /// No connection could be made or kept: refused, unroutable, closed
+    /// early, or the call's connection limit reached.
+    Connection,
+    /// A DNS, connect, first-byte, read or write timeout.
+    Timeout,
+    /// The TLS handshake failed or the server's certificate was rejected.
+    Tls,
+    /// A size limit was exceeded: the host's caps (the entry's `limits`) or
+    /// the server's.
+    TooLarge,
+    /// The request could not be made as written: an invalid URL, a header
+    /// or method the host refused.
+    Request,
+    /// The server answered with this status (400 or more).
+    Status(u16),
+    /// The server answered in a shape the plugin could not read.
+    Body,
+    /// Anything else the transport reported (protocol errors, host errors).
+    Other,
+}
+
+impl FailureKind {
+    /// The kind of an error answer (400 or more): the host's reason when
+    /// the host made it itself, otherwise [`FailureKind::Status`].
+    pub fn of_answer(response: &Response) -> Self {
+        match response.header(HOST_REFUSAL_HEADER).and_then(HostRefusal::parse) {
+            Some(refusal) => Self::Host(refusal),
+            None => Self::Status(response.status),
+        }
+    }
+}
+
+/// A failed request: its kind, the server's `Retry-After`, and the error
+/// classified for the host (what the plugin returns when it gives up).
+///
+/// ```
+/// use proxyfleet_sdk::http::{Failure, FailureKind};
+/// use proxyfleet_sdk::{HealthReason, ProviderError};
+/// let failure = Failure::new(
+///     FailureKind::Timeout,
+///     ProviderError::Transient("GET https://pve:8006/api2/json/version: connect timed out".into()),
+/// );
+/// assert_eq!(failure.health_reason(), HealthReason::Timeout);
+/// let error: ProviderError = failure.into();
+/// assert!(matches!(error, ProviderError::Transient(_)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    kind: FailureKind,
+    retry_after: Option<Duration>,
+    error: ProviderError,
+}
+
+impl Failure {
+    /// A failure of `kind`, classified as `error`.
+    pub fn new(kind: FailureKind, error: ProviderError) -> Self {
+        Self { kind, retry_after: None, error }
+    }
+
+    /// The failure for an error answer (400 or more) that the plugin
+    /// classified itself as `error` (a backend whose bodies say more than
+    /// their status): an answer the host made itself keeps the host's
+    /// reason, any other is [`FailureKind::Status`]; the answer's
+    /// `Retry-After` (in seconds) is kept.
+    pub fn of_answer(response: &Response, error: ProviderError) -> Self {
+        Self { kind: FailureKind::of_answer(response), retry_after: retry_after(response), error }
+    }
+
+    /// What made the request fail.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// How long the server asked to wait before trying again, when it
+    /// said (`Retry-After` in seconds).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The error classified for the host.
+    pub fn error(&self) -> &ProviderError {
+        &self.error
+    }
+
+    /// The error classified for the host, for a plugin that gives up.
+    pub fn into_error(self) -> ProviderError {
+        self.error
+    }
+
+    /// The same failure with its error reclassified or reworded by `change`
+    /// (its kind and `Retry-After` stay).
+    #[must_use]
+    pub fn map_error(self, change: impl FnOnce(ProviderError) -> ProviderError) -> Self {
+        Self { error: change(self.error), ..self }
+    }
+
+    /// The health reason a provider check reports for this failure: the
+    /// host's credential refusal, a TLS failure and a timeout by their
+    /// kind; otherwise by the error's class (unauthorized, the entry's
+    /// config, or the backend unreachable).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::{Failure, FailureKind, HostRefusal};
+    /// use proxyfleet_sdk::{HealthReason, ProviderError};
+    /// let refused = Failure::new(
+    ///     FailureKind::Host(HostRefusal::CredentialUnavailable),
+    ///     ProviderError::Unauthorized("GET https://compute/v1/projects/p: HTTP 401".into()),
+    /// );
+    /// assert_eq!(refused.health_reason(), HealthReason::CredentialsUnavailable);
+    /// ```
+    pub fn health_reason(&self) -> HealthReason {
+        match self.kind {
+            FailureKind::Host(HostRefusal::CredentialUnavailable) => {
+                HealthReason::CredentialsUnavailable
+            }
+            FailureKind::Tls => HealthReason::CertificateInvalid,
+            FailureKind::Timeout => HealthReason::Timeout,
+            FailureKind::Denied => HealthReason::Unauthorized,
+            _ => match self.error {
+                ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
+                ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
+                _ => HealthReason::Unreachable,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<Failure> for ProviderError {
+    fn from(failure: Failure) -> Self {
+        failure.error
+    }
+}
+
+/// An answer's `Retry-After` in seconds; the HTTP-date form is not read.
+fn retry_after(response: &Response) -> Option<Duration> {
+    response.header("retry-after")?.trim().parse().ok().map(Duration::from_secs)
+}
