@@ -29,7 +29,7 @@ pub struct PoolSpec {
 
 /// A Proxy of the pool as it is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
+pub struct PoolMember {
     /// Proxy name.
     pub name: String,
     /// Its provider entry.
@@ -100,15 +100,15 @@ pub fn parse_max_age(text: &str) -> Option<Duration> {
 }
 
 /// Plans the next step for a pool. `now` is Unix seconds.
-pub fn plan(spec: &PoolSpec, members: &[Member], now: u64) -> PoolPlan {
-    let active: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
+pub fn plan(spec: &PoolSpec, members: &[PoolMember], now: u64) -> PoolPlan {
+    let active: Vec<&PoolMember> = members.iter().filter(|m| !m.deleting).collect();
     let mut plan = PoolPlan {
         ready: active.iter().filter(|m| m.ready).count() as u32,
         total: active.len() as u32,
         ..PoolPlan::default()
     };
     let targets = spread(spec.replicas, &spec.entries);
-    let mut by_entry: BTreeMap<&str, Vec<&Member>> = BTreeMap::new();
+    let mut by_entry: BTreeMap<&str, Vec<&PoolMember>> = BTreeMap::new();
     for member in &active {
         by_entry.entry(member.provider.as_str()).or_default().push(member);
     }
@@ -154,8 +154,8 @@ mod tests {
         list.iter().map(|(e, w)| ((*e).to_owned(), *w)).collect()
     }
 
-    fn member(name: &str, provider: &str, created_at: u64, ready: bool) -> Member {
-        Member { name: name.into(), provider: provider.into(), created_at, ready, deleting: false }
+    fn member(name: &str, provider: &str, created_at: u64, ready: bool) -> PoolMember {
+        PoolMember { name: name.into(), provider: provider.into(), created_at, ready, deleting: false }
     }
 
     fn pool(replicas: u32, list: &[(&str, u32)]) -> PoolSpec {

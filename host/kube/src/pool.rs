@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
-use proxyfleet_core::pool::{Member, PoolSpec, parse_max_age, plan};
+use proxyfleet_core::pool::{PoolMember, PoolSpec, parse_max_age, plan};
 
 use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
 
@@ -98,9 +98,9 @@ async fn reconcile_pool(pool: Arc<ProxyPool>, client: Arc<kube::Client>) -> Resu
         .into_iter()
         .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == pool.uid().as_ref()))
         .collect();
-    let members: Vec<Member> = owned
+    let members: Vec<PoolMember> = owned
         .iter()
-        .map(|p| Member {
+        .map(|p| PoolMember {
             name: p.name_any(),
             provider: p.spec.provider.clone(),
             created_at: p

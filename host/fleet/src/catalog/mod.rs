@@ -54,9 +54,9 @@ pub use settings::FleetSettings;
 pub use verdict::{HealthRecord, Verdict};
 pub use view::ProxyView;
 
-/// One handed-out candidate.
+/// A healthy, running member the catalog may hand out.
 #[derive(Debug)]
-struct Candidate {
+struct Offer {
     id: String,
     pool: Option<String>,
     provider: String,
@@ -69,10 +69,10 @@ struct Candidate {
 /// The healthy, running members; rebuilt on change, read lock-free.
 #[derive(Debug, Default)]
 struct View {
-    candidates: Vec<Candidate>,
+    offers: Vec<Offer>,
     /// Round-robin cursors per pool (`""`: no pool named).
     cursors: HashMap<String, AtomicUsize>,
-    /// Candidate indices per pool.
+    /// Indices into `offers` per pool.
     by_pool: HashMap<String, Vec<usize>>,
 }
 
@@ -333,7 +333,7 @@ impl Fleet {
     fn rebuild(&self, state: &State) {
         let old = self.view.load();
         let handed: HashMap<&str, u64> = old
-            .candidates
+            .offers
             .iter()
             .map(|c| (c.id.as_str(), c.last_handed.load(Ordering::Relaxed)))
             .collect();
@@ -344,8 +344,8 @@ impl Fleet {
             if member.phase != Phase::Running || !healthy {
                 continue;
             }
-            let index = view.candidates.len();
-            view.candidates.push(Candidate {
+            let index = view.offers.len();
+            view.offers.push(Offer {
                 id: member.id.clone(),
                 pool: member.pool.clone(),
                 provider: member.provider.clone(),
@@ -429,7 +429,7 @@ impl Fleet {
         let view = self.view.load();
         let key = selector.pool.as_deref().unwrap_or("");
         let indices = view.by_pool.get(key).map(Vec::as_slice).unwrap_or_default();
-        let eligible = |candidate: &Candidate| {
+        let eligible = |candidate: &Offer| {
             if !selector.matches(candidate.pool.as_deref(), &candidate.provider, &candidate.labels)
                 || holds.quarantined(&candidate.id, now)
             {
@@ -442,7 +442,7 @@ impl Fleet {
         let chosen = match strategy {
             Strategy::LeastRecentlyUsed => indices
                 .iter()
-                .map(|&i| &view.candidates[i])
+                .map(|&i| &view.offers[i])
                 .filter(|c| eligible(c))
                 .min_by_key(|c| c.last_handed.load(Ordering::Relaxed)),
             Strategy::RoundRobin | Strategy::Random => {
@@ -452,7 +452,7 @@ impl Fleet {
                     view.cursors.get(key).map_or(0, |c| c.fetch_add(1, Ordering::Relaxed))
                 };
                 (0..len)
-                    .map(|step| &view.candidates[indices[(start + step) % len]])
+                    .map(|step| &view.offers[indices[(start + step) % len]])
                     .find(|c| eligible(c))
             }
         };

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::gc::GcReport;
-use proxyfleet_core::pool::{self, Member};
+use proxyfleet_core::pool::{self, PoolMember};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jitter, reconcile};
 use proxyfleet_core::source::ProviderSource;
@@ -353,9 +353,9 @@ impl Standalone {
             let pool_key = record_key(&pool.namespace, &pool.name);
             let members: Vec<&ProxyRecord> =
                 records.values().filter(|r| r.pool.as_deref() == Some(pool_key.as_str())).collect();
-            let view: Vec<Member> = members
+            let view: Vec<PoolMember> = members
                 .iter()
-                .map(|r| Member {
+                .map(|r| PoolMember {
                     name: r.meta.name.clone(),
                     provider: r.desired.provider.clone(),
                     created_at: r.created_at,
