@@ -24,6 +24,7 @@ impl LibvirtError {
             Self::NotGranted(m)
             | Self::Unauthorized(m)
             | Self::Transient(m)
+            | Self::Timeout(m)
             | Self::NotFound(m)
             | Self::Exists(m)
             | Self::InvalidState(m)
@@ -40,7 +41,7 @@ impl From<LibvirtError> for ProviderError {
     fn from(error: LibvirtError) -> Self {
         match error {
             LibvirtError::NotGranted(m) | LibvirtError::Unauthorized(m) => Self::Unauthorized(m),
-            LibvirtError::Transient(m) => Self::Transient(m),
+            LibvirtError::Transient(m) | LibvirtError::Timeout(m) => Self::Transient(m),
             LibvirtError::NotFound(m) => Self::NotFound(m),
             LibvirtError::Exists(m) | LibvirtError::InvalidState(m) => Self::Conflict(m),
             LibvirtError::Invalid(m) | LibvirtError::Unsupported(m) | LibvirtError::Failed(m) => {

@@ -155,7 +155,13 @@ mod tests {
     }
 
     fn member(name: &str, provider: &str, created_at: u64, ready: bool) -> PoolMember {
-        PoolMember { name: name.into(), provider: provider.into(), created_at, ready, deleting: false }
+        PoolMember {
+            name: name.into(),
+            provider: provider.into(),
+            created_at,
+            ready,
+            deleting: false,
+        }
     }
 
     fn pool(replicas: u32, list: &[(&str, u32)]) -> PoolSpec {

@@ -445,7 +445,7 @@ fn stray_volumes(
 fn reason_of(error: &LibvirtError) -> HealthReason {
     match error {
         LibvirtError::NotGranted(_) | LibvirtError::Unauthorized(_) => HealthReason::Unauthorized,
-        LibvirtError::Transient(message) if message.contains("budget") => HealthReason::Timeout,
+        LibvirtError::Timeout(_) => HealthReason::Timeout,
         LibvirtError::Transient(_) => HealthReason::Unreachable,
         _ => HealthReason::Other,
     }

@@ -58,7 +58,7 @@ async fn static_plugin_serves_the_whole_contract() {
     let (registry, _dir) = registry_with(&["127.0.0.1:3128", "127.0.0.1:3129"]).await;
     let provider = registry.provider("mine").unwrap();
     assert_eq!(provider.info().name, "static");
-    assert_eq!(provider.info().contract_version, "0.2.0");
+    assert_eq!(provider.info().contract_version, proxyfleet_runtime::CONTRACT_VERSION);
 
     let a = provider.create(&SpecBuilder::new("a").build()).await.unwrap();
     let b = provider.create(&SpecBuilder::new("b").build()).await.unwrap();

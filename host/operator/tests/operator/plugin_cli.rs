@@ -24,13 +24,14 @@ fn inspect_shows_info_digest_imports_and_exports() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["info"]["name"], "static");
-    assert_eq!(report["info"]["contractVersion"], "0.2.0");
+    let version = proxyfleet_runtime::CONTRACT_VERSION;
+    assert_eq!(report["info"]["contractVersion"], version);
     assert_eq!(report["sha256"].as_str().map(str::len), Some(64));
     let names = |key: &str| -> Vec<String> {
         report[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
     };
-    assert!(names("exports").contains(&"proxyfleet:provider/provider@0.2.0".to_owned()));
-    assert!(names("imports").contains(&"proxyfleet:provider/kv@0.2.0".to_owned()));
+    assert!(names("exports").contains(&format!("proxyfleet:provider/provider@{version}")));
+    assert!(names("imports").contains(&format!("proxyfleet:provider/kv@{version}")));
 }
 
 #[test]
@@ -38,7 +39,8 @@ fn inspect_refuses_another_contract_version_naming_both() {
     let output = proxyfleet(&["plugin", "inspect", &path("fixtures/wrong-major")]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("@0.1.0") && stderr.contains("@0.2.0"), "{stderr}");
+    let host = format!("@{}", proxyfleet_runtime::CONTRACT_VERSION);
+    assert!(stderr.contains("@0.1.0") && stderr.contains(&host), "{stderr}");
 }
 
 #[test]

@@ -43,10 +43,14 @@ pub enum LibvirtError {
     /// The host key was refused, or the key or login was.
     #[error("{0}")]
     Unauthorized(String),
-    /// Worth retrying: the host was unreachable, the connection died or a
-    /// call ran over its budget.
+    /// Worth retrying: the host was unreachable, the connection died, or
+    /// libvirt timed out itself.
     #[error("{0}")]
     Transient(String),
+    /// The call ran over the grant's `callTimeout` budget; its connection
+    /// was closed. Worth retrying.
+    #[error("{0}")]
+    Timeout(String),
     /// The domain, pool, volume or metadata does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -79,6 +83,7 @@ impl LibvirtError {
             Self::NotGranted(_) => "not-granted",
             Self::Unauthorized(_) => "unauthorized",
             Self::Transient(_) => "transient",
+            Self::Timeout(_) => "timeout",
             Self::NotFound(_) => "not-found",
             Self::Exists(_) => "exists",
             Self::InvalidState(_) => "invalid-state",

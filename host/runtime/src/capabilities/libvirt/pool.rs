@@ -295,7 +295,7 @@ impl HostPool {
         let budget = self.grant.call_timeout;
         let host = &self.grant.host;
         tokio::time::timeout_at(deadline, self.link()).await.map_err(|_| {
-            LibvirtError::transient(format!(
+            LibvirtError::Timeout(format!(
                 "connecting to {host} took longer than the {budget:?} budget"
             ))
         })?
@@ -333,7 +333,7 @@ impl HostPool {
             Err(_) => {
                 link.kill();
                 self.forget(link).await;
-                Err(LibvirtError::transient(format!(
+                Err(LibvirtError::Timeout(format!(
                     "{op} on {host} did not finish within its {budget:?} budget; its connection \
                      was closed"
                 )))

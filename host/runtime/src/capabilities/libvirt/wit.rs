@@ -44,6 +44,7 @@ fn err_to_wit(err: LibvirtError) -> wit::LibvirtError {
         LibvirtError::NotGranted(m) => wit::LibvirtError::NotGranted(m),
         LibvirtError::Unauthorized(m) => wit::LibvirtError::Unauthorized(m),
         LibvirtError::Transient(m) => wit::LibvirtError::Transient(m),
+        LibvirtError::Timeout(m) => wit::LibvirtError::Timeout(m),
         LibvirtError::NotFound(m) => wit::LibvirtError::NotFound(m),
         LibvirtError::Exists(m) => wit::LibvirtError::Exists(m),
         LibvirtError::InvalidState(m) => wit::LibvirtError::InvalidState(m),
