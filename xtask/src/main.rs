@@ -5,7 +5,7 @@
 //! - `sync-wit [--check]`: copy `wit/*.wit` into `sdk/wit/`, or only report
 //!   a copy that drifted;
 //! - `test`: everything CI runs, on a fresh machine;
-//! - `lint`: rustfmt and clippy over both workspaces;
+//! - `lint`: rustfmt and clippy over both workspaces, and no module cycles;
 //! - `demo`: the README's first command;
 //! - `doctor`: every prerequisite of the README's commands, and whether
 //!   they can install it;
@@ -29,6 +29,7 @@ mod helm;
 mod image;
 mod linker;
 mod manifest;
+mod modules;
 mod node;
 mod packages;
 mod plugins;
@@ -55,7 +56,7 @@ commands:
   plugins            build the plugins for wasm32-wasip2 into target/plugins/
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
-  lint               rustfmt and clippy over both workspaces
+  lint               rustfmt and clippy over both workspaces, no module cycles
   demo [--keep]      the standalone mode on the static plugin against local tinyproxies:
                      health probes, the discovery API, requests through the proxies it hands out
   doctor             list every prerequisite with its version and source; exit 1 when

@@ -89,6 +89,7 @@ pub fn lint(repo: &Repo) -> Result<()> {
                 .current_dir(repo.plugins()),
         )
     })?;
+    step("module cycles", || crate::modules::check(&repo.root))?;
     eprintln!("xtask lint: clean");
     Ok(())
 }
