@@ -49,6 +49,18 @@ pub fn test(repo: &Repo) -> Result<()> {
                 .current_dir(repo.plugins()),
         )
     })?;
+    // What a plugin author gets from crates.io: the SDK as packaged,
+    // built from the package alone (its WIT travels in it).
+    step("sdk: cargo package", || {
+        process::run(
+            cargo()
+                // A working tree with changes is packaged as it is.
+                .args(["package", "--allow-dirty", "--package", "proxyfleet-sdk"])
+                .arg("--manifest-path")
+                .arg(repo.plugins_manifest())
+                .current_dir(repo.plugins()),
+        )
+    })?;
     // The chart, the operator's image and the kubernetes plugin's proxies
     // on a real node (deploy/dev/node).
     step("in-cluster tests on a node", || node::e2e(repo, false, crate::image::Profile::Dev))?;
