@@ -59,9 +59,9 @@ impl ApiError {
     }
 
     /// The health reason a check reports for this error, from its cause
-    /// and class (see [`Failure::health_reason`]).
+    /// and class ([`FailureKind::health_reason`]).
     pub fn health_reason(&self) -> HealthReason {
-        Failure::new(self.cause, self.error.clone()).health_reason()
+        self.cause.health_reason(&self.error)
     }
 }
 

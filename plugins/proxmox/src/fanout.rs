@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use proxyfleet_sdk::http::{Failure, FailureKind, Request, send_all};
+use proxyfleet_sdk::http::{Failure, Request, send_all};
 use serde_json::Value;
 
 use crate::pve;
@@ -17,7 +17,7 @@ const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `GET`s every path under `base` (`https://host:port/api2/json`) at once
 /// and returns each answer's `data`, in the order of `paths`, each failure
-/// classified as the client's are.
+/// classified as the client's are ([`pve::data_of`]).
 pub fn get_all(base: &str, paths: &[String]) -> Vec<Result<Value, Failure>> {
     let requests = paths
         .iter()
@@ -28,13 +28,5 @@ pub fn get_all(base: &str, paths: &[String]) -> Vec<Result<Value, Failure>> {
                 .max_response_bytes(MAX_BODY)
         })
         .collect();
-    send_all(requests)
-        .into_iter()
-        .map(|answer| {
-            let response = answer.map_err(|failure| failure.map_error(pve::classify))?;
-            let envelope: Value =
-                response.json().map_err(|error| Failure::new(FailureKind::Body, error))?;
-            Ok(envelope.get("data").cloned().unwrap_or(Value::Null))
-        })
-        .collect()
+    send_all(requests).into_iter().map(pve::data_of).collect()
 }

@@ -14,7 +14,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use proxyfleet_sdk::http::{Failure, FailureKind, Method, Request, encode_component};
+use proxyfleet_sdk::http::{Failure, FailureKind, Method, Request, Response, encode_component};
 use proxyfleet_sdk::{ProviderError, Result, log};
 use serde_json::Value;
 
@@ -99,6 +99,15 @@ pub fn classify(error: ProviderError) -> ProviderError {
     }
 }
 
+/// The `data` of an API answer, or the failure with PVE's faults
+/// recognised ([`classify`]): what every request of the plugin reads.
+pub fn data_of(answer: Result<Response, Failure>) -> Result<Value, Failure> {
+    let response = answer.map_err(|failure| failure.map_error(classify))?;
+    let envelope: Value =
+        response.json().map_err(|error| Failure::new(FailureKind::Body, error))?;
+    Ok(envelope.get("data").cloned().unwrap_or(Value::Null))
+}
+
 /// Whether `error` says the guest agent cannot answer yet: the VM still
 /// boots, which is provisioning rather than failure.
 pub fn agent_not_ready(error: &ProviderError) -> bool {
@@ -175,10 +184,7 @@ impl Client {
             }
             _ => Request::new(method, url).body("application/x-www-form-urlencoded", form(params)),
         };
-        let response = request.send().map_err(|failure| failure.map_error(classify))?;
-        let envelope: Value =
-            response.json().map_err(|error| Failure::new(FailureKind::Body, error))?;
-        Ok(envelope.get("data").cloned().unwrap_or(Value::Null))
+        data_of(request.send())
     }
 
     pub fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, Failure> {
@@ -222,12 +228,9 @@ impl Client {
             encode_component(node),
             encode_component(storage)
         );
-        let response = Request::post(url)
-            .body(&format!("multipart/form-data; boundary={boundary}"), body)
-            .send()
-            .map_err(|failure| failure.map_error(classify))?;
-        let envelope: Value = response.json()?;
-        match envelope.get("data").and_then(Value::as_str) {
+        let answer =
+            Request::post(url).body(&format!("multipart/form-data; boundary={boundary}"), body);
+        match data_of(answer.send())?.as_str() {
             Some(upid) => self.wait_task(node, upid),
             None => Ok(()),
         }

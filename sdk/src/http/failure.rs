@@ -89,6 +89,25 @@ impl FailureKind {
             None => Self::Status(response.status),
         }
     }
+
+    /// The health reason a provider check reports for a failure of this
+    /// kind classified as `error`: the host's credential refusal, a TLS
+    /// failure and a timeout by their kind; otherwise by the error's class
+    /// (unauthorized, the entry's config, or the backend unreachable). For
+    /// a plugin that keeps the kind beside its own error type.
+    pub fn health_reason(self, error: &ProviderError) -> HealthReason {
+        match self {
+            Self::Host(HostRefusal::CredentialUnavailable) => HealthReason::CredentialsUnavailable,
+            Self::Tls => HealthReason::CertificateInvalid,
+            Self::Timeout => HealthReason::Timeout,
+            Self::Denied => HealthReason::Unauthorized,
+            _ => match error {
+                ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
+                ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
+                _ => HealthReason::Unreachable,
+            },
+        }
+    }
 }
 
 /// A failed request: its kind, the server's `Retry-After`, and the error
@@ -155,10 +174,8 @@ impl Failure {
         Self { error: change(self.error), ..self }
     }
 
-    /// The health reason a provider check reports for this failure: the
-    /// host's credential refusal, a TLS failure and a timeout by their
-    /// kind; otherwise by the error's class (unauthorized, the entry's
-    /// config, or the backend unreachable).
+    /// The health reason a provider check reports for this failure
+    /// ([`FailureKind::health_reason`]).
     ///
     /// ```
     /// use proxyfleet_sdk::http::{Failure, FailureKind, HostRefusal};
@@ -170,19 +187,7 @@ impl Failure {
     /// assert_eq!(refused.health_reason(), HealthReason::CredentialsUnavailable);
     /// ```
     pub fn health_reason(&self) -> HealthReason {
-        match self.kind {
-            FailureKind::Host(HostRefusal::CredentialUnavailable) => {
-                HealthReason::CredentialsUnavailable
-            }
-            FailureKind::Tls => HealthReason::CertificateInvalid,
-            FailureKind::Timeout => HealthReason::Timeout,
-            FailureKind::Denied => HealthReason::Unauthorized,
-            _ => match self.error {
-                ProviderError::Unauthorized(_) => HealthReason::Unauthorized,
-                ProviderError::InvalidConfig(_) => HealthReason::Misconfigured,
-                _ => HealthReason::Unreachable,
-            },
-        }
+        self.kind.health_reason(&self.error)
     }
 }
 

@@ -300,15 +300,7 @@ impl Request {
                 headers: std::mem::take(&mut open.headers),
                 request: std::mem::take(&mut open.label),
             };
-            let error = classify_answer(
-                open.method,
-                &open.url,
-                answer.status,
-                answer.reason_phrase(),
-                &answer.body,
-            )
-            .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {}", answer.status)));
-            return Err(Failure::of_answer(&answer, error));
+            return Err(error_answer(open.method, &open.url, &answer));
         }
         open.check_upload()?;
         Ok(BodyStream { open })
@@ -335,9 +327,7 @@ impl Request {
             )
         })?;
         let label = format!("{} {}", self.method, self.url);
-        let fail = |what: &str| {
-            Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
-        };
+        let fail = |what: &str| refused(&label, what);
 
         let headers = Fields::new();
         // The whole body is known, so say how long it is: without this the
@@ -412,9 +402,7 @@ impl Started {
     /// Waits for the response head.
     fn open(self) -> Result<OpenResponse, Failure> {
         let label = self.label;
-        let fail = |what: &str| {
-            Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
-        };
+        let fail = |what: &str| refused(&label, what);
         let future_response = self.future_response;
         future_response.subscribe().block();
         let response = match future_response.get() {
@@ -464,17 +452,25 @@ impl Started {
     fn answer(self) -> Result<Response, Failure> {
         let (method, url, limit) = (self.method, self.url.clone(), self.max_response_bytes);
         let response = read_response(self.open()?, limit)?;
-        match classify_answer(
-            method,
-            &url,
-            response.status,
-            response.reason_phrase(),
-            &response.body,
-        ) {
-            Some(error) => Err(Failure::of_answer(&response, error)),
-            None => Ok(response),
+        if response.status >= 400 {
+            return Err(error_answer(method, &url, &response));
         }
+        Ok(response)
     }
+}
+
+/// A request the host or the SDK would not make as written: `label` is
+/// `METHOD URL`.
+fn refused(label: &str, what: &str) -> Failure {
+    Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
+}
+
+/// The failure for an answer of 400 or more, classified by
+/// [`classify_answer`] (reason phrase included) and kept with its kind.
+fn error_answer(method: Method, url: &str, answer: &Response) -> Failure {
+    let error = classify_answer(method, url, answer.status, answer.reason_phrase(), &answer.body)
+        .unwrap_or_else(|| ProviderError::Permanent(format!("HTTP {}", answer.status)));
+    Failure::of_answer(answer, error)
 }
 
 /// Reads an opened answer whole, at most `limit` bytes of body.
