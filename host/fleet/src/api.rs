@@ -25,13 +25,13 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use proxyfleet_core::source::RollbackError;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use crate::auth::{Access, ApiAuth};
-use crate::catalog::{CatalogError, Fleet, ReportKind, Selector, Strategy};
+use crate::catalog::{CatalogError, Fleet, ReportKind, Selector, Strategy, site_of};
+pub use crate::server::DRAIN;
 
 /// Request bodies are small JSON objects.
 const MAX_BODY: usize = 64 * 1024;
@@ -102,48 +102,15 @@ impl Api {
 /// Serves `api` on `listener` until `shutdown` resolves, then drains the
 /// connections (at most [`DRAIN`]) and returns.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    let connections = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        let accepted = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                // Out of file descriptors, typically: pause instead of spinning.
-                tracing::warn!("discovery API: accept failed: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    let service = move |peer: SocketAddr| {
         let api = Arc::clone(&api);
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        hyper::service::service_fn(move |request: Request<Incoming>| {
             let api = Arc::clone(&api);
             async move { Ok::<_, Infallible>(handle(&api, peer, request).await) }
-        });
-        let connection = connections.watch(
-            hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service),
-        );
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!("discovery API: connection ended: {err}");
-            }
-        });
-    }
-    // Drain: no new connections; requests under way are answered, idle
-    // keep-alive connections are closed.
-    drop(listener);
-    if tokio::time::timeout(DRAIN, connections.shutdown()).await.is_err() {
-        tracing::warn!("discovery API: connections still open after {DRAIN:?}; closing them");
-    }
+        })
+    };
+    crate::server::serve(listener, "discovery API", service, shutdown).await;
 }
-
-/// How long a shutdown waits for requests under way.
-pub const DRAIN: Duration = Duration::from_secs(5);
 
 /// A response, or an error response.
 type Answer = Result<Response<Full<Bytes>>, ApiError>;
@@ -167,7 +134,9 @@ impl ApiError {
 impl From<CatalogError> for ApiError {
     fn from(err: CatalogError) -> Self {
         let status = match &err {
-            CatalogError::NoProxy(_) | CatalogError::NoLease(_) => StatusCode::NOT_FOUND,
+            CatalogError::NoProxy(_) | CatalogError::NoLease(_) | CatalogError::UnknownPool(_) => {
+                StatusCode::NOT_FOUND
+            }
             CatalogError::NoneAvailable(_) | CatalogError::StoreUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -296,6 +265,7 @@ fn parse_query(query: &str, allowed: &[&str]) -> Result<Query, ApiError> {
         }
         match key.as_ref() {
             "pool" => parsed.selector.pool = Some(value.into_owned()),
+            "host" => parsed.selector.site = Some(site_of("host", &value)?),
             "provider" => parsed.selector.provider = Some(value.into_owned()),
             "label" => {
                 let Some((k, v)) = value.split_once('=') else {
@@ -346,7 +316,7 @@ fn list(api: &Api, query: &str) -> Answer {
 }
 
 fn next(api: &Api, query: &str) -> Answer {
-    let query = parse_query(query, &["pool", "provider", "label", "strategy", "format"])?;
+    let query = parse_query(query, &["pool", "provider", "label", "host", "strategy", "format"])?;
     let (id, url) = api.fleet.next(&query.selector, query.strategy)?;
     Ok(if query.format_url {
         text(StatusCode::OK, "text/plain", format!("{url}\n"))
@@ -376,6 +346,7 @@ struct LeaseRequest {
     provider: Option<String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    host: Option<String>,
     ttl_seconds: Option<u64>,
     /// Exclusive unless asked otherwise: a crawler leasing a proxy for a
     /// session rarely wants to share its exit address.
@@ -389,6 +360,7 @@ async fn lease(api: &Api, request: Request<Incoming>) -> Answer {
         pool: body.pool,
         provider: body.provider,
         labels: body.labels.into_iter().collect(),
+        site: body.host.as_deref().map(|host| site_of("host", host)).transpose()?,
     };
     let strategy = body
         .strategy
@@ -425,11 +397,13 @@ struct ReportRequest {
     kind: ReportKind,
     #[serde(default)]
     reason: String,
+    /// The site that turned the proxy away: the ban holds for it only.
+    host: Option<String>,
 }
 
 impl Default for ReportRequest {
     fn default() -> Self {
-        Self { kind: ReportKind::Failure, reason: String::new() }
+        Self { kind: ReportKind::Failure, reason: String::new(), host: None }
     }
 }
 
@@ -437,7 +411,10 @@ async fn report(api: &Api, id: &str, request: Request<Incoming>) -> Answer {
     let body: ReportRequest = read_json(request).await?;
     // The reason is the crawler's free text: keep logs and metrics bounded.
     let reason: String = body.reason.chars().take(200).collect();
-    let outcome = api.fleet.report(id, body.kind, &reason)?;
+    let outcome = match &body.host {
+        Some(host) => api.fleet.ban_site(id, host, body.kind, &reason)?,
+        None => api.fleet.report(id, body.kind, &reason)?,
+    };
     Ok(json(StatusCode::OK, &outcome))
 }
 

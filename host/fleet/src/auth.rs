@@ -101,6 +101,13 @@ impl ApiAuth {
 
     /// Whether a request with `authorization` may do what needs `access`.
     pub fn allows(&self, access: Access, authorization: Option<&[u8]>) -> bool {
+        self.allows_token(access, authorization.and_then(|value| value.strip_prefix(b"Bearer ")))
+    }
+
+    /// Whether a request bearing `token` (however the request carried it:
+    /// a bearer token to the API, a proxy password to the gateway) may do
+    /// what needs `access`.
+    pub fn allows_token(&self, access: Access, token: Option<&[u8]>) -> bool {
         if access == Access::Public {
             return true;
         }
@@ -110,7 +117,7 @@ impl ApiAuth {
         if access == Access::ReadList && self.open_read {
             return true;
         }
-        let Some(token) = authorization.and_then(|value| value.strip_prefix(b"Bearer ")) else {
+        let Some(token) = token else {
             return false;
         };
         let tokens = self.tokens.load();

@@ -10,6 +10,8 @@
 //!   leader keeps them.
 //! - [`api`] serves the catalog over HTTP (the discovery API), the check
 //!   target (`/v1/echo`) and `/healthz`, `/readyz`, `/metrics`.
+//! - [`gateway`] is one proxy endpoint for crawlers: each request goes
+//!   through a proxy the catalog picks.
 //!
 //! The crate knows nothing of where Proxies come from: a mode publishes
 //! [`catalog::Member`]s and reads verdicts and replacement requests back.
@@ -19,9 +21,11 @@ pub mod auth;
 pub mod catalog;
 pub mod client;
 mod error;
+pub mod gateway;
 pub mod health;
 pub mod leases;
 pub mod probe;
+mod server;
 
 pub use catalog::{Endpoint, Fleet, FleetSettings, Member, Selector, Strategy, Verdict};
 pub use error::{Error, Result};

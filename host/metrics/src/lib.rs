@@ -2,9 +2,11 @@
 //! record into, and [`serve`], the endpoint scrapers read them from.
 //!
 //! Names carry the `proxyfleet_` prefix; counters get `_total` from the
-//! encoder. Labels are provider entry names and error classes only: both
-//! sets are small and fixed by configuration, never by traffic.
+//! encoder. Labels are provider entry names, error classes, pools and (for
+//! the gateway) Proxy names: sets fixed by configuration and the fleet,
+//! never by traffic.
 
+pub mod gateway;
 mod serve;
 
 use std::time::Duration;
@@ -19,6 +21,7 @@ use proxyfleet_core::gc::GcReport;
 use proxyfleet_core::observe::CallObserver;
 use proxyfleet_core::{ErrorClass, ProviderError};
 
+pub use gateway::GatewayMetrics;
 pub use serve::serve;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +94,7 @@ pub struct Metrics {
     replacements: Counter,
     plugin_swaps: Family<EntryLabels, Counter>,
     plugin_rejections: Family<EntryLabels, Counter>,
+    gateway: GatewayMetrics,
 }
 
 impl Default for Metrics {
@@ -216,8 +220,10 @@ impl Metrics {
             "Plugin candidates refused before activation",
             plugin_rejections.clone(),
         );
+        let gateway = GatewayMetrics::register(&mut registry);
         Self {
             registry,
+            gateway,
             plugin_swaps,
             plugin_rejections,
             provider_calls,
@@ -382,6 +388,11 @@ impl Metrics {
                 counter.inc_by(total - seen);
             }
         }
+    }
+
+    /// The gateway's metrics.
+    pub fn gateway(&self) -> &GatewayMetrics {
+        &self.gateway
     }
 
     /// Everything, in the Prometheus text format.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use proxyfleet_fleet::api::{Api, ModeStatus, Refusal};
 use proxyfleet_fleet::auth::ApiAuth;
+use proxyfleet_fleet::gateway::{Gateway, GatewaySettings};
 use proxyfleet_fleet::{CheckTarget, Fleet, FleetSettings, HealthSettings, ProbeMode, Strategy};
 
 /// Health probes and the discovery API.
@@ -70,6 +71,37 @@ pub struct FleetArgs {
     /// The longest lease TTL granted.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
     pub lease_max_ttl: Duration,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// The gateway: one proxy endpoint that sends each request through the
+/// fleet (see docs/gateway.md).
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// Where the gateway listens (HTTP/1.1 forward proxying and CONNECT);
+    /// off without it. Crawlers send an API token as the proxy password.
+    #[arg(long)]
+    pub gateway_addr: Option<SocketAddr>,
+    /// Without --api-token-file: let anyone who reaches --gateway-addr
+    /// send requests through the fleet.
+    #[arg(long, conflicts_with = "api_token_file")]
+    pub gateway_open: bool,
+    /// Other proxies a request is sent to after its proxy could not be
+    /// reached.
+    #[arg(long, default_value_t = 2)]
+    pub gateway_retries: u32,
+    /// Budget for reaching an upstream proxy (and its CONNECT answer).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub gateway_connect_timeout: Duration,
+    /// Answer statuses that mean the site turned the proxy away, comma
+    /// separated: the proxy is banned for that site only. Empty: none.
+    #[arg(long, default_value = "403,429")]
+    pub gateway_ban_status: String,
+    /// How long a sticky session (`session=ID` in the proxy username)
+    /// holds its proxy, from its first request.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub gateway_session_ttl: Duration,
 }
 
 /// The validated settings and the bound API listener.
@@ -79,6 +111,8 @@ pub struct FleetSetup {
     pub health: HealthSettings,
     pub auth: Arc<ApiAuth>,
     pub listener: tokio::net::TcpListener,
+    /// The gateway's settings and listener, when it is on.
+    pub gateway: Option<(GatewaySettings, tokio::net::TcpListener)>,
 }
 
 impl FleetArgs {
@@ -128,6 +162,23 @@ impl FleetArgs {
             lease_ttl: self.lease_ttl,
             max_lease_ttl: self.lease_max_ttl,
         };
+        let gateway = match self.gateway.gateway_addr {
+            Some(addr) => {
+                if self.api_token_file.is_none() && !self.gateway.gateway_open {
+                    anyhow::bail!(
+                        "--gateway-addr: without --api-token-file the gateway would send anyone's \
+                         requests through the fleet; give --api-token-file (crawlers send a token \
+                         as the proxy password) or, on a network only crawlers reach, --gateway-open"
+                    );
+                }
+                let settings = self.gateway.settings(&health, self.lease_max_ttl)?;
+                let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                    format!("--gateway-addr {addr}: cannot listen; pick a free address")
+                })?;
+                Some((settings, listener))
+            }
+            None => None,
+        };
         let auth = match &self.api_token_file {
             Some(file) => {
                 let auth = Arc::new(ApiAuth::from_file(file.clone(), self.api_open_read)?);
@@ -137,8 +188,64 @@ impl FleetArgs {
             None if self.api_open_writes => Arc::new(ApiAuth::open()),
             None => Arc::new(ApiAuth::reads_only()),
         };
-        Ok(FleetSetup { fleet, health, auth, listener })
+        Ok(FleetSetup { fleet, health, auth, listener, gateway })
     }
+}
+
+impl GatewayArgs {
+    fn settings(
+        &self,
+        health: &HealthSettings,
+        max_ttl: Duration,
+    ) -> anyhow::Result<GatewaySettings> {
+        let ban_statuses = self
+            .gateway_ban_status
+            .split(',')
+            .map(str::trim)
+            .filter(|code| !code.is_empty())
+            .map(|code| {
+                code.parse::<u16>()
+                    .ok()
+                    .and_then(|code| http::StatusCode::from_u16(code).ok())
+                    .filter(|status| status.is_client_error() || status.is_server_error())
+                    .with_context(|| {
+                        format!("--gateway-ban-status: {code:?} is not a status from 400 to 599")
+                    })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if self.gateway_session_ttl.is_zero() || self.gateway_session_ttl > max_ttl {
+            anyhow::bail!(
+                "--gateway-session-ttl: {:?} must be above zero and at most --lease-max-ttl ({max_ttl:?})",
+                self.gateway_session_ttl
+            );
+        }
+        if self.gateway_connect_timeout.is_zero() {
+            anyhow::bail!("--gateway-connect-timeout: 0s; give a budget such as 5s");
+        }
+        Ok(GatewaySettings {
+            retries: self.gateway_retries,
+            connect_timeout: self.gateway_connect_timeout,
+            ban_statuses,
+            session_ttl: self.gateway_session_ttl,
+            healthy_after: health.healthy_after,
+            unhealthy_after: health.unhealthy_after,
+        })
+    }
+}
+
+/// Serves the gateway in the background, when it is on, until `stop`.
+pub fn serve_gateway(
+    gateway: Option<(GatewaySettings, tokio::net::TcpListener)>,
+    fleet: Arc<Fleet>,
+    auth: Arc<ApiAuth>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (settings, listener) = gateway?;
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!("gateway at http://{addr}");
+    }
+    let gateway = Arc::new(Gateway::new(fleet, auth, settings));
+    Some(tokio::spawn(proxyfleet_fleet::gateway::serve(listener, gateway, stop.cancelled_owned())))
 }
 
 /// Serves the discovery API in the background until `stop`; the handle

@@ -503,6 +503,14 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
     // Every replica serves the API; only the leader's catalog turns ready,
     // so a Service over `/readyz` sends crawlers to the leader.
+    // The gateway reads the same catalog, so it serves on the leader only
+    // (docs/gateway.md); a follower's answers 503 until it leads.
+    let gateway = fleet_args::serve_gateway(
+        fleet_setup.gateway,
+        Arc::clone(&fleet),
+        Arc::clone(&fleet_setup.auth),
+        stop.clone(),
+    );
     let api = fleet_args::serve_api(
         fleet_setup.listener,
         fleet,
@@ -554,6 +562,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         )
         .await;
     let _ = api.await;
+    if let Some(gateway) = gateway {
+        let _ = gateway.await;
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -603,6 +614,12 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let standalone =
         Arc::new(Standalone::new(settings, state, Arc::clone(&registry) as _, metrics)?);
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
+    let gateway = fleet_args::serve_gateway(
+        fleet.gateway,
+        Arc::clone(standalone.fleet()),
+        Arc::clone(&fleet.auth),
+        stop.clone(),
+    );
     let api = fleet_args::serve_api(
         fleet.listener,
         Arc::clone(standalone.fleet()),
@@ -617,6 +634,9 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let _follower = registry.follow(args.setup.follow_options());
     standalone.run(stop.cancelled()).await?;
     let _ = api.await;
+    if let Some(gateway) = gateway {
+        let _ = gateway.await;
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

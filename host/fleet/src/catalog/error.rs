@@ -14,6 +14,9 @@ pub enum CatalogError {
         "no available proxy matches{0}: none is running, healthy, unquarantined and (for an exclusive lease) unleased"
     )]
     NoneAvailable(String),
+    /// A request named a pool no Proxy belongs to.
+    #[error("pool {0:?} is unknown: no Proxy belongs to it; pools are named namespace/name")]
+    UnknownPool(String),
     /// The lease store cannot be written now; the request may be retried.
     #[error("the lease store cannot be written now ({0}); retry the request")]
     StoreUnavailable(String),

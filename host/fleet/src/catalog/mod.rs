@@ -21,6 +21,7 @@
 //! quarantines).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ use crate::error::Result;
 use crate::leases::{Lease, LeaseStore, LeaseView, Leases};
 use crate::probe::{ProbeFailure, ProbePass};
 
+mod bans;
 mod error;
 mod member;
 mod report;
@@ -45,6 +47,8 @@ pub(crate) mod tests;
 mod verdict;
 mod view;
 
+use bans::SiteBans;
+pub use bans::site_of;
 pub use error::CatalogError;
 pub use member::{Endpoint, Member};
 pub use report::{ReportKind, ReportOutcome};
@@ -52,12 +56,15 @@ use selector::describe;
 pub use selector::{Selector, Strategy};
 pub use settings::FleetSettings;
 pub use verdict::{HealthRecord, Verdict};
-pub use view::ProxyView;
+pub use view::{ProxyView, SiteBan};
 
 /// A healthy, running member the catalog may hand out.
 #[derive(Debug)]
 struct Offer {
     id: String,
+    /// `namespace/name`.
+    name: String,
+    addr: SocketAddr,
     pool: Option<String>,
     provider: String,
     labels: BTreeMap<String, String>,
@@ -74,6 +81,55 @@ struct View {
     cursors: HashMap<String, AtomicUsize>,
     /// Indices into `offers` per pool.
     by_pool: HashMap<String, Vec<usize>>,
+    /// Index into `offers` by proxy ID.
+    by_id: HashMap<String, usize>,
+    /// Every pool with a member, available or not: a pool missing here is
+    /// unknown, not merely busy.
+    pools: HashSet<String>,
+}
+
+/// A proxy the catalog picked for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picked {
+    /// The Proxy's UID.
+    pub id: String,
+    /// `namespace/name`.
+    pub name: String,
+    /// Its pool, if any.
+    pub pool: Option<String>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// `http://ip:port`.
+    pub url: String,
+}
+
+impl Picked {
+    fn of(offer: &Offer) -> Self {
+        Self {
+            id: offer.id.clone(),
+            name: offer.name.clone(),
+            pool: offer.pool.clone(),
+            addr: offer.addr,
+            url: offer.url.clone(),
+        }
+    }
+}
+
+/// A sticky session: requests naming the same key get the same proxy while
+/// it stays available, for `ttl` from the session's first request.
+#[derive(Debug, Clone, Copy)]
+pub struct Session<'a> {
+    /// The crawler's session ID.
+    pub key: &'a str,
+    /// How long the session holds its proxy.
+    pub ttl: Duration,
+}
+
+impl Session<'_> {
+    /// The lease the session is kept as.
+    pub fn lease_id(&self) -> String {
+        format!("session-{}", self.key)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +138,7 @@ struct Holds {
     quarantined: HashMap<String, (Instant, u64)>,
     /// Proxy ID → reports so far.
     reports: HashMap<String, u32>,
+    site_bans: SiteBans,
     leases: Leases,
     /// Members the mode should replace.
     replace: Vec<Member>,
@@ -97,6 +154,32 @@ impl Holds {
     fn sweep(&mut self, now: Instant) {
         self.leases.expire(now);
         self.quarantined.retain(|_, (until, _)| *until > now);
+        self.site_bans.sweep(now);
+    }
+
+    /// Whether `offer` may serve a request for `selector` now; `exclusive`
+    /// asks for a proxy no live lease holds, and `exclude` lists proxies
+    /// the request already failed on.
+    fn eligible(
+        &self,
+        offer: &Offer,
+        selector: &Selector,
+        exclusive: bool,
+        exclude: &[String],
+        now: Instant,
+    ) -> bool {
+        if !selector.matches(offer.pool.as_deref(), &offer.provider, &offer.labels)
+            || self.quarantined(&offer.id, now)
+            || exclude.contains(&offer.id)
+            || selector
+                .site
+                .as_deref()
+                .is_some_and(|site| self.site_bans.banned(&offer.id, site, now))
+        {
+            return false;
+        }
+        let (any, held_exclusively) = self.leases.held(&offer.id, now);
+        !(held_exclusively || exclusive && any)
     }
 }
 
@@ -209,6 +292,12 @@ impl Fleet {
                 state.changed.remove(&id);
             }
         }
+        for gone in state.members.values().filter(|m| !members.contains_key(&m.id)) {
+            self.metrics.gateway().forget_upstream(
+                gone.pool.as_deref(),
+                &format!("{}/{}", gone.namespace, gone.name),
+            );
+        }
         state.members = members;
         let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
         for member in state.members.values() {
@@ -219,6 +308,7 @@ impl Fleet {
         let mut holds = self.holds();
         holds.replacing.retain(|id| state.members.contains_key(id));
         holds.reports.retain(|id, _| state.members.contains_key(id));
+        holds.site_bans.retain(|id| state.members.contains_key(id));
     }
 
     /// Members with an endpoint, for the health engine.
@@ -339,14 +429,20 @@ impl Fleet {
             .collect();
         let mut view = View::default();
         for member in state.members.values() {
+            if let Some(pool) = &member.pool {
+                view.pools.insert(pool.clone());
+            }
             let Some(endpoint) = &member.endpoint else { continue };
             let healthy = state.health.get(&member.id).map(|r| r.verdict) == Some(Verdict::Healthy);
             if member.phase != Phase::Running || !healthy {
                 continue;
             }
             let index = view.offers.len();
+            view.by_id.insert(member.id.clone(), index);
             view.offers.push(Offer {
                 id: member.id.clone(),
+                name: format!("{}/{}", member.namespace, member.name),
+                addr: SocketAddr::new(endpoint.ip, endpoint.port),
                 pool: member.pool.clone(),
                 provider: member.provider.clone(),
                 labels: member.labels.clone(),
@@ -412,32 +508,32 @@ impl Fleet {
                 .filter(|(until, _)| *until > now)
                 .map(|(_, at)| *at),
             reports: holds.reports.get(&member.id).copied().unwrap_or(0),
+            banned_sites: holds
+                .site_bans
+                .of(&member.id, now)
+                .into_iter()
+                .map(|(site, until)| SiteBan { site, until })
+                .collect(),
             leases: holds.leases.count(&member.id, now),
         }
     }
 
     /// Picks an available proxy; `exclusive` asks for one no live lease
-    /// holds. Returns its ID and URL.
+    /// holds, and none in `exclude` is picked.
     fn pick(
         &self,
         selector: &Selector,
         strategy: Strategy,
         exclusive: bool,
+        exclude: &[String],
         holds: &Holds,
         now: Instant,
-    ) -> Result<(String, String), CatalogError> {
+    ) -> Result<Picked, CatalogError> {
         let view = self.view.load();
         let key = selector.pool.as_deref().unwrap_or("");
         let indices = view.by_pool.get(key).map(Vec::as_slice).unwrap_or_default();
-        let eligible = |candidate: &Offer| {
-            if !selector.matches(candidate.pool.as_deref(), &candidate.provider, &candidate.labels)
-                || holds.quarantined(&candidate.id, now)
-            {
-                return false;
-            }
-            let (any, held_exclusively) = holds.leases.held(&candidate.id, now);
-            !(held_exclusively || exclusive && any)
-        };
+        let eligible =
+            |candidate: &Offer| holds.eligible(candidate, selector, exclusive, exclude, now);
         let len = indices.len();
         let chosen = match strategy {
             Strategy::LeastRecentlyUsed => indices
@@ -456,9 +552,14 @@ impl Fleet {
                     .find(|c| eligible(c))
             }
         };
-        let chosen = chosen.ok_or_else(|| CatalogError::NoneAvailable(describe(selector)))?;
+        let Some(chosen) = chosen else {
+            return Err(match &selector.pool {
+                Some(pool) if !view.pools.contains(pool) => CatalogError::UnknownPool(pool.clone()),
+                _ => CatalogError::NoneAvailable(describe(selector)),
+            });
+        };
         chosen.last_handed.store(self.picks.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
-        Ok((chosen.id.clone(), chosen.url.clone()))
+        Ok(Picked::of(chosen))
     }
 
     /// `GET /v1/proxies/next`: one available proxy, not exclusively leased.
@@ -472,9 +573,82 @@ impl Fleet {
             selector,
             strategy.unwrap_or(self.settings.strategy),
             false,
+            &[],
             &holds,
             Instant::now(),
         )
+        .map(|picked| (picked.id, picked.url))
+    }
+
+    /// Picks the proxy one gateway request goes through: the `session`'s
+    /// proxy while it stays available, else one chosen by `strategy`, never
+    /// one in `exclude`. A session that gets a new proxy is stored like a
+    /// lease (`session-<key>`, non-exclusive), so a restart or a new leader
+    /// keeps it; when the store cannot be written the session holds in
+    /// memory and the next sweep writes it.
+    pub async fn route(
+        &self,
+        selector: &Selector,
+        strategy: Option<Strategy>,
+        session: Option<Session<'_>>,
+        exclude: &[String],
+    ) -> Result<Picked, CatalogError> {
+        let strategy = strategy.unwrap_or(self.settings.strategy);
+        let now = Instant::now();
+        let Some(session) = session else {
+            return self.pick(selector, strategy, false, exclude, &self.holds(), now);
+        };
+        let lease_id = session.lease_id();
+        let picked = {
+            let mut holds = self.holds();
+            let view = self.view.load();
+            let current = holds
+                .leases
+                .live_mut(&lease_id, now)
+                .and_then(|lease| view.by_id.get(&lease.proxy_id))
+                .map(|&index| &view.offers[index])
+                .filter(|offer| holds.eligible(offer, selector, false, exclude, now));
+            if let Some(offer) = current {
+                return Ok(Picked::of(offer));
+            }
+            let picked = self.pick(selector, strategy, false, exclude, &holds, now)?;
+            holds.leases.remove(&lease_id);
+            holds.leases.insert(
+                lease_id.clone(),
+                Lease {
+                    proxy_id: picked.id.clone(),
+                    url: picked.url.clone(),
+                    exclusive: false,
+                    expires: now + session.ttl,
+                    expires_at: unix_now() + session.ttl.as_secs(),
+                },
+            );
+            holds.leases.count_grant();
+            picked
+        };
+        // On failure the lease is marked unsynced and written after the
+        // next health round; the request need not wait for that.
+        let _ = self.persist_lease(&lease_id).await;
+        Ok(picked)
+    }
+
+    /// A gateway request could not reach proxy `id`: counted as a failed
+    /// probe, so repeated failures turn it unhealthy before the next round.
+    pub fn record_upstream_failure(
+        &self,
+        id: &str,
+        reason: String,
+        healthy_after: u32,
+        unhealthy_after: u32,
+    ) {
+        let endpoint = self.state_read().members.get(id).and_then(|m| m.endpoint.clone());
+        if let Some(endpoint) = endpoint {
+            self.record_probes(
+                vec![(id.to_owned(), endpoint, Err(ProbeFailure(reason)))],
+                healthy_after,
+                unhealthy_after,
+            );
+        }
     }
 
     /// Leases an available proxy for `ttl` (the default when `None`).
@@ -492,16 +666,17 @@ impl Fleet {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let view = {
             let mut holds = self.holds();
-            let (proxy_id, url) = self.pick(
+            let picked = self.pick(
                 selector,
                 strategy.unwrap_or(self.settings.strategy),
                 exclusive,
+                &[],
                 &holds,
                 now,
             )?;
             let lease = Lease {
-                proxy_id,
-                url,
+                proxy_id: picked.id,
+                url: picked.url,
                 exclusive,
                 expires: now + ttl,
                 expires_at: unix_now() + ttl.as_secs(),
@@ -670,7 +845,35 @@ impl Fleet {
             holds.replace.push(member);
         }
         self.metrics.record_report(kind.as_str(), replacing);
-        Ok(ReportOutcome { reports, quarantined_until: until, replacing })
+        Ok(ReportOutcome { reports, quarantined_until: until, replacing, site: None })
+    }
+
+    /// A site turned proxy `id` away (a crawler's report naming the site,
+    /// or a gateway answer with a ban status): the proxy is kept from
+    /// requests for `site` for the quarantine time and serves every other
+    /// site. A site ban does not count towards replacing the proxy.
+    pub fn ban_site(
+        &self,
+        id: &str,
+        site: &str,
+        kind: ReportKind,
+        reason: &str,
+    ) -> Result<ReportOutcome, CatalogError> {
+        let site = site_of("host", site)?;
+        let name = self
+            .state_read()
+            .members
+            .get(id)
+            .map(|m| m.name.clone())
+            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
+        let now = Instant::now();
+        let until = unix_now() + self.settings.quarantine.as_secs();
+        let mut holds = self.holds();
+        holds.site_bans.insert(id, site.clone(), now + self.settings.quarantine, until);
+        let reports = holds.reports.get(id).copied().unwrap_or(0);
+        tracing::warn!(proxy = %id, %name, %site, kind = kind.as_str(), reason, "proxy banned for one site");
+        self.metrics.record_report(kind.as_str(), false);
+        Ok(ReportOutcome { reports, quarantined_until: until, replacing: false, site: Some(site) })
     }
 
     /// Drops expired leases and quarantines and updates the lease metrics.

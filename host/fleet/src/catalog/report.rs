@@ -12,6 +12,10 @@ pub struct ReportOutcome {
     pub quarantined_until: u64,
     /// The proxy's pool will replace it.
     pub replacing: bool,
+    /// The site the proxy is banned for, when the report named one; the
+    /// proxy serves every other site.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
 }
 
 /// What a crawler reports.
@@ -25,7 +29,7 @@ pub enum ReportKind {
 }
 
 impl ReportKind {
-    pub(super) fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Ban => "ban",
             Self::Failure => "failure",

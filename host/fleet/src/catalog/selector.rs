@@ -45,6 +45,9 @@ pub struct Selector {
     pub provider: Option<String>,
     /// Labels that must all match.
     pub labels: Vec<(String, String)>,
+    /// The site (target host) the proxy is wanted for: proxies banned for
+    /// it are left out, and stay available for every other site.
+    pub site: Option<String>,
 }
 
 impl Selector {
@@ -71,6 +74,9 @@ pub(super) fn describe(selector: &Selector) -> String {
     }
     for (k, v) in &selector.labels {
         parts.push(format!("label {k}={v}"));
+    }
+    if let Some(site) = &selector.site {
+        parts.push(format!("site {site}"));
     }
     if parts.is_empty() { String::new() } else { format!(" {}", parts.join(", ")) }
 }

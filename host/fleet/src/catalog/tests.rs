@@ -34,6 +34,10 @@ impl MemberBuilder {
         self.0.phase = phase;
         self
     }
+    pub(crate) fn endpoint(mut self, addr: std::net::SocketAddr) -> Self {
+        self.0.endpoint = Some(Endpoint { ip: addr.ip(), port: addr.port() });
+        self
+    }
     pub(crate) fn no_endpoint(mut self) -> Self {
         self.0.endpoint = None;
         self
@@ -339,4 +343,86 @@ fn strategies_parse_and_name_the_choices() {
 fn ipv6_urls_are_bracketed() {
     let endpoint = Endpoint { ip: "2001:db8::2".parse().unwrap(), port: 8080 };
     assert_eq!(endpoint.url(), "http://[2001:db8::2]:8080");
+}
+
+#[test]
+fn a_site_ban_keeps_the_proxy_from_that_site_only() {
+    let fleet = fleet_with(vec![MemberBuilder::new(1).build()], FleetSettings::default());
+    let outcome = fleet.ban_site("uid-1", "Shop.Example:443", ReportKind::Ban, "403").unwrap();
+    assert_eq!(outcome.site.as_deref(), Some("shop.example"));
+    assert!(!outcome.replacing);
+    let for_site = |site: &str| Selector { site: Some(site.into()), ..Selector::default() };
+    assert!(matches!(
+        fleet.next(&for_site("shop.example"), None),
+        Err(CatalogError::NoneAvailable(message)) if message.contains("site shop.example")
+    ));
+    assert_eq!(fleet.next(&for_site("news.example"), None).unwrap().0, "uid-1");
+    assert_eq!(fleet.next(&Selector::default(), None).unwrap().0, "uid-1");
+    let view = fleet.get("uid-1").unwrap();
+    assert!(view.available, "a site ban is not a quarantine");
+    assert_eq!(view.banned_sites.len(), 1);
+    assert_eq!(view.reports, 0, "a site ban does not count towards replacement");
+    assert!(matches!(
+        fleet.ban_site("uid-9", "a.example", ReportKind::Ban, ""),
+        Err(CatalogError::NoProxy(_))
+    ));
+    assert!(matches!(
+        fleet.ban_site("uid-1", "not a host", ReportKind::Ban, ""),
+        Err(CatalogError::Invalid { field, .. }) if field == "host"
+    ));
+}
+
+#[test]
+fn an_unknown_pool_is_named_and_a_pool_with_none_available_is_not_unknown() {
+    let fleet = fleet_with(
+        vec![
+            MemberBuilder::new(1).pool("default/a").build(),
+            MemberBuilder::new(2).pool("default/b").phase(Phase::Provisioning).build(),
+        ],
+        FleetSettings::default(),
+    );
+    let pool = |name: &str| Selector { pool: Some(name.into()), ..Selector::default() };
+    assert_eq!(
+        fleet.next(&pool("default/nope"), None),
+        Err(CatalogError::UnknownPool("default/nope".into()))
+    );
+    assert!(matches!(fleet.next(&pool("default/b"), None), Err(CatalogError::NoneAvailable(_))));
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_proxy_while_available_and_moves_when_not() {
+    let kv = Arc::new(proxyfleet_core::kv::MemoryKv::default());
+    let fleet = Fleet::new(FleetSettings::default(), Arc::new(Metrics::new()))
+        .with_lease_store(Arc::clone(&kv) as _);
+    fleet.publish((1..=3).map(|n| MemberBuilder::new(n).build()).collect());
+    let results = fleet.probe_targets().into_iter().map(|(id, e)| (id, e, pass())).collect();
+    fleet.record_probes(results, 1, 1);
+    let all = Selector::default();
+    let session = Session { key: "s1", ttl: Duration::from_secs(60) };
+    let first = fleet.route(&all, None, Some(session), &[]).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(fleet.route(&all, None, Some(session), &[]).await.unwrap(), first);
+    }
+    // Stored like a lease, so a restart keeps it.
+    let stored = kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().expect("stored");
+    assert!(String::from_utf8_lossy(&stored.value).contains(&first.id));
+    // Round-robin without a session moves on.
+    let a = fleet.route(&all, None, None, &[]).await.unwrap();
+    let b = fleet.route(&all, None, None, &[]).await.unwrap();
+    assert_ne!(a.id, b.id);
+    // Its proxy quarantined: the session moves, and stays on the new one.
+    fleet.report(&first.id, ReportKind::Ban, "").unwrap();
+    let moved = fleet.route(&all, None, Some(session), &[]).await.unwrap();
+    assert_ne!(moved.id, first.id);
+    assert_eq!(fleet.route(&all, None, Some(session), &[]).await.unwrap(), moved);
+    assert_eq!(fleet.get(&moved.id).unwrap().leases, 1);
+    assert_eq!(fleet.get(&first.id).unwrap().leases, 0, "the old proxy no longer holds it");
+    // A proxy the request failed on is skipped, and the session follows.
+    let elsewhere =
+        fleet.route(&all, None, Some(session), std::slice::from_ref(&moved.id)).await.unwrap();
+    assert!(elsewhere.id != moved.id && elsewhere.id != first.id);
+    // Released through the lease API, the session starts afresh.
+    fleet.release("session-s1").await.unwrap();
+    assert!(kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().is_none());
+    fleet.route(&all, None, Some(session), &[]).await.unwrap();
 }

@@ -37,6 +37,18 @@ pub struct ProxyView {
     pub quarantined_until: Option<u64>,
     /// Crawler reports so far.
     pub reports: u32,
+    /// Sites it is banned for, and until when.
+    pub banned_sites: Vec<SiteBan>,
     /// Live leases on it.
     pub leases: usize,
+}
+
+/// A site a proxy is banned for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteBan {
+    /// The site's host name.
+    pub site: String,
+    /// Unix seconds the ban ends.
+    pub until: u64,
 }

@@ -15,4 +15,5 @@ mod otlp;
 mod plugin_cli;
 mod plugin_rollback;
 mod standalone_fleet;
+mod standalone_gateway;
 mod standalone_metrics;

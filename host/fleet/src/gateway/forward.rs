@@ -1,0 +1,177 @@
+//! Absolute-form requests (`GET http://example.com/ HTTP/1.1`): sent on to
+//! the picked proxy as they came, less the hop's headers, and its answer
+//! streamed back.
+//!
+//! A request goes to another proxy when its proxy cannot be reached, or
+//! when the connection fails before the request was written (hyper hands
+//! the request back then), or, for a request without a body and with an
+//! idempotent method, when the proxy fails before answering: sending such a
+//! request twice does no harm, and it is what a crawler would do itself.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::{Body as _, Incoming};
+use hyper_util::rt::TokioIo;
+use proxyfleet_metrics::gateway::{Counter, Kind};
+
+use super::{Body, Gateway, PROXY_HEADER, Refusal, Route, Upstream, added, strip_hop_headers};
+use crate::catalog::{Picked, ReportKind, site_of};
+
+/// The parts of a request kept to send it again.
+struct Head {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Head {
+    fn request(&self, body: Body) -> Request<Body> {
+        let mut request = Request::new(body);
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+}
+
+pub(super) async fn send(
+    gateway: &Gateway,
+    route: &Route,
+    request: Request<Incoming>,
+    started: Instant,
+) -> Result<Response<Body>, Refusal> {
+    let (parts, body) = request.into_parts();
+    match parts.uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(Refusal::bad_request(format!(
+                "{other}:// requests go through a CONNECT tunnel; curl and HTTP libraries do \
+                 that themselves for https:// URLs"
+            )));
+        }
+        None => {
+            return Err(Refusal::bad_request(
+                "this is a proxy: send absolute-form requests (curl -x http://HOST:PORT \
+                 http://example.com/), or CONNECT for https",
+            ));
+        }
+    }
+    let authority =
+        parts.uri.authority().ok_or_else(|| Refusal::bad_request("the request URL has no host"))?;
+    let site =
+        site_of("host", authority.as_str()).map_err(|err| Refusal::bad_request(err.to_string()))?;
+    let mut head = Head { method: parts.method, uri: parts.uri, headers: parts.headers };
+    strip_hop_headers(&mut head.headers);
+    let replayable = body.is_end_stream() && head.method.is_idempotent();
+    // Sent bytes count against the proxy the body goes to, which is known
+    // only once one is reached.
+    let sent_to: Arc<Mutex<Option<Counter>>> = Arc::default();
+    let mut pending: Option<Body> = Some(counted(body, Arc::clone(&sent_to)));
+    let mut tried = Vec::new();
+    loop {
+        let Upstream { picked, stream, tried: before, connected_in } =
+            gateway.connect(route, Some(&site), tried).await?;
+        tried = before;
+        let counters = gateway.fleet.metrics().gateway().record_request(
+            picked.pool.as_deref(),
+            &picked.name,
+            Kind::Http,
+        );
+        *sent_to.lock().unwrap_or_else(PoisonError::into_inner) = Some(counters.sent);
+        let outgoing =
+            pending.take().unwrap_or_else(|| Empty::new().map_err(|never| match never {}).boxed());
+        let sent_at = Instant::now();
+        let failure = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+            Ok((mut sender, connection)) => {
+                tokio::spawn(async move {
+                    if let Err(err) = connection.await {
+                        tracing::debug!("gateway: upstream connection ended: {err}");
+                    }
+                });
+                match sender.try_send_request(head.request(outgoing)).await {
+                    Ok(response) => {
+                        let upstream = connected_in + sent_at.elapsed();
+                        let answered = Answered { site: &site, received: counters.received };
+                        return Ok(answer(
+                            gateway,
+                            &picked,
+                            answered,
+                            response,
+                            added(started, upstream),
+                        ));
+                    }
+                    Err(mut err) => {
+                        // Not written at all: the body comes back, and the
+                        // request may go elsewhere whatever its method.
+                        pending = err.take_message().map(|unsent| unsent.into_body());
+                        format!(
+                            "gateway: the proxy at {} failed the request: {}",
+                            picked.addr,
+                            err.into_error()
+                        )
+                    }
+                }
+            }
+            Err(err) => {
+                format!("gateway: no HTTP connection to the proxy at {}: {err}", picked.addr)
+            }
+        };
+        tried.push(picked.id.clone());
+        gateway.upstream_failed(&picked, failure.clone());
+        let can_retry = pending.is_some() || replayable;
+        if !can_retry || tried.len() > gateway.settings.retries as usize {
+            return Err(Refusal::new(StatusCode::BAD_GATEWAY, "upstream", failure));
+        }
+        gateway.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
+    }
+}
+
+/// What the answer of a request is counted and judged against.
+struct Answered<'a> {
+    site: &'a str,
+    received: Counter,
+}
+
+/// The upstream's answer, on its way back: the hop's headers go, the
+/// proxy's ID is added, and a ban status bans the proxy for the site.
+fn answer(
+    gateway: &Gateway,
+    picked: &Picked,
+    answered: Answered<'_>,
+    response: Response<Incoming>,
+    added: Duration,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_headers(&mut parts.headers);
+    if let Ok(id) = HeaderValue::from_str(&picked.id) {
+        parts.headers.insert(PROXY_HEADER, id);
+    }
+    if gateway.settings.ban_statuses.contains(&parts.status) {
+        let reason = format!("gateway: the site answered {}", parts.status);
+        if let Err(err) =
+            gateway.fleet.ban_site(&picked.id, answered.site, ReportKind::Ban, &reason)
+        {
+            tracing::debug!(proxy = %picked.id, "gateway: no ban recorded: {err}");
+        }
+    }
+    gateway.fleet.metrics().gateway().observe_added(added);
+    let slot = Arc::new(Mutex::new(Some(answered.received)));
+    Response::from_parts(parts, counted(body, slot))
+}
+
+/// `body`, counting its bytes into the counter in `slot` as they pass.
+fn counted(body: Incoming, slot: Arc<Mutex<Option<Counter>>>) -> Body {
+    body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref()
+            && let Some(counter) = &*slot.lock().unwrap_or_else(PoisonError::into_inner)
+        {
+            counter.inc_by(data.len() as u64);
+        }
+        frame
+    })
+    .boxed()
+}

@@ -1,0 +1,340 @@
+//! The gateway: one proxy endpoint for crawlers that sends each request
+//! through a healthy proxy of the fleet.
+//!
+//! It speaks HTTP/1.1 forward proxying: absolute-form requests
+//! ([`forward`]) and CONNECT tunnels ([`tunnel`]). Each request:
+//! 1. is authenticated: `Proxy-Authorization: Basic` with an API token as
+//!    the password (407 otherwise);
+//! 2. is routed by the username ([`route`]): pool, provider, labels,
+//!    sticky session, strategy;
+//! 3. goes through a proxy the catalog picks (healthy, running, not
+//!    quarantined, not banned for the request's site); a proxy that cannot
+//!    be reached is counted as a failed probe and the request goes to
+//!    another one, at most [`GatewaySettings::retries`] more times;
+//! 4. is answered with the upstream's answer and an `X-Proxyfleet-Proxy`
+//!    header naming the proxy's ID, for the discovery API's report route.
+//!
+//! An answer with one of [`GatewaySettings::ban_statuses`] bans the proxy
+//! for that site only. Answers the gateway makes itself are JSON
+//! `{"error": "..."}` with a status saying whose fault it is: 400 (the
+//! request or its routing), 407 (credentials), 404 (an unknown pool), 502
+//! (no upstream could be reached), 503 (none available).
+//!
+//! The gateway reads the same catalog as the discovery API, so it runs
+//! where that catalog is filled: in standalone mode, and on the leader in
+//! a cluster (see `docs/gateway.md`).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::auth::{Access, ApiAuth};
+use crate::catalog::{CatalogError, Fleet, Picked, Session};
+
+mod forward;
+pub mod route;
+mod settings;
+mod tunnel;
+
+pub use route::{Route, RouteError};
+pub use settings::GatewaySettings;
+
+/// The header naming the proxy a request went through.
+pub const PROXY_HEADER: &str = "x-proxyfleet-proxy";
+
+/// Every answer's body: the upstream's, streamed, or the gateway's own.
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// The gateway's shared state.
+pub struct Gateway {
+    fleet: Arc<Fleet>,
+    auth: Arc<ApiAuth>,
+    settings: GatewaySettings,
+}
+
+impl fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gateway").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// A gateway over `fleet`, admitting the holders of `auth`'s tokens.
+    pub fn new(fleet: Arc<Fleet>, auth: Arc<ApiAuth>, settings: GatewaySettings) -> Self {
+        Self { fleet, auth, settings }
+    }
+}
+
+/// Serves `gateway` on `listener` until `shutdown` resolves, then drains
+/// the connections (tunnels already open run on) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let service = move |_peer: SocketAddr| {
+        let gateway = Arc::clone(&gateway);
+        hyper::service::service_fn(move |request: Request<Incoming>| {
+            let gateway = Arc::clone(&gateway);
+            async move { Ok::<_, Infallible>(handle(&gateway, request).await) }
+        })
+    };
+    crate::server::serve(listener, "gateway", service, shutdown).await;
+}
+
+/// An answer the gateway makes itself.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    status: StatusCode,
+    /// The `gateway_refused` reason.
+    reason: &'static str,
+    message: String,
+    /// The proxy that answered, when one did.
+    proxy: Option<String>,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { status, reason, message: message.into(), proxy: None }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "request", message)
+    }
+
+    fn into_response(self, gateway: &Gateway) -> Response<Body> {
+        gateway.fleet.metrics().gateway().record_refused(self.reason);
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        let mut response = Response::new(full(Bytes::from(body)));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(id) = self.proxy.as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
+            headers.insert(PROXY_HEADER, id);
+        }
+        if self.status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            headers.insert(
+                header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"proxyfleet\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<CatalogError> for Refusal {
+    fn from(err: CatalogError) -> Self {
+        let (status, reason) = match &err {
+            CatalogError::UnknownPool(_) => (StatusCode::NOT_FOUND, "routing"),
+            CatalogError::Invalid { .. } => (StatusCode::BAD_REQUEST, "routing"),
+            CatalogError::NoneAvailable(_)
+            | CatalogError::StoreUnavailable(_)
+            | CatalogError::NoProxy(_)
+            | CatalogError::NoLease(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        };
+        Self::new(status, reason, err.to_string())
+    }
+}
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    if !gateway.fleet.is_ready() {
+        let refusal = Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "not ready: the first round of health probes has not finished, or (in a cluster) \
+             this replica does not lead; retry shortly",
+        );
+        return refusal.into_response(gateway);
+    }
+    let answer = match admit(gateway, request.headers()) {
+        Err(refusal) => Err(refusal),
+        Ok(route) if request.method() == Method::CONNECT => {
+            tunnel::open(gateway, &route, request, started).await
+        }
+        Ok(route) => forward::send(gateway, &route, request, started).await,
+    };
+    answer.unwrap_or_else(|refusal| refusal.into_response(gateway))
+}
+
+/// Checks the credentials and reads the route from the username.
+fn admit(gateway: &Gateway, headers: &HeaderMap) -> Result<Route, Refusal> {
+    let credentials =
+        headers.get(header::PROXY_AUTHORIZATION).map(basic_credentials).transpose()?;
+    let (username, token) = match &credentials {
+        Some((username, password)) => (username.as_str(), Some(password.as_bytes())),
+        None => ("", None),
+    };
+    if !gateway.auth.allows_token(Access::Token, token) {
+        let message = if token.is_some() {
+            "the proxy password is not a token from the API token file"
+        } else {
+            "this gateway needs credentials: an API token as the proxy password, routing \
+             parameters as the username (curl -x http://pool=NAMESPACE.NAME:TOKEN@HOST:PORT)"
+        };
+        return Err(Refusal::new(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "auth", message));
+    }
+    Route::parse(username)
+        .map_err(|err| Refusal::new(StatusCode::BAD_REQUEST, "routing", err.to_string()))
+}
+
+/// `Basic base64(username:password)` → (username, password).
+fn basic_credentials(value: &HeaderValue) -> Result<(String, String), Refusal> {
+    let refuse = |why: &str| {
+        Refusal::new(
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            "auth",
+            format!(
+                "Proxy-Authorization: {why}; send Basic credentials, an API token as the password"
+            ),
+        )
+    };
+    let encoded =
+        value.as_bytes().strip_prefix(b"Basic ").ok_or_else(|| refuse("not the Basic scheme"))?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim_ascii())
+        .map_err(|_| refuse("not base64"))?;
+    let decoded = String::from_utf8(decoded).map_err(|_| refuse("not UTF-8"))?;
+    let (username, password) =
+        decoded.split_once(':').ok_or_else(|| refuse("no ':' between username and password"))?;
+    Ok((username.to_owned(), password.to_owned()))
+}
+
+/// A proxy picked for a request and a connection to it.
+struct Upstream {
+    picked: Picked,
+    stream: TcpStream,
+    /// Proxies the request failed on before this one.
+    tried: Vec<String>,
+    /// How long the connection took: a crawler going to the proxy itself
+    /// would spend it too.
+    connected_in: Duration,
+}
+
+impl Gateway {
+    /// Picks a proxy for `route` and connects to it; a proxy that cannot be
+    /// reached is reported and another one tried, at most
+    /// [`GatewaySettings::retries`] more times. `tried` lists proxies an
+    /// earlier attempt of the same request failed on.
+    async fn connect(
+        &self,
+        route: &Route,
+        site: Option<&str>,
+        mut tried: Vec<String>,
+    ) -> Result<Upstream, Refusal> {
+        let mut selector = route.selector.clone();
+        selector.site = site.map(str::to_owned);
+        let session =
+            route.session.as_deref().map(|key| Session { key, ttl: self.settings.session_ttl });
+        loop {
+            let picked = match self.fleet.route(&selector, route.strategy, session, &tried).await {
+                Ok(picked) => picked,
+                Err(CatalogError::NoneAvailable(_)) if !tried.is_empty() => {
+                    return Err(self.exhausted(&tried));
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let connecting = Instant::now();
+            let connected = tokio::time::timeout(
+                self.settings.connect_timeout,
+                TcpStream::connect(picked.addr),
+            )
+            .await;
+            let failure = match connected {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(Upstream {
+                        picked,
+                        stream,
+                        tried,
+                        connected_in: connecting.elapsed(),
+                    });
+                }
+                Ok(Err(err)) => format!("gateway: cannot connect to {}: {err}", picked.addr),
+                Err(_) => format!(
+                    "gateway: no connection to {} within {:?}",
+                    picked.addr, self.settings.connect_timeout
+                ),
+            };
+            tried.push(picked.id.clone());
+            self.upstream_failed(&picked, failure);
+            if tried.len() > self.settings.retries as usize {
+                return Err(self.exhausted(&tried));
+            }
+            self.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
+        }
+    }
+
+    /// Counts a failed upstream and tells the health engine.
+    fn upstream_failed(&self, picked: &Picked, failure: String) {
+        tracing::info!(proxy = %picked.id, name = %picked.name, "{failure}");
+        self.fleet.metrics().gateway().record_upstream_error(picked.pool.as_deref(), &picked.name);
+        self.fleet.record_upstream_failure(
+            &picked.id,
+            failure,
+            self.settings.healthy_after,
+            self.settings.unhealthy_after,
+        );
+    }
+
+    fn exhausted(&self, tried: &[String]) -> Refusal {
+        Refusal::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream",
+            format!(
+                "no upstream proxy could be reached: {} tried, each failed; the health engine was told",
+                tried.len()
+            ),
+        )
+    }
+}
+
+/// Headers that describe one hop, not the message: never passed on.
+fn strip_hop_headers(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("proxy-connection");
+    headers.remove("keep-alive");
+}
+
+/// The time the gateway itself spent on a request: all of it, less what
+/// the upstream took.
+fn added(started: Instant, upstream: Duration) -> Duration {
+    started.elapsed().saturating_sub(upstream)
+}
+
+#[cfg(test)]
+mod tests;

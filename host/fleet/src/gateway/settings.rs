@@ -1,0 +1,38 @@
+//! What the gateway's flags set.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// The gateway's settings.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// Other proxies a request may be sent to after its proxy could not be
+    /// reached.
+    pub retries: u32,
+    /// Budget for connecting to an upstream proxy.
+    pub connect_timeout: Duration,
+    /// Answers that mean the target site turned the proxy away: the proxy
+    /// is banned for that site.
+    pub ban_statuses: Vec<StatusCode>,
+    /// How long a sticky session holds its proxy, from its first request.
+    pub session_ttl: Duration,
+    /// The health engine's thresholds, for the failures the gateway
+    /// reports.
+    pub healthy_after: u32,
+    /// See [`GatewaySettings::healthy_after`].
+    pub unhealthy_after: u32,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            retries: 2,
+            connect_timeout: Duration::from_secs(5),
+            ban_statuses: vec![StatusCode::FORBIDDEN, StatusCode::TOO_MANY_REQUESTS],
+            session_ttl: Duration::from_secs(600),
+            healthy_after: 2,
+            unhealthy_after: 3,
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The gateway on loopback, against small upstream proxies written here:
+//! each answers an absolute-form request with its own name and the URL,
+//! 403 for a URL with `banned` in it, and CONNECT with a tunnel that echoes.
+//! The tests in `tests/` run it against tinyproxy.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxyfleet_metrics::Metrics;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::catalog::FleetSettings;
+use crate::catalog::tests::MemberBuilder;
+
+/// An upstream proxy named `name`, until the task is aborted.
+async fn upstream(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(serve_one(stream, name));
+        }
+    });
+    (addr, task)
+}
+
+async fn serve_one(mut stream: TcpStream, name: &str) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+            return;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+    if head.starts_with("CONNECT ") {
+        let _ = stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await;
+        let (mut read, mut write) = stream.split();
+        let _ = tokio::io::copy(&mut read, &mut write).await;
+        return;
+    }
+    let status = if target.contains("banned") { "403 Forbidden" } else { "200 OK" };
+    let auth = if head.to_ascii_lowercase().contains("proxy-authorization") { " auth" } else { "" };
+    let body = format!("{name} {target}{auth}");
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+}
+
+struct Setup {
+    fleet: Arc<Fleet>,
+    addr: SocketAddr,
+    _token_dir: tempfile::TempDir,
+}
+
+/// A gateway over a healthy fleet of `members`, with the token `s3cret`.
+async fn gateway(members: Vec<crate::Member>) -> Setup {
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    fleet.publish(members);
+    let results = fleet
+        .probe_targets()
+        .into_iter()
+        .map(|(id, e)| {
+            let pass = crate::probe::ProbePass { latency: Duration::from_millis(1), exit_ip: None };
+            (id, e, Ok(pass))
+        })
+        .collect();
+    fleet.record_probes(results, 1, 1);
+    fleet.set_ready(true);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let auth = Arc::new(ApiAuth::from_file(file, false).unwrap());
+    let settings =
+        GatewaySettings { connect_timeout: Duration::from_secs(2), ..GatewaySettings::default() };
+    let gateway = Arc::new(Gateway::new(Arc::clone(&fleet), auth, settings));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, gateway, std::future::pending()));
+    Setup { fleet, addr, _token_dir: dir }
+}
+
+fn client(gateway: SocketAddr, username: &str, password: &str) -> reqwest::Client {
+    let proxy =
+        reqwest::Proxy::all(format!("http://{gateway}")).unwrap().basic_auth(username, password);
+    reqwest::Client::builder().proxy(proxy).build().unwrap()
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> (u16, String, String) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    let proxy = response
+        .headers()
+        .get(PROXY_HEADER)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, proxy, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_request_goes_through_a_fleet_proxy_named_in_the_answer() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).pool("default/web").build()]).await;
+    let client = client(setup.addr, "pool=default.web", "s3cret");
+    let (status, proxy, body) = get(&client, "http://site.test/page?q=1").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(proxy, "uid-1");
+    assert_eq!(body, "a http://site.test/page?q=1", "the credentials stay at the gateway");
+    let text = setup.fleet.metrics().encode();
+    for line in [
+        r#"proxyfleet_gateway_requests_total{pool="default/web",upstream="default/proxy-1",kind="http"} 1"#,
+        r#"proxyfleet_gateway_bytes_received_total{pool="default/web",upstream="default/proxy-1"} 27"#,
+        "proxyfleet_gateway_added_seconds_count 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn missing_or_wrong_credentials_get_407_and_bad_routing_names_the_key() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
+    let anonymous = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", setup.addr)).unwrap())
+        .build()
+        .unwrap();
+    let response = anonymous.get("http://site.test/").send().await.unwrap();
+    assert_eq!(response.status(), 407);
+    assert_eq!(response.headers()["proxy-authenticate"], "Basic realm=\"proxyfleet\"");
+    assert!(response.text().await.unwrap().contains("API token as the proxy password"));
+    let (status, _, body) = get(&client(setup.addr, "", "wrong"), "http://site.test/").await;
+    assert_eq!(status, 407);
+    assert!(body.contains("not a token from the API token file"), "{body}");
+    let (status, _, body) =
+        get(&client(setup.addr, "country=us", "s3cret"), "http://site.test/").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("country: is not a routing key"), "{body}");
+    let (status, _, body) =
+        get(&client(setup.addr, "pool=default.nope", "s3cret"), "http://site.test/").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("pool \\\"default/nope\\\" is unknown"), "{body}");
+    let text = setup.fleet.metrics().encode();
+    assert!(text.contains(r#"proxyfleet_gateway_refused_total{reason="auth"} 2"#), "{text}");
+    assert!(text.contains(r#"proxyfleet_gateway_refused_total{reason="routing"} 2"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_session_sticks_to_its_proxy_and_others_spread() {
+    let (a, _a) = upstream("a").await;
+    let (b, _b) = upstream("b").await;
+    let setup = gateway(vec![
+        MemberBuilder::new(1).endpoint(a).build(),
+        MemberBuilder::new(2).endpoint(b).build(),
+    ])
+    .await;
+    let sticky = client(setup.addr, "session=crawl-7", "s3cret");
+    let (_, first, _) = get(&sticky, "http://site.test/").await;
+    for _ in 0..6 {
+        assert_eq!(get(&sticky, "http://site.test/").await.1, first);
+    }
+    let spread = client(setup.addr, "", "s3cret");
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..4 {
+        seen.insert(get(&spread, "http://site.test/").await.1);
+    }
+    assert_eq!(seen.len(), 2, "round-robin without a session: {seen:?}");
+    // Released, the session may land anywhere, and then sticks again.
+    setup.fleet.release("session-crawl-7").await.unwrap();
+    let (_, again, _) = get(&sticky, "http://site.test/").await;
+    assert_eq!(get(&sticky, "http://site.test/").await.1, again);
+}
+
+#[tokio::test]
+async fn a_ban_status_bans_the_proxy_for_that_site_only() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
+    let client = client(setup.addr, "", "s3cret");
+    let (status, proxy, _) = get(&client, "http://shop.test/banned").await;
+    assert_eq!((status, proxy.as_str()), (403, "uid-1"), "the site's answer is passed on");
+    let (status, _, body) = get(&client, "http://shop.test/other").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("site shop.test"), "{body}");
+    let (status, proxy, _) = get(&client, "http://news.test/").await;
+    assert_eq!((status, proxy.as_str()), (200, "uid-1"), "other sites keep the proxy");
+    let view = setup.fleet.get("uid-1").unwrap();
+    assert_eq!(view.banned_sites[0].site, "shop.test");
+}
+
+#[tokio::test]
+async fn an_unreachable_proxy_is_reported_and_the_request_goes_to_another() {
+    let (b, _b) = upstream("b").await;
+    // An address nothing listens on.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let setup = gateway(vec![
+        MemberBuilder::new(1).endpoint(dead).build(),
+        MemberBuilder::new(2).endpoint(b).build(),
+    ])
+    .await;
+    let client = client(setup.addr, "strategy=least-recently-used", "s3cret");
+    for _ in 0..4 {
+        let (status, proxy, body) = get(&client, "http://site.test/").await;
+        assert_eq!((status, proxy.as_str()), (200, "uid-2"), "{body}");
+    }
+    let health = setup.fleet.health("uid-1").unwrap();
+    assert!(health.failures >= 1, "{health:?}");
+    let text = setup.fleet.metrics().encode();
+    assert!(
+        text.contains(
+            r#"proxyfleet_gateway_upstream_errors_total{pool="",upstream="default/proxy-1"}"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#"proxyfleet_gateway_retries_total{pool=""}"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_connect_tunnel_carries_bytes_both_ways() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
+    let mut stream = TcpStream::connect(setup.addr).await.unwrap();
+    let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
+    let head = format!(
+        "CONNECT site.test:443 HTTP/1.1\r\nHost: site.test:443\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed: {answer:?}");
+        answer.push(byte[0]);
+    }
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("x-proxyfleet-proxy: uid-1"), "{answer}");
+    stream.write_all(b"hello through the tunnel").await.unwrap();
+    let mut echoed = [0u8; 24];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"hello through the tunnel");
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let text = setup.fleet.metrics().encode();
+    assert!(
+        text.contains(r#"proxyfleet_gateway_requests_total{pool="",upstream="default/proxy-1",kind="connect"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_origin_form_request_is_told_this_is_a_proxy() {
+    let setup = gateway(Vec::new()).await;
+    let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
+    let response = reqwest::Client::new()
+        .get(format!("http://{}/", setup.addr))
+        .header("proxy-authorization", format!("Basic {credentials}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("this is a proxy"));
+}

@@ -1,0 +1,177 @@
+//! CONNECT tunnels: the picked proxy is asked for a tunnel to the same
+//! target, and once it agrees the crawler's connection is joined to it.
+//!
+//! A proxy that cannot be reached, or that closes or fails before
+//! answering the CONNECT, is reported and another one asked. A proxy that
+//! answers with a refusal (the target is unreachable from it, say) is not:
+//! the crawler gets that status, with the proxy's ID.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use proxyfleet_metrics::gateway::Kind;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use super::{Body, Gateway, PROXY_HEADER, Refusal, Route, Upstream, added, full};
+use crate::catalog::{ReportKind, site_of};
+
+/// The longest answer head taken from a proxy.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// What the proxy answered to CONNECT.
+enum Answer {
+    /// The tunnel is open; bytes the proxy sent after its head.
+    Open(Vec<u8>),
+    /// The proxy refused.
+    Refused(StatusCode),
+}
+
+pub(super) async fn open(
+    gateway: &Gateway,
+    route: &Route,
+    request: Request<Incoming>,
+    started: Instant,
+) -> Result<Response<Body>, Refusal> {
+    let authority = request
+        .uri()
+        .authority()
+        .filter(|authority| authority.port_u16().is_some())
+        .cloned()
+        .ok_or_else(|| Refusal::bad_request("CONNECT needs host:port as its target"))?;
+    let site =
+        site_of("host", authority.as_str()).map_err(|err| Refusal::bad_request(err.to_string()))?;
+    let mut tried = Vec::new();
+    let (upstream, leftover, upstream_took) = loop {
+        let mut upstream = gateway.connect(route, Some(&site), tried).await?;
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(
+            gateway.settings.connect_timeout,
+            ask(&mut upstream.stream, authority.as_str()),
+        )
+        .await;
+        let failure = match answer {
+            Ok(Ok(Answer::Open(leftover))) => {
+                let took = upstream.connected_in + asked.elapsed();
+                break (upstream, leftover, took);
+            }
+            Ok(Ok(Answer::Refused(status))) => {
+                let picked = &upstream.picked;
+                gateway.fleet.metrics().gateway().record_request(
+                    picked.pool.as_deref(),
+                    &picked.name,
+                    Kind::Connect,
+                );
+                if gateway.settings.ban_statuses.contains(&status) {
+                    let reason = format!("gateway: CONNECT {authority} answered {status}");
+                    let _ = gateway.fleet.ban_site(&picked.id, &site, ReportKind::Ban, &reason);
+                }
+                let mut refusal = Refusal::new(
+                    status,
+                    "upstream",
+                    format!("the proxy answered {status} to CONNECT {authority}"),
+                );
+                refusal.proxy = Some(picked.id.clone());
+                return Err(refusal);
+            }
+            Ok(Err(err)) => {
+                format!("gateway: CONNECT through {} failed: {err}", upstream.picked.addr)
+            }
+            Err(_) => format!(
+                "gateway: the proxy at {} did not answer CONNECT within {:?}",
+                upstream.picked.addr, gateway.settings.connect_timeout
+            ),
+        };
+        tried = upstream.tried;
+        tried.push(upstream.picked.id.clone());
+        gateway.upstream_failed(&upstream.picked, failure.clone());
+        if tried.len() > gateway.settings.retries as usize {
+            return Err(Refusal::new(StatusCode::BAD_GATEWAY, "upstream", failure));
+        }
+        gateway.fleet.metrics().gateway().record_retry(upstream.picked.pool.as_deref());
+    };
+    let Upstream { picked, mut stream, .. } = upstream;
+    let counters = gateway.fleet.metrics().gateway().record_request(
+        picked.pool.as_deref(),
+        &picked.name,
+        Kind::Connect,
+    );
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(request).await {
+            Ok(upgraded) => upgraded,
+            Err(err) => {
+                tracing::debug!("gateway: CONNECT not upgraded: {err}");
+                return;
+            }
+        };
+        let mut crawler = TokioIo::new(upgraded);
+        if !leftover.is_empty() {
+            if crawler.write_all(&leftover).await.is_err() {
+                return;
+            }
+            counters.received.inc_by(leftover.len() as u64);
+        }
+        match tokio::io::copy_bidirectional(&mut crawler, &mut stream).await {
+            Ok((sent, received)) => {
+                counters.sent.inc_by(sent);
+                counters.received.inc_by(received);
+            }
+            Err(err) => tracing::debug!("gateway: tunnel ended: {err}"),
+        }
+    });
+    gateway.fleet.metrics().gateway().observe_added(added(started, upstream_took));
+    let mut response = Response::new(full(Bytes::new()));
+    if let Ok(id) = HeaderValue::from_str(&picked.id) {
+        response.headers_mut().insert(PROXY_HEADER, id);
+    }
+    Ok(response)
+}
+
+/// Asks the proxy on `stream` for a tunnel to `authority` and reads its
+/// answer head.
+async fn ask(stream: &mut TcpStream, authority: &str) -> std::io::Result<Answer> {
+    let head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    let mut buffer = Vec::with_capacity(1024);
+    loop {
+        let mut chunk = [0u8; 2048];
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the proxy closed the connection before answering",
+            ));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut answer = httparse::Response::new(&mut headers);
+        match answer.parse(&buffer) {
+            Ok(httparse::Status::Complete(length)) => {
+                let status = answer
+                    .code
+                    .and_then(|code| StatusCode::from_u16(code).ok())
+                    .unwrap_or(StatusCode::BAD_GATEWAY);
+                return Ok(if status.is_success() {
+                    Answer::Open(buffer.split_off(length))
+                } else {
+                    Answer::Refused(status)
+                });
+            }
+            Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD => {}
+            Ok(httparse::Status::Partial) => {
+                return Err(std::io::Error::other(format!(
+                    "the proxy's answer head is longer than {MAX_HEAD} bytes"
+                )));
+            }
+            Err(err) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the proxy's answer is not HTTP: {err}"),
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The gateway's metrics: requests, bytes and upstream errors by pool and
+//! upstream proxy, retries by pool, refusals by reason, and the latency
+//! the gateway adds.
+//!
+//! The `upstream` label is a Proxy's `namespace/name`: bounded by the
+//! fleet, not by traffic, and [`GatewayMetrics::forget_upstream`] drops a
+//! Proxy's series once it leaves the catalog, so replaced proxies do not
+//! pile up.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+pub use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The `pool` label of a proxy in no pool.
+const NO_POOL: &str = "";
+
+/// How a request went through the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An absolute-form request forwarded to the upstream proxy.
+    Http,
+    /// A CONNECT tunnel.
+    Connect,
+}
+
+impl Kind {
+    const ALL: [Kind; 2] = [Kind::Http, Kind::Connect];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Connect => "connect",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    pool: String,
+    upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    pool: String,
+    upstream: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+/// The gateway's counters, in the operator's registry.
+#[derive(Debug, Clone)]
+pub struct GatewayMetrics {
+    requests: Family<RequestLabels, Counter>,
+    bytes_sent: Family<UpstreamLabels, Counter>,
+    bytes_received: Family<UpstreamLabels, Counter>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    retries: Family<PoolLabels, Counter>,
+    refused: Family<ReasonLabels, Counter>,
+    added_seconds: Histogram,
+}
+
+/// The byte counters of one upstream, taken once per request so the body
+/// streams count without a label lookup per chunk.
+#[derive(Debug, Clone)]
+pub struct ByteCounters {
+    /// Bytes from the crawler to the upstream.
+    pub sent: Counter,
+    /// Bytes from the upstream to the crawler.
+    pub received: Counter,
+}
+
+impl GatewayMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            requests: Family::default(),
+            bytes_sent: Family::default(),
+            bytes_received: Family::default(),
+            upstream_errors: Family::default(),
+            retries: Family::default(),
+            refused: Family::default(),
+            // 50 µs to about 1.6 s.
+            added_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+        };
+        registry.register(
+            "gateway_requests",
+            "Requests and tunnels the gateway sent through an upstream proxy",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "gateway_bytes_sent",
+            "Body and tunnel bytes from crawlers to upstream proxies",
+            metrics.bytes_sent.clone(),
+        );
+        registry.register(
+            "gateway_bytes_received",
+            "Body and tunnel bytes from upstream proxies to crawlers",
+            metrics.bytes_received.clone(),
+        );
+        registry.register(
+            "gateway_upstream_errors",
+            "Upstream proxies the gateway could not reach or that failed a request",
+            metrics.upstream_errors.clone(),
+        );
+        registry.register(
+            "gateway_retries",
+            "Requests sent to another upstream after one failed",
+            metrics.retries.clone(),
+        );
+        registry.register(
+            "gateway_refused",
+            "Requests the gateway answered itself, by reason",
+            metrics.refused.clone(),
+        );
+        registry.register(
+            "gateway_added_seconds",
+            "Time the gateway adds to a request: choosing the upstream and passing the answer on",
+            metrics.added_seconds.clone(),
+        );
+        metrics
+    }
+
+    fn upstream(pool: Option<&str>, upstream: &str) -> UpstreamLabels {
+        UpstreamLabels { pool: pool.unwrap_or(NO_POOL).to_owned(), upstream: upstream.to_owned() }
+    }
+
+    /// Counts a request or tunnel through `upstream` and hands back its
+    /// byte counters.
+    pub fn record_request(&self, pool: Option<&str>, upstream: &str, kind: Kind) -> ByteCounters {
+        let labels = Self::upstream(pool, upstream);
+        self.requests
+            .get_or_create(&RequestLabels {
+                pool: labels.pool.clone(),
+                upstream: labels.upstream.clone(),
+                kind: kind.as_str().to_owned(),
+            })
+            .inc();
+        ByteCounters {
+            sent: self.bytes_sent.get_or_create(&labels).clone(),
+            received: self.bytes_received.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Counts an upstream that could not be reached or failed a request.
+    pub fn record_upstream_error(&self, pool: Option<&str>, upstream: &str) {
+        self.upstream_errors.get_or_create(&Self::upstream(pool, upstream)).inc();
+    }
+
+    /// Counts a request sent to another upstream.
+    pub fn record_retry(&self, pool: Option<&str>) {
+        self.retries.get_or_create(&PoolLabels { pool: pool.unwrap_or(NO_POOL).to_owned() }).inc();
+    }
+
+    /// Counts a request the gateway answered itself (`auth`, `routing`,
+    /// `unavailable`, `upstream`, `request`).
+    pub fn record_refused(&self, reason: &'static str) {
+        self.refused.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+    }
+
+    /// Records the time the gateway added to one request.
+    pub fn observe_added(&self, added: Duration) {
+        self.added_seconds.observe(added.as_secs_f64());
+    }
+
+    /// Drops the series of a proxy that left the catalog.
+    pub fn forget_upstream(&self, pool: Option<&str>, upstream: &str) {
+        let labels = Self::upstream(pool, upstream);
+        for kind in Kind::ALL {
+            self.requests.remove(&RequestLabels {
+                pool: labels.pool.clone(),
+                upstream: labels.upstream.clone(),
+                kind: kind.as_str().to_owned(),
+            });
+        }
+        self.bytes_sent.remove(&labels);
+        self.bytes_received.remove(&labels);
+        self.upstream_errors.remove(&labels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_bytes_and_errors_show_up_by_pool_and_upstream_and_go_with_the_proxy() {
+        let mut registry = Registry::with_prefix("proxyfleet");
+        let metrics = GatewayMetrics::register(&mut registry);
+        let bytes = metrics.record_request(Some("default/web"), "default/web-1", Kind::Http);
+        bytes.sent.inc_by(10);
+        bytes.received.inc_by(200);
+        metrics.record_request(None, "default/solo", Kind::Connect);
+        metrics.record_upstream_error(Some("default/web"), "default/web-2");
+        metrics.record_retry(Some("default/web"));
+        metrics.record_refused("auth");
+        metrics.observe_added(Duration::from_micros(120));
+        let encode = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text
+        };
+        let text = encode();
+        for line in [
+            r#"proxyfleet_gateway_requests_total{pool="default/web",upstream="default/web-1",kind="http"} 1"#,
+            r#"proxyfleet_gateway_requests_total{pool="",upstream="default/solo",kind="connect"} 1"#,
+            r#"proxyfleet_gateway_bytes_sent_total{pool="default/web",upstream="default/web-1"} 10"#,
+            r#"proxyfleet_gateway_bytes_received_total{pool="default/web",upstream="default/web-1"} 200"#,
+            r#"proxyfleet_gateway_upstream_errors_total{pool="default/web",upstream="default/web-2"} 1"#,
+            r#"proxyfleet_gateway_retries_total{pool="default/web"} 1"#,
+            r#"proxyfleet_gateway_refused_total{reason="auth"} 1"#,
+            "proxyfleet_gateway_added_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        metrics.forget_upstream(Some("default/web"), "default/web-1");
+        let text = encode();
+        assert!(!text.contains("web-1"), "a forgotten upstream's series stay:\n{text}");
+        assert!(text.contains("default/solo"), "{text}");
+    }
+}

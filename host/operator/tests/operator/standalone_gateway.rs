@@ -1,0 +1,233 @@
+//! `proxyfleet standalone --gateway-addr` as a real process in front of
+//! real tinyproxy upstreams: curl and reqwest through the gateway, plain
+//! and through CONNECT tunnels, bad and missing credentials, an unknown
+//! pool, sticky sessions that hold and are released, a per-site ban that
+//! leaves the proxy serving other sites, and an upstream killed mid-run
+//! that loses no request.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+use proxyfleet_fleet::client;
+use proxyfleet_tests::operator::{Running, Site};
+use proxyfleet_tests::ports::free_port;
+use proxyfleet_tests::proxies::Tinyproxy;
+use proxyfleet_tests::{Canned, TestServer, wait_for};
+
+const TOKEN: &str = "gateway-token";
+
+struct Gateway {
+    proxies: Vec<Tinyproxy>,
+    site: Site,
+    api: String,
+    gateway: String,
+    _operator: Running,
+}
+
+impl Gateway {
+    /// The operator with a pool of `n` Proxies on `n` tinyproxies, once the
+    /// gateway routes through every one of them.
+    async fn start(n: usize) -> Self {
+        let proxies: Vec<Tinyproxy> = (0..n).map(|_| Tinyproxy::start()).collect();
+        let endpoints: Vec<String> = proxies.iter().map(|p| format!("'{}'", p.addr())).collect();
+        let manifests = format!(
+            "apiVersion: proxyfleet.io/v1alpha1\nkind: ProxyPool\nmetadata: {{ name: web }}\n\
+             spec: {{ replicas: {n}, template: {{ spec: {{ provider: local }} }} }}\n"
+        );
+        let site = Site::new(
+            &format!(
+                "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: [{}] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
+                endpoints.join(", ")
+            ),
+            &[("static", "static")],
+            &manifests,
+        );
+        std::fs::write(site.path("tokens"), format!("{TOKEN}\n")).unwrap();
+        let api = format!("127.0.0.1:{}", free_port());
+        let gateway = format!("127.0.0.1:{}", free_port());
+        let tokens = site.path("tokens").display().to_string();
+        let operator = site.standalone(
+            Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+            &[
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--api-addr",
+                &api,
+                "--api-token-file",
+                &tokens,
+                "--gateway-addr",
+                &gateway,
+                "--health-interval",
+                "300ms",
+                "--health-timeout",
+                "300ms",
+                "--health-healthy-after",
+                "1",
+                "--health-unhealthy-after",
+                "1",
+            ],
+        );
+        let this = Self { proxies, site, api, gateway, _operator: operator };
+        let available = wait_for(Duration::from_secs(90), || async {
+            let (status, body) = this.api(Method::GET, "/v1/proxies?healthy=true", "").await?;
+            let list: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (status == 200 && list["items"].as_array()?.len() == n).then_some(())
+        })
+        .await;
+        assert!(available.is_some(), "every Proxy turns healthy");
+        this
+    }
+
+    async fn api(&self, method: Method, path: &str, body: &str) -> Option<(u16, String)> {
+        client::call(&format!("http://{}", self.api), method, path, Some(body), Some(TOKEN))
+            .await
+            .ok()
+    }
+
+    /// A reqwest client whose proxy is the gateway, with `username`.
+    fn client(&self, username: &str) -> reqwest::Client {
+        let proxy = reqwest::Proxy::all(format!("http://{}", self.gateway))
+            .unwrap()
+            .basic_auth(username, TOKEN);
+        reqwest::Client::builder().proxy(proxy).build().unwrap()
+    }
+
+    /// curl through the gateway with `extra` arguments: (status, body).
+    fn curl(&self, proxy_user: &str, extra: &[&str], url: &str) -> (u16, String) {
+        let output = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-w", "\n%{http_code}", "--proxy"])
+            .arg(format!("http://{}", self.gateway))
+            .args(["--proxy-user", proxy_user])
+            .args(extra)
+            .arg(url)
+            .output()
+            .expect("curl runs (the README's test command installs it)");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+}
+
+/// (status, the proxy's ID) of a GET through `client`.
+async fn through(client: &reqwest::Client, url: &str) -> (u16, String) {
+    let response = client.get(url).send().await.expect("the gateway answers");
+    let proxy = response
+        .headers()
+        .get("x-proxyfleet-proxy")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (response.status().as_u16(), proxy)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_and_reqwest_go_through_the_pool_with_tokens_routes_and_sessions() {
+    let origin =
+        TestServer::http(Canned { status: 200, body: Bytes::from_static(b"hello via gateway") })
+            .await;
+    let gateway = Gateway::start(3).await;
+    let url = format!("http://{}/page", origin.addr);
+    let user = format!("pool=default.web:{TOKEN}");
+
+    // curl: absolute-form, then a CONNECT tunnel (-p) to the same origin.
+    assert_eq!(gateway.curl(&user, &[], &url), (200, "hello via gateway".to_owned()));
+    assert_eq!(gateway.curl(&user, &["-p"], &url), (200, "hello via gateway".to_owned()));
+    assert_eq!(origin.seen().last().unwrap().path, "/page");
+
+    // Missing and wrong credentials, a bad key, an unknown pool.
+    let output = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--proxy"])
+        .arg(format!("http://{}", gateway.gateway))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "407");
+    let (status, body) = gateway.curl("pool=default.web:wrong", &[], &url);
+    assert_eq!(status, 407, "{body}");
+    assert!(body.contains("not a token"), "{body}");
+    let (status, body) = gateway.curl(&format!("country=us:{TOKEN}"), &[], &url);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("country"), "{body}");
+    let (status, body) = gateway.curl(&format!("pool=default.nope:{TOKEN}"), &[], &url);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("default/nope"), "{body}");
+
+    // Without a session requests spread over the pool; with one they stay.
+    let spread = gateway.client("pool=default.web");
+    let mut seen = HashSet::new();
+    for _ in 0..6 {
+        let (status, proxy) = through(&spread, &url).await;
+        assert_eq!(status, 200);
+        seen.insert(proxy);
+    }
+    assert_eq!(seen.len(), 3, "round-robin over the pool: {seen:?}");
+    let sticky = gateway.client("pool=default.web,session=crawl-1");
+    let (_, held) = through(&sticky, &url).await;
+    for _ in 0..5 {
+        assert_eq!(through(&sticky, &url).await, (200, held.clone()));
+    }
+    // The session is a lease: listed, and released through the API.
+    let (_, leases) = gateway.api(Method::GET, "/v1/leases", "").await.unwrap();
+    assert!(leases.contains("session-crawl-1") && leases.contains(&held), "{leases}");
+    let (status, _) = gateway.api(Method::DELETE, "/v1/leases/session-crawl-1", "").await.unwrap();
+    assert_eq!(status, 204);
+
+    let (_, metrics) = gateway.api(Method::GET, "/metrics", "").await.unwrap();
+    for needle in [
+        "proxyfleet_gateway_requests_total{pool=\"default/web\"",
+        "kind=\"connect\"",
+        "proxyfleet_gateway_bytes_received_total{pool=\"default/web\"",
+        "proxyfleet_gateway_refused_total{reason=\"auth\"} 2",
+        "proxyfleet_gateway_added_seconds_bucket",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from:\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_site_ban_and_a_killed_upstream_lose_no_request() {
+    let good = TestServer::http(Canned { status: 200, body: Bytes::from_static(b"ok") }).await;
+    let banning =
+        TestServer::http(Canned { status: 403, body: Bytes::from_static(b"go away") }).await;
+    let mut gateway = Gateway::start(3).await;
+    let client = gateway.client("pool=default.web");
+    // `localhost` and `127.0.0.1` are two sites to the gateway.
+    let banned_url = format!("http://localhost:{}/", banning.addr.port());
+    let good_url = format!("http://127.0.0.1:{}/", good.addr.port());
+
+    let (status, banned) = through(&client, &banned_url).await;
+    assert_eq!(status, 403, "the site's answer is passed on");
+    let (_, view) = gateway.api(Method::GET, &format!("/v1/proxies/{banned}"), "").await.unwrap();
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(view["bannedSites"][0]["site"], "localhost", "{view}");
+    assert_eq!(view["available"], true, "{view}");
+    for _ in 0..6 {
+        let (_, proxy) = through(&client, &banned_url).await;
+        assert_ne!(proxy, banned, "a banned proxy gets no more requests for that site");
+    }
+    let mut for_others = HashSet::new();
+    for _ in 0..6 {
+        let (status, proxy) = through(&client, &good_url).await;
+        assert_eq!(status, 200);
+        for_others.insert(proxy);
+    }
+    assert!(for_others.contains(&banned), "the banned proxy still serves other sites");
+
+    // One upstream dies mid-run: every request still gets its answer.
+    for i in 0..60 {
+        if i == 10 {
+            gateway.proxies[0].kill();
+        }
+        let (status, _) = through(&client, &good_url).await;
+        assert_eq!(status, 200, "request {i} lost");
+    }
+    let (_, metrics) = gateway.api(Method::GET, "/metrics", "").await.unwrap();
+    assert!(
+        metrics.contains("proxyfleet_gateway_retries_total{pool=\"default/web\"}"),
+        "{metrics}"
+    );
+    assert!(gateway.site.path("state.redb").exists());
+}
