@@ -55,6 +55,11 @@ impl Tinyproxy {
         self.addr
     }
 
+    /// Its process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills it; connections to its port are refused until [`restart`].
     ///
     /// [`restart`]: Tinyproxy::restart

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
@@ -20,8 +21,9 @@ use proxyfleet_kube::operate::LEADER_LABEL;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::operator::terminate;
+use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{
-    kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
+    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
 
 const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
@@ -64,6 +66,17 @@ fn start_as_pod(
     start_with_lease(dir, namespace, identity, pod, api, "3s")
 }
 
+/// As [`start_with_lease`], with `extra` arguments.
+fn start_with_args(
+    dir: &Path,
+    namespace: &str,
+    identity: &str,
+    api: &str,
+    extra: &[&str],
+) -> Operator {
+    spawn(dir, namespace, identity, None, api, "3s", extra)
+}
+
 /// As [`start_as_pod`], holding the Lease for `lease` (e.g. `60s`).
 fn start_with_lease(
     dir: &Path,
@@ -72,6 +85,18 @@ fn start_with_lease(
     pod: Option<&str>,
     api: &str,
     lease: &str,
+) -> Operator {
+    spawn(dir, namespace, identity, pod, api, lease, &[])
+}
+
+fn spawn(
+    dir: &Path,
+    namespace: &str,
+    identity: &str,
+    pod: Option<&str>,
+    api: &str,
+    lease: &str,
+    extra: &[&str],
 ) -> Operator {
     let log = std::fs::File::create(dir.join(format!("{identity}.log"))).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_proxyfleet"));
@@ -86,6 +111,7 @@ fn start_with_lease(
         .args(["--namespace", namespace, "--watch-namespace", namespace, "--identity", identity])
         .args(["--lease-duration", lease, "--gc-interval", "1h", "--provider-check-interval", "1h"])
         .args(["--metrics-addr", "127.0.0.1:0", "--api-addr", api])
+        .args(extra)
         .env("KUBECONFIG", kubeconfig())
         .stdout(Stdio::null())
         .stderr(log)
@@ -292,4 +318,102 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     })
     .await;
     assert!(took_over.is_some(), "op-b takes the released Lease long before it would expire");
+}
+
+/// (status, the proxy's ID) of a GET of `url` through the gateway at
+/// `gateway` with proxy username `username`; `None` while it does not
+/// answer.
+async fn through_gateway(gateway: &str, username: &str, url: &str) -> Option<(u16, String)> {
+    let proxy = reqwest::Proxy::all(format!("http://{gateway}")).ok()?.basic_auth(username, "");
+    let client = reqwest::Client::builder().proxy(proxy).build().ok()?;
+    let response = client.get(url).send().await.ok()?;
+    let proxy = response
+        .headers()
+        .get("x-proxyfleet-proxy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    Some((response.status().as_u16(), proxy))
+}
+
+/// The gateway in a cluster: the leader sends requests through the
+/// Proxies' real tinyproxies, a standby answers 503, and a sticky session
+/// is kept in the API server, so the new leader sends it through the same
+/// proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the_leader() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-gateway").await;
+    let upstreams: Vec<Tinyproxy> = (0..2).map(|_| Tinyproxy::start()).collect();
+    let origin = TestServer::http(Canned { status: 200, body: Bytes::from_static(b"ok") }).await;
+    let dir = static_site();
+    let endpoints: Vec<String> = upstreams.iter().map(|p| format!("'{}'", p.addr())).collect();
+    std::fs::write(
+        dir.path().join("providers.yaml"),
+        format!(
+            "providers:\n  - {{ name: lab, plugin: static, config: {{ endpoints: [{}] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
+            endpoints.join(", ")
+        ),
+    )
+    .unwrap();
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    for name in ["p1", "p2"] {
+        proxies.create(&PostParams::default(), &proxy(name)).await.unwrap();
+    }
+    let (gateway_a, gateway_b) = (free_addr(), free_addr());
+    let args = |gateway: &str| {
+        [
+            "--gateway-addr",
+            gateway,
+            "--gateway-open",
+            "--health-interval",
+            "300ms",
+            "--health-timeout",
+            "300ms",
+            "--health-healthy-after",
+            "1",
+        ]
+        .map(str::to_owned)
+    };
+    let wait = Duration::from_secs(90);
+    let url = format!("http://{}/", origin.addr);
+    let a_args = args(&gateway_a);
+    let a = start_with_args(
+        dir.path(),
+        &namespace,
+        "gw-a",
+        &free_addr(),
+        &a_args.each_ref().map(String::as_str),
+    );
+    let (status, held) = wait_for(wait, || async {
+        through_gateway(&gateway_a, "session=keep-me", &url)
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await
+    .expect("the leader's gateway sends the request through a Proxy");
+    assert_eq!(status, 200);
+    assert!(!held.is_empty());
+    assert_eq!(origin.seen().len(), 1, "the request reached the origin once");
+    let b_args = args(&gateway_b);
+    let _b = start_with_args(
+        dir.path(),
+        &namespace,
+        "gw-b",
+        &free_addr(),
+        &b_args.each_ref().map(String::as_str),
+    );
+    let standby = wait_for(wait, || async { through_gateway(&gateway_b, "", &url).await }).await;
+    assert_eq!(standby.map(|(status, _)| status), Some(503), "a standby's gateway does not serve");
+
+    drop(a);
+    let after = wait_for(wait, || async {
+        through_gateway(&gateway_b, "session=keep-me", &url)
+            .await
+            .filter(|(status, _)| *status == 200)
+    })
+    .await
+    .expect("the new leader's gateway serves");
+    assert_eq!(after.1, held, "the session kept its proxy across the change of leader");
 }

@@ -1,0 +1,457 @@
+//! The gateway against going straight to the proxies: throughput and
+//! latency of the same load through real tinyproxy upstreams, once
+//! directly (each connection to one upstream, in turn) and once through
+//! the gateway (which spreads over the same upstreams), for plain HTTP
+//! (absolute-form GETs on kept-alive connections where the proxy keeps
+//! them) and for CONNECT (a tunnel per request, one GET through it).
+//!
+//! ```text
+//! cargo bench -p proxyfleet-tests --bench gateway -- \
+//!     [--connections 64] [--secs 10] [--upstreams 4]
+//! ```
+//!
+//! Every latency includes the connection to the proxy (or the gateway),
+//! when one was made for the request. Added latency is the difference of
+//! the medians, under load (`--connections`) and one request at a time
+//! (where it is the path's own cost, not queueing for a core). The load
+//! generator, the gateway, the upstreams and the origin share this
+//! machine's cores, so the loaded figures say how the two paths compare
+//! here; the CPU each request costs the gateway (its own runtime's threads)
+//! and the upstreams (the tinyproxy processes) says what the gateway adds
+//! wherever it runs. A figure, not a test.
+
+#![allow(clippy::print_stdout, reason = "a bench binary prints its figures")]
+
+use std::convert::Infallible;
+use std::error::Error;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use proxyfleet_core::proxy::Phase;
+use proxyfleet_fleet::auth::ApiAuth;
+use proxyfleet_fleet::gateway::{self, Gateway, GatewaySettings};
+use proxyfleet_fleet::probe::ProbePass;
+use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, Member};
+use proxyfleet_metrics::Metrics;
+use proxyfleet_tests::proxies::Tinyproxy;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+const TOKEN: &str = "bench";
+
+#[derive(Debug)]
+struct Options {
+    connections: usize,
+    duration: Duration,
+    upstreams: usize,
+}
+
+impl Options {
+    fn parse() -> Result<Self, Box<dyn Error>> {
+        let mut options = Self { connections: 64, duration: Duration::from_secs(10), upstreams: 4 };
+        let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--connections" => options.connections = value()?.parse()?,
+                "--secs" => options.duration = Duration::from_secs(value()?.parse()?),
+                "--upstreams" => options.upstreams = value()?.parse()?,
+                other => return Err(format!("unknown flag {other}").into()),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Where the load goes.
+#[derive(Debug, Clone)]
+enum Path {
+    /// Connection `i` to upstream `i % n`.
+    Direct(Vec<SocketAddr>),
+    /// Every connection to the gateway, with credentials.
+    Gateway(SocketAddr),
+}
+
+impl Path {
+    fn proxy(&self, connection: usize) -> SocketAddr {
+        match self {
+            Path::Direct(upstreams) => upstreams[connection % upstreams.len()],
+            Path::Gateway(addr) => *addr,
+        }
+    }
+
+    fn credentials(&self) -> Option<String> {
+        match self {
+            Path::Direct(_) => None,
+            Path::Gateway(_) => {
+                use base64::Engine as _;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(format!(":{TOKEN}"));
+                Some(format!("Basic {encoded}"))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http,
+    Connect,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Http => "http",
+            Kind::Connect => "connect",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    latencies: Vec<Duration>,
+    errors: u64,
+}
+
+impl Figures {
+    fn per_second(&self, duration: Duration) -> f64 {
+        self.latencies.len() as f64 / duration.as_secs_f64()
+    }
+
+    fn percentile(&mut self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        self.latencies.sort_unstable();
+        let index = ((self.latencies.len() - 1) as f64 * p).round() as usize;
+        self.latencies[index]
+    }
+}
+
+/// CPU seconds of `/proc/<path>/stat`, in USER_HZ (100 a second).
+fn cpu_of(stat: &str) -> f64 {
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let stime: f64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (utime + stime) / 100.0
+}
+
+/// CPU seconds of this process's threads named `gateway`.
+fn gateway_cpu() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim()
+                == "gateway"
+        })
+        .map(|task| std::fs::read_to_string(task.path().join("stat")).map_or(0.0, |s| cpu_of(&s)))
+        .sum()
+}
+
+/// CPU seconds of the processes `pids`, their threads included.
+fn processes_cpu(pids: &[u32]) -> f64 {
+    pids.iter()
+        .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(0.0, |s| cpu_of(&s)))
+        .sum()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let options = Options::parse()?;
+    let origin = origin().await?;
+    let upstreams: Vec<Tinyproxy> =
+        (0..options.upstreams).map(|_| Tinyproxy::start_with("MaxClients 512\n")).collect();
+    let addrs: Vec<SocketAddr> = upstreams.iter().map(Tinyproxy::addr).collect();
+    // The gateway runs on threads of its own, so its CPU can be told apart
+    // from the load generator's.
+    let gateway_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gateway")
+        .enable_all()
+        .build()?;
+    let (gateway, _tokens) = start_gateway(&addrs, gateway_runtime.handle()).await?;
+    println!(
+        "gateway bench: {} connections, {:?} per run, {} tinyproxy upstreams, origin {origin}",
+        options.connections, options.duration, options.upstreams
+    );
+    println!(
+        "{:<8} {:<8} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13}",
+        "kind",
+        "path",
+        "conns",
+        "req/s",
+        "p50",
+        "p90",
+        "p99",
+        "errors",
+        "gateway CPU",
+        "upstream CPU"
+    );
+    let pids: Vec<u32> = upstreams.iter().filter_map(Tinyproxy::pid).collect();
+    for kind in [Kind::Http, Kind::Connect] {
+        for connections in [options.connections, 1] {
+            let mut medians = Vec::new();
+            let mut rates = Vec::new();
+            for (name, path) in
+                [("direct", Path::Direct(addrs.clone())), ("gateway", Path::Gateway(gateway))]
+            {
+                // A short warm-up, then the measured run.
+                load(&path, kind, origin, connections, Duration::from_secs(1)).await;
+                let cpu_before = (gateway_cpu(), processes_cpu(&pids));
+                let mut figures = load(&path, kind, origin, connections, options.duration).await;
+                let cpu = (gateway_cpu() - cpu_before.0, processes_cpu(&pids) - cpu_before.1);
+                let count = figures.latencies.len().max(1) as f64;
+                let rate = figures.per_second(options.duration);
+                let (p50, p90, p99) =
+                    (figures.percentile(0.5), figures.percentile(0.9), figures.percentile(0.99));
+                println!(
+                    "{:<8} {:<8} {:>5} {:>10.0} {:>9.3?} {:>9.3?} {:>9.3?} {:>7} {:>10.1} µs {:>10.1} µs",
+                    kind.name(),
+                    name,
+                    connections,
+                    rate,
+                    p50,
+                    p90,
+                    p99,
+                    figures.errors,
+                    cpu.0 / count * 1e6,
+                    cpu.1 / count * 1e6,
+                );
+                medians.push(p50);
+                rates.push(rate);
+            }
+            println!(
+                "{:<8} {connections:>3} connection(s): gateway/direct throughput {:.2}x, added median latency {:.3} ms",
+                kind.name(),
+                rates[1] / rates[0].max(f64::MIN_POSITIVE),
+                (medians[1].as_secs_f64() - medians[0].as_secs_f64()) * 1000.0
+            );
+        }
+    }
+    gateway_runtime.shutdown_background();
+    Ok(())
+}
+
+/// A plain origin answering `ok` on loopback, keeping connections alive.
+async fn origin() -> Result<SocketAddr, Box<dyn Error>> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_: Request<Incoming>| async {
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The gateway over a catalog of `upstreams`, all healthy.
+async fn start_gateway(
+    upstreams: &[SocketAddr],
+    runtime: &tokio::runtime::Handle,
+) -> Result<(SocketAddr, tempfile::TempDir), Box<dyn Error>> {
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    fleet.publish(
+        upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| Member {
+                id: format!("upstream-{i}"),
+                namespace: "bench".into(),
+                name: format!("upstream-{i}"),
+                pool: Some("bench/pool".into()),
+                provider: "static".into(),
+                labels: Default::default(),
+                phase: Phase::Running,
+                endpoint: Some(Endpoint { ip: addr.ip(), port: addr.port() }),
+            })
+            .collect(),
+    );
+    let passed = ProbePass { latency: Duration::from_millis(1), exit_ip: None };
+    let results = fleet
+        .probe_targets()
+        .into_iter()
+        .map(|(id, endpoint)| (id, endpoint, Ok(passed.clone())))
+        .collect();
+    fleet.record_probes(results, 1, 1);
+    fleet.set_ready(true);
+    let dir = tempfile::tempdir()?;
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n"))?;
+    let auth = Arc::new(ApiAuth::from_file(tokens, false)?);
+    let gateway = Arc::new(Gateway::new(fleet, auth, GatewaySettings::default()));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    runtime.spawn(async move {
+        let listener = TcpListener::from_std(listener).expect("a listener on this runtime");
+        gateway::serve(listener, gateway, std::future::pending()).await;
+    });
+    Ok((addr, dir))
+}
+
+/// `connections` clients sending requests one after another for `duration`.
+async fn load(
+    path: &Path,
+    kind: Kind,
+    origin: SocketAddr,
+    connections: usize,
+    duration: Duration,
+) -> Figures {
+    let end = Instant::now() + duration;
+    let tasks: Vec<_> = (0..connections)
+        .map(|i| {
+            let path = path.clone();
+            tokio::spawn(async move {
+                match kind {
+                    Kind::Http => http_client(path.proxy(i), path.credentials(), origin, end).await,
+                    Kind::Connect => {
+                        connect_client(path.proxy(i), path.credentials(), origin, end).await
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut all = Figures::default();
+    for task in tasks {
+        if let Ok(figures) = task.await {
+            all.latencies.extend(figures.latencies);
+            all.errors += figures.errors;
+        }
+    }
+    all
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn handshake(proxy: SocketAddr) -> Option<Sender> {
+    let stream = TcpStream::connect(proxy).await.ok()?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(connection);
+    Some(sender)
+}
+
+/// Absolute-form GETs, on one connection for as long as the proxy keeps it.
+async fn http_client(
+    proxy: SocketAddr,
+    credentials: Option<String>,
+    origin: SocketAddr,
+    end: Instant,
+) -> Figures {
+    let mut figures = Figures::default();
+    let mut sender: Option<Sender> = None;
+    while Instant::now() < end {
+        let started = Instant::now();
+        let current = match sender.take().filter(|s| !s.is_closed()) {
+            Some(current) => Some(current),
+            None => handshake(proxy).await,
+        };
+        let Some(mut current) = current else {
+            figures.errors += 1;
+            continue;
+        };
+        let mut request =
+            Request::get(format!("http://{origin}/")).header("host", origin.to_string());
+        if let Some(credentials) = &credentials {
+            request = request.header("proxy-authorization", credentials);
+        }
+        let request = request.body(Empty::new()).expect("a valid request");
+        if current.ready().await.is_err() {
+            figures.errors += 1;
+            continue;
+        }
+        match current.send_request(request).await {
+            Ok(response) => {
+                let close = response
+                    .headers()
+                    .get("connection")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+                let ok = response.status().is_success();
+                if response.into_body().collect().await.is_ok() && ok {
+                    figures.latencies.push(started.elapsed());
+                } else {
+                    figures.errors += 1;
+                }
+                if !close {
+                    sender = Some(current);
+                }
+            }
+            // A kept-alive connection the proxy closed meanwhile: what any
+            // client does is send the request again on a new one.
+            Err(err) if err.is_canceled() || err.is_incomplete_message() => {}
+            Err(_) => figures.errors += 1,
+        }
+    }
+    figures
+}
+
+/// A CONNECT tunnel per request, with one GET through it.
+async fn connect_client(
+    proxy: SocketAddr,
+    credentials: Option<String>,
+    origin: SocketAddr,
+    end: Instant,
+) -> Figures {
+    let mut figures = Figures::default();
+    while Instant::now() < end {
+        let started = Instant::now();
+        match tunnel_get(proxy, credentials.as_deref(), origin).await {
+            Some(()) => figures.latencies.push(started.elapsed()),
+            None => figures.errors += 1,
+        }
+    }
+    figures
+}
+
+async fn tunnel_get(
+    proxy: SocketAddr,
+    credentials: Option<&str>,
+    origin: SocketAddr,
+) -> Option<()> {
+    let mut stream = TcpStream::connect(proxy).await.ok()?;
+    let _ = stream.set_nodelay(true);
+    let auth = credentials.map(|c| format!("Proxy-Authorization: {c}\r\n")).unwrap_or_default();
+    let head = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    // Neither proxy sends anything after its answer head until the tunnel
+    // carries a request, so reading in chunks takes the head alone.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.ends_with(b"\r\n\r\n") {
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        answer.extend_from_slice(&chunk[..read]);
+    }
+    if !answer.starts_with(b"HTTP/1.1 200") && !answer.starts_with(b"HTTP/1.0 200") {
+        return None;
+    }
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(connection);
+    let request =
+        Request::get("/").header("host", origin.to_string()).body(Empty::<Bytes>::new()).ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let ok = response.status().is_success();
+    response.into_body().collect().await.ok()?;
+    ok.then_some(())
+}
