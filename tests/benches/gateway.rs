@@ -279,7 +279,7 @@ async fn start_gateway(
                 provider: "static".into(),
                 labels: Default::default(),
                 phase: Phase::Running,
-                endpoint: Some(Endpoint { ip: addr.ip(), port: addr.port() }),
+                endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
             })
             .collect(),
     );

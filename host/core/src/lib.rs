@@ -7,6 +7,7 @@
 //! reconciler acts on [`ErrorClass`] without caring which it talks to.
 
 pub mod clock;
+pub mod credential;
 mod error;
 pub mod fake;
 pub mod gc;

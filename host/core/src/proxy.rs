@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::ProxySpec;
+use crate::credential::ProxyCredential;
 
 /// Default proxy port.
 pub const DEFAULT_PORT: u16 = 3128;
@@ -46,6 +47,11 @@ pub struct ProxyDesired {
     pub port: u16,
     /// cloud-init user-data (already resolved from its Secret or file).
     pub user_data: Vec<u8>,
+    /// The credential the proxy asks its clients for (already resolved
+    /// from its Secret or file); probes, the gateway and authorized
+    /// crawlers send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_auth: Option<ProxyCredential>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -74,6 +80,12 @@ impl ProxyDesired {
         field("vlanTag", &self.vlan_tag.map_or([0xff; 3], |t| [0, (t >> 8) as u8, t as u8]));
         field("port", &self.port.to_le_bytes());
         field("userData", &self.user_data);
+        // Only when set, so a Proxy without one keeps the hash it had
+        // before proxies could have credentials.
+        if let Some(credential) = &self.proxy_auth {
+            field("proxyAuth.username", credential.username().as_bytes());
+            field("proxyAuth.password", credential.password().as_bytes());
+        }
         let digest = hasher.finalize();
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
@@ -363,8 +375,16 @@ pub(crate) mod tests {
             vlan_tag: None,
             port: DEFAULT_PORT,
             user_data: Vec::new(),
+            proxy_auth: None,
             labels: BTreeMap::new(),
         }
+    }
+
+    /// Proxies without a credential keep the hash they had before a Proxy
+    /// could name one: a new hash would replace every instance.
+    #[test]
+    fn regression_a_proxy_without_a_credential_keeps_its_hash() {
+        assert_eq!(desired().spec_hash(), "fd8eafab875e09ff");
     }
 
     #[test]
@@ -373,7 +393,7 @@ pub(crate) mod tests {
         let mut labelled = base.clone();
         labelled.labels.insert("team".into(), "crawl".into());
         assert_eq!(base.spec_hash(), labelled.spec_hash());
-        let changes: [fn(&mut ProxyDesired); 8] = [
+        let changes: [fn(&mut ProxyDesired); 9] = [
             |d| d.provider = "other".into(),
             |d| d.cores = 2,
             |d| d.memory_mib = 1024,
@@ -382,6 +402,7 @@ pub(crate) mod tests {
             |d| d.vlan_tag = Some(0),
             |d| d.port = 8080,
             |d| d.user_data = b"#cloud-config".to_vec(),
+            |d| d.proxy_auth = Some(ProxyCredential::parse("crawler:pw").unwrap()),
         ];
         for change in changes {
             let mut changed = base.clone();

@@ -82,7 +82,7 @@ fn main() {
                         provider: "local".into(),
                         labels: BTreeMap::new(),
                         phase: Phase::Running,
-                        endpoint: Some(Endpoint { ip: addr.ip(), port: addr.port() }),
+                        endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
                     }
                 })
                 .collect(),

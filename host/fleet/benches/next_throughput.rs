@@ -104,10 +104,10 @@ async fn discovery(proxies: u16) -> SocketAddr {
                 provider: "local".into(),
                 labels: BTreeMap::new(),
                 phase: Phase::Running,
-                endpoint: Some(Endpoint {
-                    ip: IpAddr::from([127, 1, (i >> 8) as u8, i as u8]),
-                    port: 3128,
-                }),
+                endpoint: Some(Endpoint::new(
+                    IpAddr::from([127, 1, (i >> 8) as u8, i as u8]),
+                    3128,
+                )),
             })
             .collect(),
     );

@@ -30,7 +30,8 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use crate::auth::{Access, ApiAuth};
-use crate::catalog::{CatalogError, Fleet, ReportKind, Selector, Strategy, site_of};
+use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Selector, Strategy, site_of};
+use crate::leases::LeaseView;
 pub use crate::server::DRAIN;
 
 /// Request bodies are small JSON objects.
@@ -209,7 +210,9 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
             report(api, &id, request).await
         }
         (&Method::GET, ["v1", "leases"]) => {
-            Ok(json(StatusCode::OK, &serde_json::json!({ "items": api.fleet.leases() })))
+            let items: Vec<LeaseView> =
+                api.fleet.leases().into_iter().map(|lease| with_credential(api, lease)).collect();
+            Ok(json(StatusCode::OK, &serde_json::json!({ "items": items })))
         }
         (&Method::POST, ["v1", "leases"]) => lease(api, request).await,
         (&Method::POST, ["v1", "leases", id, "renew"]) => {
@@ -317,7 +320,8 @@ fn list(api: &Api, query: &str) -> Answer {
 
 fn next(api: &Api, query: &str) -> Answer {
     let query = parse_query(query, &["pool", "provider", "label", "host", "strategy", "format"])?;
-    let (id, url) = api.fleet.next(&query.selector, query.strategy)?;
+    let picked = api.fleet.next_picked(&query.selector, query.strategy)?;
+    let (id, url) = (picked.id.clone(), handed_out_url(api, &picked));
     Ok(if query.format_url {
         text(StatusCode::OK, "text/plain", format!("{url}\n"))
     } else {
@@ -376,7 +380,7 @@ async fn lease(api: &Api, request: Request<Incoming>) -> Answer {
             body.ttl_seconds.map(Duration::from_secs),
         )
         .await?;
-    Ok(json(StatusCode::CREATED, &lease))
+    Ok(json(StatusCode::CREATED, &with_credential(api, lease)))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -388,7 +392,24 @@ struct RenewRequest {
 async fn renew(api: &Api, id: &str, request: Request<Incoming>) -> Answer {
     let body: RenewRequest = read_json(request).await?;
     let lease = api.fleet.renew(id, body.ttl_seconds.map(Duration::from_secs)).await?;
-    Ok(json(StatusCode::OK, &lease))
+    Ok(json(StatusCode::OK, &with_credential(api, lease)))
+}
+
+/// A proxy's credential goes only to callers that showed an API token: with
+/// a token file, the routes that hand out proxies need one. Without, the
+/// URL stays bare and the crawler cannot use a proxy that asks for one.
+fn handed_out_url(api: &Api, picked: &Picked) -> String {
+    if api.auth.has_tokens() { picked.endpoint.url_with_credential() } else { picked.url.clone() }
+}
+
+/// See [`handed_out_url`].
+fn with_credential(api: &Api, mut lease: LeaseView) -> LeaseView {
+    if api.auth.has_tokens()
+        && let Some(url) = api.fleet.url_with_credential(&lease.proxy_id)
+    {
+        lease.url = url;
+    }
+    lease
 }
 
 #[derive(Debug, Deserialize)]

@@ -5,7 +5,6 @@
 //! stalled proxy costs one slot for at most the timeout and never delays
 //! the verdicts of the others beyond the round.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,10 +113,9 @@ impl HealthEngine {
                 let metrics = Arc::clone(&metrics);
                 async move {
                     let begun = Instant::now();
-                    let address = SocketAddr::new(endpoint.ip, endpoint.port);
                     let result = tokio::time::timeout(
                         settings.timeout,
-                        probe(address, &settings.target, settings.mode),
+                        probe(&endpoint, &settings.target, settings.mode),
                     )
                     .await
                     .unwrap_or_else(|_| {

@@ -20,6 +20,7 @@ pub mod api;
 pub mod auth;
 pub mod catalog;
 pub mod client;
+pub mod endpoint;
 mod error;
 pub mod gateway;
 pub mod health;

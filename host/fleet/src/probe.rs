@@ -14,12 +14,13 @@ use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
+use http::{HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 
 /// Bodies longer than this are not the check target's answer.
@@ -111,19 +112,22 @@ pub struct ProbePass {
 #[error("{0}")]
 pub struct ProbeFailure(pub String);
 
-/// Probes the proxy at `proxy`. The caller bounds the time.
+/// Probes the proxy at `endpoint`, with its credential when it asks for
+/// one. The caller bounds the time.
 pub async fn probe(
-    proxy: SocketAddr,
+    endpoint: &Endpoint,
     target: &CheckTarget,
     mode: ProbeMode,
 ) -> Result<ProbePass, ProbeFailure> {
     let started = Instant::now();
+    let proxy = endpoint.addr();
+    let authorization = endpoint.proxy_authorization();
     let mut exit_ip = None;
     if matches!(mode, ProbeMode::Get | ProbeMode::Both) {
-        exit_ip = probe_get(proxy, target).await?;
+        exit_ip = probe_get(proxy, authorization.clone(), target).await?;
     }
     if matches!(mode, ProbeMode::Connect | ProbeMode::Both) {
-        let tunnelled = probe_connect(proxy, target).await?;
+        let tunnelled = probe_connect(proxy, authorization, target).await?;
         exit_ip = exit_ip.or(tunnelled);
     }
     Ok(ProbePass { latency: started.elapsed(), exit_ip })
@@ -138,25 +142,39 @@ async fn dial(proxy: SocketAddr) -> Result<TcpStream, ProbeFailure> {
     Ok(stream)
 }
 
+/// What a 407 means here.
+fn credential_hint(status: StatusCode) -> &'static str {
+    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+        " (the proxy wants a credential, or not the one the Proxy names: see spec.proxyAuthFile)"
+    } else {
+        ""
+    }
+}
+
 async fn probe_get(
     proxy: SocketAddr,
+    authorization: Option<HeaderValue>,
     target: &CheckTarget,
 ) -> Result<Option<String>, ProbeFailure> {
     let stream = dial(proxy).await?;
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::GET)
         .uri(target.url())
         .header(header::HOST, &target.authority)
         .header(header::CONNECTION, "close")
         .body(Empty::<Bytes>::new())
         .map_err(|err| ProbeFailure(format!("cannot build the probe request: {err}")))?;
+    if let Some(value) = authorization {
+        request.headers_mut().insert(header::PROXY_AUTHORIZATION, value);
+    }
     let (status, body) = exchange(TokioIo::new(stream), request)
         .await
         .map_err(|err| ProbeFailure(format!("GET through the proxy: {err}")))?;
     if !status.is_success() {
         return Err(ProbeFailure(format!(
-            "GET {} through the proxy answered {status}",
-            target.url()
+            "GET {} through the proxy answered {status}{}",
+            target.url(),
+            credential_hint(status)
         )));
     }
     Ok(exit_ip(&body))
@@ -164,18 +182,22 @@ async fn probe_get(
 
 async fn probe_connect(
     proxy: SocketAddr,
+    authorization: Option<HeaderValue>,
     target: &CheckTarget,
 ) -> Result<Option<String>, ProbeFailure> {
     let stream = dial(proxy).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|err| ProbeFailure(format!("CONNECT: {err}")))?;
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::CONNECT)
         .uri(&target.authority)
         .header(header::HOST, &target.authority)
         .body(Empty::<Bytes>::new())
         .map_err(|err| ProbeFailure(format!("cannot build the CONNECT request: {err}")))?;
+    if let Some(value) = authorization {
+        request.headers_mut().insert(header::PROXY_AUTHORIZATION, value);
+    }
     let connection = connection.with_upgrades();
     let tunnel = async {
         let response = sender
@@ -183,8 +205,12 @@ async fn probe_connect(
             .await
             .map_err(|err| format!("CONNECT {}: {err}", target.authority))?;
         if response.status() != StatusCode::OK {
+            let hint = match credential_hint(response.status()) {
+                "" => " (does the proxy allow CONNECT to that port?)",
+                hint => hint,
+            };
             return Err(format!(
-                "CONNECT {} answered {} (does the proxy allow CONNECT to that port?)",
+                "CONNECT {} answered {}{hint}",
                 target.authority,
                 response.status()
             ));

@@ -21,6 +21,9 @@ pub fn desired(spec: &ProxySpec, user_data: Vec<u8>) -> ProxyDesired {
         vlan_tag: spec.network.vlan_tag,
         port: spec.port,
         user_data,
+        // The Proxy resource has no credential field yet: proxies with a
+        // credential are a standalone-mode feature for now.
+        proxy_auth: None,
         labels: spec.labels.clone(),
     }
 }

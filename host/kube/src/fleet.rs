@@ -41,7 +41,7 @@ pub fn member_of(proxy: &Proxy) -> Option<Member> {
         .and_then(|s| s.ip.as_deref())
         .and_then(|ip| ip.parse().ok())
         .filter(|_| phase == Phase::Running && !deleting)
-        .map(|ip| Endpoint { ip, port: status.and_then(|s| s.port).unwrap_or(proxy.spec.port) });
+        .map(|ip| Endpoint::new(ip, status.and_then(|s| s.port).unwrap_or(proxy.spec.port)));
     Some(Member {
         id: proxy.uid()?,
         pool: proxy.labels().get(POOL_LABEL).map(|pool| format!("{namespace}/{pool}")),

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::pool::{self, PoolSpec};
 use proxyfleet_core::proxy::{DEFAULT_PORT, ProxyDesired, is_dns_label};
 use serde::Deserialize;
@@ -129,6 +130,9 @@ struct RawProxySpec {
     /// Standalone only: cloud-init user-data from a file, relative to the
     /// manifest's folder.
     user_data_file: Option<PathBuf>,
+    /// Standalone only: the proxy's credential, `username:password` in a
+    /// file relative to the manifest's folder.
+    proxy_auth_file: Option<PathBuf>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
 }
@@ -370,15 +374,30 @@ fn proxy_desired(
              user-data from a file: use {at}.userDataFile"
         ));
     }
+    let folder = file.parent().unwrap_or(Path::new("."));
     let user_data = match spec.user_data_file {
         None => Vec::new(),
         Some(relative) => {
-            let path = file.parent().unwrap_or(Path::new(".")).join(&relative);
+            let path = folder.join(&relative);
             std::fs::read(&path).map_err(|err| {
                 format!("{name}: {at}.userDataFile: cannot read {}: {err}", path.display())
             })?
         }
     };
+    let proxy_auth =
+        match spec.proxy_auth_file {
+            None => None,
+            Some(relative) => {
+                let path = folder.join(&relative);
+                let text = std::fs::read_to_string(&path).map_err(|err| {
+                    format!("{name}: {at}.proxyAuthFile: cannot read {}: {err}", path.display())
+                })?;
+                // The error says what is wrong with the line, never the line.
+                Some(ProxyCredential::parse(&text).map_err(|err| {
+                    format!("{name}: {at}.proxyAuthFile: {}: {err}", path.display())
+                })?)
+            }
+        };
     labels.extend(spec.labels);
     let desired = ProxyDesired {
         provider,
@@ -390,6 +409,7 @@ fn proxy_desired(
         vlan_tag: spec.network.and_then(|n| n.vlan_tag),
         port: spec.port.unwrap_or(DEFAULT_PORT),
         user_data,
+        proxy_auth,
         labels,
     };
     desired.validate().map_err(|err| {
@@ -453,6 +473,29 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("userDataFile"), "{err}");
+    }
+
+    #[test]
+    fn a_credential_file_is_read_and_a_bad_one_is_refused_without_showing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("auth"), "crawler:s3cret\n").unwrap();
+        let doc = |file: &str| {
+            format!(
+                "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: a }}\n\
+                 spec: {{ provider: local, proxyAuthFile: {file} }}\n"
+            )
+        };
+        std::fs::write(dir.path().join("a.yaml"), doc("auth")).unwrap();
+        let loaded = load(dir.path()).unwrap();
+        let credential = loaded.proxies[0].desired.proxy_auth.as_ref().unwrap();
+        assert_eq!((credential.username(), credential.password()), ("crawler", "s3cret"));
+        std::fs::write(dir.path().join("auth"), "s3cret-without-user\n").unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("spec.proxyAuthFile") && err.contains("username:password"), "{err}");
+        assert!(!err.contains("s3cret"), "the error shows the secret: {err}");
+        std::fs::write(dir.path().join("a.yaml"), doc("missing")).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("spec.proxyAuthFile: cannot read"), "{err}");
     }
 
     #[test]

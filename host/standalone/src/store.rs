@@ -332,6 +332,7 @@ mod tests {
                 vlan_tag: None,
                 port: 3128,
                 user_data: Vec::new(),
+                proxy_auth: None,
                 labels: Default::default(),
             },
             status: ProxyStatus::default(),

@@ -138,7 +138,7 @@ async fn regression_a_new_leader_honours_the_discovery_leases_the_last_one_grant
             provider: "lab".into(),
             labels: Default::default(),
             phase: Phase::Running,
-            endpoint: Some(Endpoint { ip: [127, 0, 0, 1].into(), port: 3128 }),
+            endpoint: Some(Endpoint::new([127, 0, 0, 1].into(), 3128)),
         };
         fleet.publish(vec![member]);
         let pass = Ok(ProbePass { latency: Duration::from_millis(1), exit_ip: None });

@@ -26,7 +26,7 @@ fn members(n: u8) -> Vec<Member> {
             provider: "local".into(),
             labels: BTreeMap::new(),
             phase: Phase::Running,
-            endpoint: Some(Endpoint { ip: IpAddr::from([127, 0, 1, i]), port: 3128 }),
+            endpoint: Some(Endpoint::new(IpAddr::from([127, 0, 1, i]), 3128)),
         })
         .collect()
 }

@@ -35,7 +35,7 @@ fn member(id: &str, addr: SocketAddr) -> Member {
         provider: "local".into(),
         labels: BTreeMap::new(),
         phase: Phase::Running,
-        endpoint: Some(Endpoint { ip: addr.ip(), port: addr.port() }),
+        endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
     }
 }
 

@@ -1,29 +1,9 @@
-//! A Proxy as a mode publishes it, and where it listens.
+//! A Proxy as a mode publishes it.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
+use crate::endpoint::Endpoint;
 use proxyfleet_core::proxy::Phase;
-use serde::Serialize;
-
-/// Where a proxy listens.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct Endpoint {
-    /// IP address.
-    pub ip: IpAddr,
-    /// Proxy port.
-    pub port: u16,
-}
-
-impl Endpoint {
-    /// `http://ip:port`, the form `curl -x` and crawlers take.
-    pub fn url(&self) -> String {
-        match self.ip {
-            IpAddr::V4(ip) => format!("http://{ip}:{}", self.port),
-            IpAddr::V6(ip) => format!("http://[{ip}]:{}", self.port),
-        }
-    }
-}
 
 /// One Proxy, as a mode publishes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

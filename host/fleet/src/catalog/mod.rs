@@ -47,10 +47,11 @@ pub(crate) mod tests;
 mod verdict;
 mod view;
 
+pub use crate::endpoint::Endpoint;
 use bans::SiteBans;
 pub use bans::site_of;
 pub use error::CatalogError;
-pub use member::{Endpoint, Member};
+pub use member::Member;
 pub use report::{ReportKind, ReportOutcome};
 use selector::describe;
 pub use selector::{Selector, Strategy};
@@ -64,7 +65,7 @@ struct Offer {
     id: String,
     /// `namespace/name`.
     name: String,
-    addr: SocketAddr,
+    endpoint: Endpoint,
     pool: Option<String>,
     provider: String,
     labels: BTreeMap<String, String>,
@@ -101,6 +102,8 @@ pub struct Picked {
     pub addr: SocketAddr,
     /// `http://ip:port`.
     pub url: String,
+    /// Where it listens, and its credential when it asks for one.
+    pub endpoint: Endpoint,
 }
 
 impl Picked {
@@ -109,8 +112,9 @@ impl Picked {
             id: offer.id.clone(),
             name: offer.name.clone(),
             pool: offer.pool.clone(),
-            addr: offer.addr,
+            addr: offer.endpoint.addr(),
             url: offer.url.clone(),
+            endpoint: offer.endpoint.clone(),
         }
     }
 }
@@ -442,7 +446,7 @@ impl Fleet {
             view.offers.push(Offer {
                 id: member.id.clone(),
                 name: format!("{}/{}", member.namespace, member.name),
-                addr: SocketAddr::new(endpoint.ip, endpoint.port),
+                endpoint: endpoint.clone(),
                 pool: member.pool.clone(),
                 provider: member.provider.clone(),
                 labels: member.labels.clone(),
@@ -499,6 +503,7 @@ impl Fleet {
             labels: member.labels.clone(),
             phase: member.phase,
             url: member.endpoint.as_ref().map(Endpoint::url),
+            authenticated: member.endpoint.as_ref().is_some_and(|e| e.credential.is_some()),
             available: healthy && member.phase == Phase::Running && !quarantined,
             healthy,
             health: health.cloned(),
@@ -568,6 +573,15 @@ impl Fleet {
         selector: &Selector,
         strategy: Option<Strategy>,
     ) -> Result<(String, String), CatalogError> {
+        self.next_picked(selector, strategy).map(|picked| (picked.id, picked.url))
+    }
+
+    /// As [`Fleet::next`], with the whole pick (its credential included).
+    pub fn next_picked(
+        &self,
+        selector: &Selector,
+        strategy: Option<Strategy>,
+    ) -> Result<Picked, CatalogError> {
         let holds = self.holds();
         self.pick(
             selector,
@@ -577,7 +591,15 @@ impl Fleet {
             &holds,
             Instant::now(),
         )
-        .map(|picked| (picked.id, picked.url))
+    }
+
+    /// The URL of proxy `id` with its credential in it, for a crawler the
+    /// API has authorized; `None` when the proxy asks for none (or is gone).
+    pub fn url_with_credential(&self, id: &str) -> Option<String> {
+        let state = self.state_read();
+        let endpoint = state.members.get(id)?.endpoint.as_ref()?;
+        endpoint.credential.as_ref()?;
+        Some(endpoint.url_with_credential())
     }
 
     /// Picks the proxy one gateway request goes through: the `session`'s

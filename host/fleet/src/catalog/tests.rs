@@ -19,7 +19,7 @@ impl MemberBuilder {
             provider: "lab".into(),
             labels: BTreeMap::new(),
             phase: Phase::Running,
-            endpoint: Some(Endpoint { ip: IpAddr::from([127, 0, 0, n]), port: 3128 }),
+            endpoint: Some(Endpoint::new(IpAddr::from([127, 0, 0, n]), 3128)),
         })
     }
     pub(crate) fn pool(mut self, pool: &str) -> Self {
@@ -35,7 +35,7 @@ impl MemberBuilder {
         self
     }
     pub(crate) fn endpoint(mut self, addr: std::net::SocketAddr) -> Self {
-        self.0.endpoint = Some(Endpoint { ip: addr.ip(), port: addr.port() });
+        self.0.endpoint = Some(Endpoint::new(addr.ip(), addr.port()));
         self
     }
     pub(crate) fn no_endpoint(mut self) -> Self {
@@ -97,7 +97,7 @@ fn a_proxy_whose_address_goes_away_is_forgotten_at_once() {
     assert_eq!(fleet.take_verdict_changes(), vec![("uid-1".to_owned(), None)]);
     assert!(fleet.next(&Selector::default(), None).is_err());
     // A result of the old endpoint that lands late is not recorded.
-    let old = Endpoint { ip: IpAddr::from([127, 0, 0, 1]), port: 3128 };
+    let old = Endpoint::new(IpAddr::from([127, 0, 0, 1]), 3128);
     fleet.record_probes(vec![("uid-1".into(), old, pass())], 1, 1);
     assert_eq!(fleet.health("uid-1"), None);
 }
@@ -341,7 +341,7 @@ fn strategies_parse_and_name_the_choices() {
 
 #[test]
 fn ipv6_urls_are_bracketed() {
-    let endpoint = Endpoint { ip: "2001:db8::2".parse().unwrap(), port: 8080 };
+    let endpoint = Endpoint::new("2001:db8::2".parse().unwrap(), 8080);
     assert_eq!(endpoint.url(), "http://[2001:db8::2]:8080");
 }
 

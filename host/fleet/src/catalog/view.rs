@@ -25,8 +25,12 @@ pub struct ProxyView {
     pub labels: BTreeMap<String, String>,
     /// Phase.
     pub phase: Phase,
-    /// `http://ip:port`, once the address is known.
+    /// `http://ip:port`, once the address is known; never with the
+    /// credential.
     pub url: Option<String>,
+    /// The proxy asks for a credential: `next` and leases hand it out in
+    /// their URL to callers with an API token.
+    pub authenticated: bool,
     /// Would be handed out now: running, healthy, not quarantined.
     pub available: bool,
     /// Probes pass.

@@ -66,6 +66,7 @@ pub(super) async fn send(
         site_of("host", authority.as_str()).map_err(|err| Refusal::bad_request(err.to_string()))?;
     let mut head = Head { method: parts.method, uri: parts.uri, headers: parts.headers };
     strip_hop_headers(&mut head.headers);
+    let crawler_headers = head.headers.clone();
     let replayable = body.is_end_stream() && head.method.is_idempotent();
     // Sent bytes count against the proxy the body goes to, which is known
     // only once one is reached.
@@ -82,6 +83,11 @@ pub(super) async fn send(
             Kind::Http,
         );
         *sent_to.lock().unwrap_or_else(PoisonError::into_inner) = Some(counters.sent);
+        // The upstream's own credential, never the crawler's.
+        head.headers = crawler_headers.clone();
+        if let Some(authorization) = picked.endpoint.proxy_authorization() {
+            head.headers.insert(http::header::PROXY_AUTHORIZATION, authorization);
+        }
         let outgoing =
             pending.take().unwrap_or_else(|| Empty::new().map_err(|never| match never {}).boxed());
         let sent_at = Instant::now();
@@ -93,6 +99,13 @@ pub(super) async fn send(
                     }
                 });
                 match sender.try_send_request(head.request(outgoing)).await {
+                    Ok(response)
+                        if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED =>
+                    {
+                        // Passed on, a 407 would tell the crawler its own
+                        // credentials were wrong.
+                        return Err(upstream_refused_credential(&picked));
+                    }
                     Ok(response) => {
                         let upstream = connected_in + sent_at.elapsed();
                         let answered = Answered { site: &site, received: counters.received };
@@ -128,6 +141,20 @@ pub(super) async fn send(
         }
         gateway.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
     }
+}
+
+/// The upstream wants a credential, or not the Proxy's.
+pub(super) fn upstream_refused_credential(picked: &Picked) -> Refusal {
+    let mut refusal = Refusal::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream",
+        format!(
+            "the proxy {} answered 407: it wants a credential, or not the one its Proxy names",
+            picked.name
+        ),
+    );
+    refusal.proxy = Some(picked.id.clone());
+    refusal
 }
 
 /// What the answer of a request is counted and judged against.

@@ -1,6 +1,8 @@
 //! The gateway on loopback, against small upstream proxies written here:
-//! each answers an absolute-form request with its own name and the URL,
-//! 403 for a URL with `banned` in it, and CONNECT with a tunnel that echoes.
+//! each answers an absolute-form request with its own name, the URL and
+//! the credential it was sent, 403 for a URL with `banned` in it, 407 for
+//! one with `auth-only` in it sent without a credential, and CONNECT with a
+//! tunnel that echoes.
 //! The tests in `tests/` run it against tinyproxy.
 
 use std::net::SocketAddr;
@@ -45,8 +47,21 @@ async fn serve_one(mut stream: TcpStream, name: &str) {
         let _ = tokio::io::copy(&mut read, &mut write).await;
         return;
     }
-    let status = if target.contains("banned") { "403 Forbidden" } else { "200 OK" };
-    let auth = if head.to_ascii_lowercase().contains("proxy-authorization") { " auth" } else { "" };
+    let auth = head
+        .lines()
+        .find_map(|line| {
+            line.to_ascii_lowercase().strip_prefix("proxy-authorization: ").map(|_| {
+                line.split_once(": ").map(|(_, value)| format!(" {value}")).unwrap_or_default()
+            })
+        })
+        .unwrap_or_default();
+    let status = if target.contains("banned") {
+        "403 Forbidden"
+    } else if target.contains("auth-only") && auth.is_empty() {
+        "407 Proxy Authentication Required"
+    } else {
+        "200 OK"
+    };
     let body = format!("{name} {target}{auth}");
     let answer = format!(
         "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -268,4 +283,28 @@ async fn an_origin_form_request_is_told_this_is_a_proxy() {
         .unwrap();
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("this is a proxy"));
+}
+
+#[tokio::test]
+async fn an_authenticated_upstream_gets_the_proxys_credential_and_never_the_crawlers() {
+    let (a, _a) = upstream("a").await;
+    let (b, _b) = upstream("b").await;
+    let credential = proxyfleet_core::credential::ProxyCredential::parse("up:stream").unwrap();
+    let mut with = MemberBuilder::new(1).endpoint(a).pool("default/auth").build();
+    with.endpoint = with.endpoint.map(|e| e.with_credential(Some(credential)));
+    let without = MemberBuilder::new(2).endpoint(b).pool("default/open").build();
+    let setup = gateway(vec![with, without]).await;
+    let (status, _, body) =
+        get(&client(setup.addr, "pool=default.auth", "s3cret"), "http://site.test/auth-only").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, "a http://site.test/auth-only Basic dXA6c3RyZWFt", "the Proxy's credential");
+    // A proxy that wants a credential its Proxy does not name: a 502 for
+    // the crawler, not a 407 that would blame the crawler's credentials.
+    let (status, proxy, body) =
+        get(&client(setup.addr, "pool=default.open", "s3cret"), "http://site.test/auth-only").await;
+    assert_eq!((status, proxy.as_str()), (502, "uid-2"), "{body}");
+    assert!(body.contains("answered 407"), "{body}");
+    let (_, _, body) =
+        get(&client(setup.addr, "pool=default.open", "s3cret"), "http://site.test/").await;
+    assert_eq!(body, "b http://site.test/", "the crawler's own credentials stay at the gateway");
 }

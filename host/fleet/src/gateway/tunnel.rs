@@ -50,13 +50,20 @@ pub(super) async fn open(
         let asked = Instant::now();
         let answer = tokio::time::timeout(
             gateway.settings.connect_timeout,
-            ask(&mut upstream.stream, authority.as_str()),
+            ask(
+                &mut upstream.stream,
+                authority.as_str(),
+                upstream.picked.endpoint.proxy_authorization(),
+            ),
         )
         .await;
         let failure = match answer {
             Ok(Ok(Answer::Open(leftover))) => {
                 let took = upstream.connected_in + asked.elapsed();
                 break (upstream, leftover, took);
+            }
+            Ok(Ok(Answer::Refused(StatusCode::PROXY_AUTHENTICATION_REQUIRED))) => {
+                return Err(super::forward::upstream_refused_credential(&upstream.picked));
             }
             Ok(Ok(Answer::Refused(status))) => {
                 let picked = &upstream.picked;
@@ -130,11 +137,21 @@ pub(super) async fn open(
     Ok(response)
 }
 
-/// Asks the proxy on `stream` for a tunnel to `authority` and reads its
-/// answer head.
-async fn ask(stream: &mut TcpStream, authority: &str) -> std::io::Result<Answer> {
-    let head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
-    stream.write_all(head.as_bytes()).await?;
+/// Asks the proxy on `stream` for a tunnel to `authority`, with the
+/// proxy's own credential when it asks for one, and reads its answer head.
+async fn ask(
+    stream: &mut TcpStream,
+    authority: &str,
+    authorization: Option<HeaderValue>,
+) -> std::io::Result<Answer> {
+    let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n").into_bytes();
+    if let Some(authorization) = authorization {
+        head.extend_from_slice(b"Proxy-Authorization: ");
+        head.extend_from_slice(authorization.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    stream.write_all(&head).await?;
     let mut buffer = Vec::with_capacity(1024);
     loop {
         let mut chunk = [0u8; 2048];

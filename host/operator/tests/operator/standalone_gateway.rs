@@ -231,3 +231,80 @@ async fn a_site_ban_and_a_killed_upstream_lose_no_request() {
     );
     assert!(gateway.site.path("state.redb").exists());
 }
+
+/// A proxy that asks for a credential: its Proxy names it in a file, the
+/// health engine probes with it, the gateway sends it, and the discovery
+/// API hands it out only in the URL a token holder gets.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_authenticated_tinyproxy_is_probed_routed_to_and_handed_out_with_its_credential() {
+    let origin =
+        TestServer::http(Canned { status: 200, body: Bytes::from_static(b"behind auth") }).await;
+    let proxy = Tinyproxy::start_with("BasicAuth crawler s3cret-pw\n");
+    let site = Site::new(
+        &format!(
+            "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
+            proxy.addr()
+        ),
+        &[("static", "static")],
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: { name: a }\n\
+         spec: { provider: local, proxyAuthFile: a.credential }\n",
+    );
+    std::fs::write(site.path("proxies/a.credential"), "crawler:s3cret-pw\n").unwrap();
+    std::fs::write(site.path("tokens"), format!("{TOKEN}\n")).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let gateway = format!("127.0.0.1:{}", free_port());
+    let tokens = site.path("tokens").display().to_string();
+    let _operator = site.standalone(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            &api,
+            "--api-token-file",
+            &tokens,
+            "--gateway-addr",
+            &gateway,
+            "--health-interval",
+            "300ms",
+            "--health-timeout",
+            "300ms",
+            "--health-healthy-after",
+            "1",
+        ],
+    );
+    let call = |method: Method, path: &'static str| {
+        let base = format!("http://{api}");
+        async move { client::call(&base, method, path, None, Some(TOKEN)).await.ok() }
+    };
+    let healthy = wait_for(Duration::from_secs(90), || async {
+        let (_, body) = call(Method::GET, "/v1/proxies?healthy=true").await?;
+        body.contains("\"authenticated\":true").then_some(body)
+    })
+    .await
+    .expect("probes that send the credential pass");
+    assert!(!healthy.contains("s3cret"), "the list shows the credential: {healthy}");
+
+    let (status, next) = call(Method::GET, "/v1/proxies/next?format=url").await.unwrap();
+    assert_eq!(status, 200, "{next}");
+    let url = next.trim();
+    assert_eq!(url, format!("http://crawler:s3cret-pw@{}", proxy.addr()));
+    let output = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-x", url])
+        .arg(format!("http://{}/direct", origin.addr))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "behind auth", "the handed-out URL works");
+
+    let through = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{gateway}")).unwrap().basic_auth("", TOKEN))
+        .build()
+        .unwrap()
+        .get(format!("http://{}/gateway", origin.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(through.status(), 200);
+    assert_eq!(through.text().await.unwrap(), "behind auth");
+    assert_eq!(origin.seen().last().unwrap().path, "/gateway");
+}

@@ -243,9 +243,9 @@ impl Standalone {
                     .as_deref()
                     .and_then(|ip| ip.parse().ok())
                     .filter(|_| record.status.phase == Phase::Running && !record.deleting)
-                    .map(|ip| Endpoint {
-                        ip,
-                        port: record.status.port.unwrap_or(record.desired.port),
+                    .map(|ip| {
+                        Endpoint::new(ip, record.status.port.unwrap_or(record.desired.port))
+                            .with_credential(record.desired.proxy_auth.clone())
                     });
                 proxyfleet_fleet::Member {
                     id: record.meta.uid,
