@@ -13,6 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::clock::unix_now;
+use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{
     FINALIZER, FinalizerChange, Policy, ProxyState, random_jitter, reconcile,
@@ -23,7 +24,8 @@ use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
 
 use crate::convert;
-use crate::crd::{MANAGER, Proxy, USER_DATA_SECRET_LABEL};
+use crate::crd::{MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, USER_DATA_SECRET_LABEL};
+use crate::credentials::Credentials;
 
 /// Why a reconcile could not finish; the Proxy is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -31,9 +33,9 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// The user-data Secret cannot be used.
+    /// A Secret the spec names (user-data, credential) cannot be used.
     #[error("{0}")]
-    UserData(String),
+    SpecSecret(String),
     /// The Proxy has no namespace or UID (never true of a stored object).
     #[error("the Proxy object lacks {0}")]
     Incomplete(&'static str),
@@ -47,6 +49,7 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     fleet: Option<Arc<Fleet>>,
+    credentials: Arc<Credentials>,
 }
 
 impl std::fmt::Debug for Context {
@@ -66,7 +69,15 @@ impl Context {
     ) -> Self {
         let reporter = Reporter { controller: MANAGER.to_owned(), instance };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, providers, policy, recorder, metrics: Arc::new(Metrics::new()), fleet: None }
+        Self {
+            client,
+            providers,
+            policy,
+            recorder,
+            metrics: Arc::new(Metrics::new()),
+            fleet: None,
+            credentials: Arc::default(),
+        }
     }
 
     /// Publishes the Proxies to `fleet` and merges its health verdicts into
@@ -108,6 +119,7 @@ pub async fn run(
             let publisher = tokio::spawn(crate::fleet::publish(
                 controller.store(),
                 fleet,
+                Arc::clone(&context.credentials),
                 wake,
                 context.client.clone(),
             ));
@@ -149,11 +161,16 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         generation: proxy.metadata.generation.unwrap_or(0),
     };
     let deleting = proxy.metadata.deletion_timestamp.is_some();
-    // Deletion needs no user-data; an unreadable Secret must not block it.
-    let user_data = if deleting {
-        Ok(Vec::new())
+    // Deletion needs no Secret; an unreadable one must not block it.
+    let secrets = if deleting {
+        Ok((Vec::new(), None))
     } else {
-        user_data(&context.client, &namespace, &proxy).await
+        match user_data(&context.client, &namespace, &proxy).await {
+            Ok(user_data) => proxy_auth(&context.client, &namespace, &proxy)
+                .await
+                .map(|credential| (user_data, credential)),
+            Err(err) => Err(err),
+        }
     };
     let status = proxy.status.as_ref().map(convert::status_from_crd).unwrap_or_default();
     let written = status.clone();
@@ -163,14 +180,17 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     {
         fleet.merge_verdict(&meta.uid, &mut status, unix_now());
     }
-    let user_data = match user_data {
-        Ok(bytes) => bytes,
-        Err(Error::UserData(message)) => {
+    let (user_data, proxy_auth) = match secrets {
+        Ok(secrets) => secrets,
+        Err(Error::SpecSecret(message)) => {
             return refuse_spec(&proxy, &context, &namespace, status, message).await;
         }
         Err(err) => return Err(err),
     };
-    let desired = convert::desired(&proxy.spec, user_data);
+    if !deleting {
+        context.credentials.set(&meta.uid, proxy_auth.clone());
+    }
+    let desired = convert::desired(&proxy.spec, user_data, proxy_auth);
     if !deleting && let Err(err) = desired.validate() {
         // The schema refuses most of this; what it cannot express ends here.
         return refuse_spec(&proxy, &context, &namespace, status, err.to_string()).await;
@@ -314,28 +334,75 @@ async fn user_data(
     let Some(reference) = &proxy.spec.user_data_secret_ref else {
         return Ok(Vec::new());
     };
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = secrets.get_opt(&reference.name).await?.ok_or_else(|| {
-        Error::UserData(format!(
-            "spec.userDataSecretRef: Secret {namespace}/{} does not exist",
+    let field = "spec.userDataSecretRef";
+    let secret =
+        labelled_secret(client, namespace, field, &reference.name, USER_DATA_SECRET_LABEL).await?;
+    let key = reference.key.as_deref().unwrap_or("user-data");
+    secret_key(&secret, key).ok_or_else(|| {
+        Error::SpecSecret(format!(
+            "{field}: Secret {namespace}/{} has no key {key:?}",
             reference.name
         ))
-    })?;
-    if secret.labels().get(USER_DATA_SECRET_LABEL).map(String::as_str) != Some("true") {
-        return Err(Error::UserData(format!(
-            "spec.userDataSecretRef: Secret {namespace}/{} lacks the label {USER_DATA_SECRET_LABEL}=\"true\"; add it to let proxyfleet read it",
-            reference.name
-        )));
-    }
-    let key = reference.key.as_deref().unwrap_or("user-data");
-    secret.data.as_ref().and_then(|data| data.get(key)).map(|bytes| bytes.0.clone()).ok_or_else(
-        || {
-            Error::UserData(format!(
-                "spec.userDataSecretRef: Secret {namespace}/{} has no key {key:?}",
+    })
+}
+
+/// The credential of a Proxy: the `username` and `password` keys of a
+/// Secret that carries the proxy-auth label. Errors name what is wrong,
+/// never the values.
+async fn proxy_auth(
+    client: &kube::Client,
+    namespace: &str,
+    proxy: &Proxy,
+) -> Result<Option<ProxyCredential>, Error> {
+    let Some(reference) = &proxy.spec.proxy_auth_secret_ref else {
+        return Ok(None);
+    };
+    let field = "spec.proxyAuthSecretRef";
+    let secret =
+        labelled_secret(client, namespace, field, &reference.name, PROXY_AUTH_SECRET_LABEL).await?;
+    let text = |key: &str| {
+        let bytes = secret_key(&secret, key).ok_or_else(|| {
+            Error::SpecSecret(format!(
+                "{field}: Secret {namespace}/{} has no key {key:?}; it needs username and password",
                 reference.name
             ))
-        },
-    )
+        })?;
+        String::from_utf8(bytes).map_err(|_| {
+            Error::SpecSecret(format!(
+                "{field}: Secret {namespace}/{}: {key} is not UTF-8",
+                reference.name
+            ))
+        })
+    };
+    let credential = ProxyCredential::new(text("username")?, text("password")?).map_err(|err| {
+        Error::SpecSecret(format!("{field}: Secret {namespace}/{}: {err}", reference.name))
+    })?;
+    Ok(Some(credential))
+}
+
+/// Secret `name`, when it carries `label: "true"`. The label keeps the
+/// operator from reading arbitrary Secrets on a Proxy author's say-so.
+async fn labelled_secret(
+    client: &kube::Client,
+    namespace: &str,
+    field: &str,
+    name: &str,
+    label: &str,
+) -> Result<Secret, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets.get_opt(name).await?.ok_or_else(|| {
+        Error::SpecSecret(format!("{field}: Secret {namespace}/{name} does not exist"))
+    })?;
+    if secret.labels().get(label).map(String::as_str) != Some("true") {
+        return Err(Error::SpecSecret(format!(
+            "{field}: Secret {namespace}/{name} lacks the label {label}=\"true\"; add it to let proxyfleet read it"
+        )));
+    }
+    Ok(secret)
+}
+
+fn secret_key(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret.data.as_ref().and_then(|data| data.get(key)).map(|bytes| bytes.0.clone())
 }
 
 fn truncate(text: &str, max: usize) -> String {

@@ -2,6 +2,7 @@
 //! `proxyfleet_core::proxy` types, the API server stores these.
 
 use k8s_openapi::jiff::Timestamp;
+use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::proxy::{
     Condition, ConditionStatus, ConditionType, Phase, ProxyDesired, ProxyStatus as CoreStatus,
 };
@@ -9,8 +10,13 @@ use proxyfleet_core::proxy::{
 use crate::crd::{ProxyCondition, ProxyPhase, ProxySpec, ProxyStatus};
 
 /// The desired state of a Proxy; `user_data` is the content of its
-/// user-data Secret (empty without one), which the caller reads.
-pub fn desired(spec: &ProxySpec, user_data: Vec<u8>) -> ProxyDesired {
+/// user-data Secret (empty without one) and `proxy_auth` the credential in
+/// its proxy-auth Secret, both read by the caller.
+pub fn desired(
+    spec: &ProxySpec,
+    user_data: Vec<u8>,
+    proxy_auth: Option<ProxyCredential>,
+) -> ProxyDesired {
     ProxyDesired {
         provider: spec.provider.clone(),
         cores: spec.cores,
@@ -21,9 +27,7 @@ pub fn desired(spec: &ProxySpec, user_data: Vec<u8>) -> ProxyDesired {
         vlan_tag: spec.network.vlan_tag,
         port: spec.port,
         user_data,
-        // The Proxy resource has no credential field yet: proxies with a
-        // credential are a standalone-mode feature for now.
-        proxy_auth: None,
+        proxy_auth,
         labels: spec.labels.clone(),
     }
 }

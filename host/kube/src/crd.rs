@@ -19,6 +19,10 @@ pub const POOL_LABEL: &str = "proxyfleet.io/pool";
 /// The Secret label that marks Secrets proxyfleet may read user-data from.
 pub const USER_DATA_SECRET_LABEL: &str = "proxyfleet.io/user-data";
 
+/// The Secret label that marks Secrets proxyfleet may read a proxy's
+/// credential from.
+pub const PROXY_AUTH_SECRET_LABEL: &str = "proxyfleet.io/proxy-auth";
+
 /// The pattern of a provider entry name (a DNS-1123 label).
 const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
@@ -74,6 +78,13 @@ pub struct ProxySpec {
     /// cloud-init user-data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data_secret_ref: Option<SecretKeyRef>,
+    /// A Secret (labelled `proxyfleet.io/proxy-auth: "true"`, with the keys
+    /// `username` and `password`, as a `kubernetes.io/basic-auth` Secret
+    /// has) holding the credential the proxy asks its clients for: probes
+    /// and the gateway send it, the discovery API hands it to token
+    /// holders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_auth_secret_ref: Option<SecretRef>,
     /// Labels for the instance.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -97,6 +108,14 @@ pub struct SecretKeyRef {
     /// Key in the Secret; `user-data` when not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+}
+
+/// A Secret in the Proxy's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    /// Secret name.
+    pub name: String,
 }
 
 fn default_cores() -> u32 {

@@ -20,13 +20,15 @@ use proxyfleet_fleet::{Endpoint, Fleet, Member};
 use tokio::sync::mpsc;
 
 use crate::crd::{POOL_LABEL, Proxy, ProxyPhase};
+use crate::credentials::Credentials;
 
 /// How often the catalog is refreshed from the controller's cache.
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
 /// The catalog member of a Proxy: it gets an endpoint only while it is
-/// `Running` with an address and not being deleted.
-pub fn member_of(proxy: &Proxy) -> Option<Member> {
+/// `Running` with an address and not being deleted, with the credential
+/// the controller last read for it.
+pub fn member_of(proxy: &Proxy, credentials: &Credentials) -> Option<Member> {
     let namespace = proxy.namespace()?;
     let status = proxy.status.as_ref();
     let phase = match status.map(|s| s.phase) {
@@ -41,7 +43,10 @@ pub fn member_of(proxy: &Proxy) -> Option<Member> {
         .and_then(|s| s.ip.as_deref())
         .and_then(|ip| ip.parse().ok())
         .filter(|_| phase == Phase::Running && !deleting)
-        .map(|ip| Endpoint::new(ip, status.and_then(|s| s.port).unwrap_or(proxy.spec.port)));
+        .map(|ip| Endpoint::new(ip, status.and_then(|s| s.port).unwrap_or(proxy.spec.port)))
+        .map(|endpoint| {
+            endpoint.with_credential(proxy.uid().and_then(|uid| credentials.get(&uid)))
+        });
     Some(Member {
         id: proxy.uid()?,
         pool: proxy.labels().get(POOL_LABEL).map(|pool| format!("{namespace}/{pool}")),
@@ -59,14 +64,16 @@ pub fn member_of(proxy: &Proxy) -> Option<Member> {
 pub async fn publish(
     store: Store<Proxy>,
     fleet: Arc<Fleet>,
+    credentials: Arc<Credentials>,
     wake: mpsc::UnboundedSender<ObjectRef<Proxy>>,
     client: kube::Client,
 ) {
     loop {
         let proxies = store.state();
-        fleet.publish(proxies.iter().filter_map(|p| member_of(p)).collect());
+        fleet.publish(proxies.iter().filter_map(|p| member_of(p, &credentials)).collect());
         let by_uid: HashMap<String, &Arc<Proxy>> =
             proxies.iter().filter_map(|p| Some((p.uid()?, p))).collect();
+        credentials.retain(|uid| by_uid.contains_key(uid));
         for (uid, _) in fleet.take_verdict_changes() {
             if let Some(proxy) = by_uid.get(&uid) {
                 let _ = wake.send(ObjectRef::from_obj(proxy.as_ref()));

@@ -4,6 +4,7 @@
 pub mod controller;
 pub mod convert;
 pub mod crd;
+pub mod credentials;
 pub mod fleet;
 pub mod kv;
 pub mod lease;

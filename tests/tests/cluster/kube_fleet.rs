@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
@@ -41,56 +42,16 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
     })
     .await;
 
-    let plugins = tempfile::tempdir().unwrap();
-    std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
     let providers = format!(
         "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}', '{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
         tinyproxies[0].addr(),
         tinyproxies[1].addr()
     );
-    let kv = Arc::new(proxyfleet_kube::kv::ConfigMapKv::new(client.clone(), &namespace));
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry = Arc::new(
-        Registry::load(&runtime, &ProvidersConfig::parse(&providers).unwrap(), plugins.path(), kv)
-            .await
-            .unwrap(),
-    );
     let fleet = Arc::new(Fleet::new(
         FleetSettings { replace_after: 2, ..FleetSettings::default() },
         Arc::new(Metrics::new()),
     ));
-    let context = Arc::new(
-        proxyfleet_kube::controller::Context::new(
-            client.clone(),
-            registry,
-            Policy::default(),
-            Some("tests".into()),
-        )
-        .with_fleet(Arc::clone(&fleet)),
-    );
-    let target = format!("http://{}/", echo.addr);
-    let mut health = HealthSettings::new(CheckTarget::parse("target", &target).unwrap());
-    health.interval = Duration::from_millis(300);
-    health.timeout = Duration::from_millis(300);
-    health.healthy_after = 1;
-    health.unhealthy_after = 2;
-    health.mode = ProbeMode::Get;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let tasks = vec![
-        tokio::spawn({
-            let (ns, rx) = (namespace.clone(), stopped.clone());
-            async move { proxyfleet_kube::controller::run(context, Some(&ns), until_stopped(rx)).await }
-        }),
-        tokio::spawn({
-            let (ns, rx, client) = (namespace.clone(), stopped.clone(), client.clone());
-            async move { proxyfleet_kube::pool::run(client, Some(&ns), until_stopped(rx)).await }
-        }),
-        tokio::spawn(HealthEngine::new(health, Arc::clone(&fleet)).run(until_stopped(stopped))),
-    ];
-
+    let running = Running::start(&client, &namespace, &providers, &fleet, &echo).await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let pool: ProxyPool = serde_json::from_value(serde_json::json!({
@@ -149,8 +110,156 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
     .await;
     assert!(gone.is_some(), "the reported member is deleted");
 
-    let _ = stop.send(true);
-    for task in tasks {
-        task.await.unwrap();
+    running.stop().await;
+}
+
+/// The Proxy and ProxyPool controllers and the health engine on
+/// `providers` (the static plugin) in `namespace`, probing `echo`.
+struct Running {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _plugins: tempfile::TempDir,
+}
+
+impl Running {
+    async fn start(
+        client: &kube::Client,
+        namespace: &str,
+        providers: &str,
+        fleet: &Arc<Fleet>,
+        echo: &TestServer,
+    ) -> Self {
+        let plugins = tempfile::tempdir().unwrap();
+        std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
+        let kv = Arc::new(proxyfleet_kube::kv::ConfigMapKv::new(client.clone(), namespace));
+        let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+        let registry = Arc::new(
+            Registry::load(
+                &runtime,
+                &ProvidersConfig::parse(providers).unwrap(),
+                plugins.path(),
+                kv,
+            )
+            .await
+            .unwrap(),
+        );
+        let context = Arc::new(
+            proxyfleet_kube::controller::Context::new(
+                client.clone(),
+                registry,
+                Policy::default(),
+                Some("tests".into()),
+            )
+            .with_fleet(Arc::clone(fleet)),
+        );
+        let target = format!("http://{}/", echo.addr);
+        let mut health = HealthSettings::new(CheckTarget::parse("target", &target).unwrap());
+        health.interval = Duration::from_millis(300);
+        health.timeout = Duration::from_millis(300);
+        health.healthy_after = 1;
+        health.unhealthy_after = 2;
+        health.mode = ProbeMode::Get;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let tasks = vec![
+            tokio::spawn({
+                let (ns, rx) = (namespace.to_owned(), stopped.clone());
+                async move {
+                    proxyfleet_kube::controller::run(context, Some(&ns), until_stopped(rx)).await
+                }
+            }),
+            tokio::spawn({
+                let (ns, rx, client) = (namespace.to_owned(), stopped.clone(), client.clone());
+                async move { proxyfleet_kube::pool::run(client, Some(&ns), until_stopped(rx)).await }
+            }),
+            tokio::spawn(HealthEngine::new(health, Arc::clone(fleet)).run(until_stopped(stopped))),
+        ];
+        Self { stop, tasks, _plugins: plugins }
     }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+    }
+}
+
+/// A Proxy naming a labelled basic-auth Secret: probes through a tinyproxy
+/// that asks for that credential pass, and the catalog hands out the
+/// proxy with it. One naming an unlabelled Secret is refused, by field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-auth").await;
+    let tinyproxy = Tinyproxy::start_with("BasicAuth crawler s3cret-pw\n");
+    let echo = TestServer::http(Canned {
+        status: 200,
+        body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#),
+    })
+    .await;
+    let providers = format!(
+        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
+        tinyproxy.addr()
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    for (name, labelled) in [("proxy-auth", true), ("unlabelled", false)] {
+        let labels = if labelled {
+            serde_json::json!({ "proxyfleet.io/proxy-auth": "true" })
+        } else {
+            serde_json::json!({})
+        };
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": { "name": name, "labels": labels },
+            "type": "kubernetes.io/basic-auth",
+            "stringData": { "username": "crawler", "password": "s3cret-pw" },
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    let running = Running::start(&client, &namespace, &providers, &fleet, &echo).await;
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    for (name, secret) in [("authed", "proxy-auth"), ("refused", "unlabelled")] {
+        let proxy: Proxy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "Proxy",
+            "metadata": { "name": name },
+            "spec": { "provider": "lab", "proxyAuthSecretRef": { "name": secret } },
+        }))
+        .unwrap();
+        proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    }
+    let wait = Duration::from_secs(60);
+    let healthy = wait_for(wait, || async {
+        let proxy = proxies.get("authed").await.ok()?;
+        (condition(&proxy, "Healthy").as_deref() == Some("True")).then_some(proxy)
+    })
+    .await
+    .expect("probes with the Secret's credential pass");
+    let picked = fleet.next_picked(&Default::default(), None).unwrap();
+    assert_eq!(Some(picked.id), healthy.uid());
+    assert_eq!(
+        picked.endpoint.url_with_credential(),
+        format!("http://crawler:s3cret-pw@{}", tinyproxy.addr())
+    );
+    let refused = wait_for(wait, || async {
+        let proxy = proxies.get("refused").await.ok()?;
+        let status = proxy.status?;
+        status
+            .conditions
+            .into_iter()
+            .filter_map(|c| c.message)
+            .find(|message| message.contains("spec.proxyAuthSecretRef"))
+    })
+    .await
+    .expect("a Proxy naming an unlabelled Secret is refused");
+    assert!(refused.contains("proxyfleet.io/proxy-auth"), "{refused}");
+    assert!(!refused.contains("s3cret"), "{refused}");
+    running.stop().await;
 }
