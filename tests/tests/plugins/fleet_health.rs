@@ -139,3 +139,55 @@ async fn a_proxy_that_never_answers_costs_one_timeout_and_others_are_still_probe
     assert!(error.contains("no answer through the proxy within"), "{error}");
     assert_eq!(fleet.health("good").unwrap().passes, 1);
 }
+
+/// `docs/examples/tinyproxy-cloud-init.yaml`, the proxy VM example of the
+/// VM providers' docs: the tinyproxy configuration it writes, run by the
+/// real tinyproxy (on a free loopback port), turns a proxy healthy when
+/// the probe carries the credential, and refuses one without.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cloud_init_example_makes_a_proxy_that_passes_probes_with_its_credential() {
+    let example = std::fs::read_to_string(
+        proxyfleet_tests::workspace_root().join("docs/examples/tinyproxy-cloud-init.yaml"),
+    )
+    .unwrap();
+    assert!(example.starts_with("#cloud-config\n"), "cloud-init reads only #cloud-config files");
+    let config: yaml_serde::Value = yaml_serde::from_str(&example).unwrap();
+    assert_eq!(config["packages"][0].as_str(), Some("tinyproxy"));
+    let conf = config["write_files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|file| file["path"].as_str() == Some("/etc/tinyproxy/tinyproxy.conf"))
+        .and_then(|file| file["content"].as_str())
+        .expect("the example writes tinyproxy's configuration")
+        .to_owned();
+    let credential =
+        proxyfleet_core::credential::ProxyCredential::parse("crawler:CHANGE-ME").unwrap();
+    assert!(conf.contains("BasicAuth crawler CHANGE-ME"), "{conf}");
+    // Loopback instead of a VM: its own port, a user that exists here, and
+    // CONNECT to this test's check target's port.
+    let (fleet, echo) = fleet_with_echo().await;
+    let extra: String = conf
+        .lines()
+        .filter(|line| {
+            !["User ", "Group ", "Port ", "ConnectPort "].iter().any(|key| line.starts_with(key))
+        })
+        .map(|line| format!("{line}\n"))
+        .chain([format!("ConnectPort {}\n", echo.port())])
+        .collect();
+    let proxy = Tinyproxy::start_with(&extra);
+    let with =
+        Endpoint::new(proxy.addr().ip(), proxy.addr().port()).with_credential(Some(credential));
+    let without = Endpoint::new(proxy.addr().ip(), proxy.addr().port());
+    fleet.publish(vec![
+        Member { endpoint: Some(with), ..member("with", proxy.addr()) },
+        Member { endpoint: Some(without), ..member("without", proxy.addr()) },
+    ]);
+    let engine = engine(&fleet, echo, ProbeMode::Both);
+    engine.round().await;
+    engine.round().await;
+    assert_eq!(fleet.health("with").map(|h| h.verdict), Some(Verdict::Healthy));
+    let refused = fleet.health("without").unwrap();
+    assert_ne!(refused.verdict, Verdict::Healthy);
+    assert!(refused.last_error.as_deref().unwrap_or_default().contains("407"), "{refused:?}");
+}
