@@ -1,6 +1,7 @@
 //! `cargo xtask demo`, the README's first command: the standalone mode on
 //! the static plugin against two real tinyproxy instances on loopback,
-//! probed by the health engine and handed out by the discovery API.
+//! probed by the health engine, handed out by the discovery API and
+//! reached through the gateway.
 
 use std::fs;
 use std::path::Path;
@@ -70,8 +71,10 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
                 .arg("--cache-dir")
                 .arg(repo.root.join("target/plugin-cache"))
                 .args(["--api-addr", DEMO_API, "--metrics-addr", "127.0.0.1:0"])
-                // The demo takes a lease without tokens; its API is on loopback.
+                // The demo takes a lease and uses the gateway without
+                // tokens; both listen on loopback only.
                 .arg("--api-open-writes")
+                .args(["--gateway-addr", DEMO_GATEWAY, "--gateway-open"])
                 .args(["--health-interval", "2s", "--health-timeout", "2s"]),
             &work,
         )?;
@@ -134,6 +137,42 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
         );
         Ok(())
     })?;
+    step("a crawler sends requests through the gateway, one endpoint for the fleet", || {
+        let url = format!("http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt");
+        let through = |user: &str| -> Result<String> {
+            eprintln!("xtask: $ curl -sS -x 'http://{user}@{DEMO_GATEWAY}' {url}");
+            let answer = process::output(Command::new("curl").args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-i",
+                "-x",
+                &format!("http://{DEMO_GATEWAY}"),
+                "--proxy-user",
+                user,
+                &url,
+            ]))?;
+            ensure!(
+                answer.contains("hello from the origin"),
+                "no answer through the gateway: {answer}"
+            );
+            let proxy = answer
+                .lines()
+                .find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("x-proxyfleet-proxy:")
+                        .map(|id| id.trim().to_owned())
+                })
+                .context("the answer names no proxy")?;
+            eprintln!("xtask: through proxy {proxy}");
+            Ok(proxy)
+        };
+        let spread = [through(":")?, through(":")?];
+        ensure!(spread[0] != spread[1], "round robin should use both proxies, got {spread:?}");
+        let sticky = [through("session=demo:")?, through("session=demo:")?];
+        ensure!(sticky[0] == sticky[1], "a session should keep its proxy, got {sticky:?}");
+        Ok(())
+    })?;
     step("a sticky session: an exclusive lease for 60 s", || {
         process::run(Command::new("curl").args([
             "-sS",
@@ -149,7 +188,8 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
     if keep {
         eprintln!(
             "xtask: the demo keeps running; try `curl -s {api}/v1/proxies` or \
-             `curl -x \"$(curl -s '{api}/v1/proxies/next?format=url')\" http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt`. \
+             `curl -x \"$(curl -s '{api}/v1/proxies/next?format=url')\" http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt` \
+             or, through the gateway, `curl -x http://{DEMO_GATEWAY} http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt`. \
              Ctrl-C stops it."
         );
         loop {
@@ -161,6 +201,9 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
 
 /// Where the demo serves the discovery API.
 const DEMO_API: &str = "127.0.0.1:8480";
+
+/// Where the demo serves the gateway.
+const DEMO_GATEWAY: &str = "127.0.0.1:8481";
 
 /// Must match the endpoints in deploy/standalone/providers.yaml.
 const DEMO_PROXY_PORTS: [u16; 2] = [8888, 8889];
