@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 /// How long a shutdown waits for requests under way.
@@ -54,7 +54,10 @@ pub(crate) async fn serve<S, B>(
         let service = make(peer);
         let mut stopped = stopped.clone();
         tasks.spawn(async move {
+            // With a timer, hyper closes a connection whose request head
+            // has not arrived within 30 s: an idle client holds nothing.
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             tokio::pin!(connection);

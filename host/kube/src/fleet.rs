@@ -43,10 +43,15 @@ pub fn member_of(proxy: &Proxy, credentials: &Credentials) -> Option<Member> {
         .and_then(|s| s.ip.as_deref())
         .and_then(|ip| ip.parse().ok())
         .filter(|_| phase == Phase::Running && !deleting)
-        .map(|ip| Endpoint::new(ip, status.and_then(|s| s.port).unwrap_or(proxy.spec.port)))
-        .map(|endpoint| {
-            endpoint.with_credential(proxy.uid().and_then(|uid| credentials.get(&uid)))
-        });
+        .map(|ip| Endpoint::new(ip, status.and_then(|s| s.port).unwrap_or(proxy.spec.port)));
+    // A Proxy that names a credential is published without an endpoint
+    // until the controller has read it (after a restart or a new leader):
+    // probed without it, the proxy would turn unhealthy for nothing.
+    let credential = proxy.uid().and_then(|uid| credentials.get(&uid));
+    let endpoint = match (&proxy.spec.proxy_auth_secret_ref, credential) {
+        (Some(_), None) => None,
+        (_, credential) => endpoint.map(|endpoint| endpoint.with_credential(credential)),
+    };
     Some(Member {
         id: proxy.uid()?,
         pool: proxy.labels().get(POOL_LABEL).map(|pool| format!("{namespace}/{pool}")),

@@ -94,6 +94,9 @@ pub struct GatewayArgs {
     /// Budget for reaching an upstream proxy (and its CONNECT answer).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub gateway_connect_timeout: Duration,
+    /// Budget for an upstream proxy's answer head to a forwarded request.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub gateway_response_timeout: Duration,
     /// Answer statuses that mean the site turned the proxy away, comma
     /// separated: the proxy is banned for that site only. Empty: none.
     #[arg(long, default_value = "403,429")]
@@ -222,9 +225,13 @@ impl GatewayArgs {
         if self.gateway_connect_timeout.is_zero() {
             anyhow::bail!("--gateway-connect-timeout: 0s; give a budget such as 5s");
         }
+        if self.gateway_response_timeout.is_zero() {
+            anyhow::bail!("--gateway-response-timeout: 0s; give a budget such as 60s");
+        }
         Ok(GatewaySettings {
             retries: self.gateway_retries,
             connect_timeout: self.gateway_connect_timeout,
+            response_timeout: self.gateway_response_timeout,
             ban_statuses,
             session_ttl: self.gateway_session_ttl,
             healthy_after: health.healthy_after,

@@ -604,11 +604,10 @@ impl Fleet {
 
     /// Picks the proxy one gateway request goes through: the `session`'s
     /// proxy while it stays available, else one chosen by `strategy`, never
-    /// one in `exclude`. A session that gets a new proxy is stored like a
-    /// lease (`session-<key>`, non-exclusive), so a restart or a new leader
-    /// keeps it; when the store cannot be written the session holds in
-    /// memory and the next sweep writes it.
-    pub async fn route(
+    /// one in `exclude`. A session that gets a new proxy is kept like a
+    /// lease (`session-<key>`, non-exclusive) and written to the lease store
+    /// after the next health round, so a restart or a new leader keeps it.
+    pub fn route(
         &self,
         selector: &Selector,
         strategy: Option<Strategy>,
@@ -645,12 +644,11 @@ impl Fleet {
                     expires_at: unix_now() + session.ttl.as_secs(),
                 },
             );
-            holds.leases.count_grant();
+            // Written to the store after the next health round, not on the
+            // request's path: a session costs the crawler no store write.
+            holds.leases.mark_unsynced(&lease_id);
             picked
         };
-        // On failure the lease is marked unsynced and written after the
-        // next health round; the request need not wait for that.
-        let _ = self.persist_lease(&lease_id).await;
         Ok(picked)
     }
 

@@ -399,30 +399,36 @@ async fn a_session_keeps_its_proxy_while_available_and_moves_when_not() {
     fleet.record_probes(results, 1, 1);
     let all = Selector::default();
     let session = Session { key: "s1", ttl: Duration::from_secs(60) };
-    let first = fleet.route(&all, None, Some(session), &[]).await.unwrap();
+    let first = fleet.route(&all, None, Some(session), &[]).unwrap();
     for _ in 0..5 {
-        assert_eq!(fleet.route(&all, None, Some(session), &[]).await.unwrap(), first);
+        assert_eq!(fleet.route(&all, None, Some(session), &[]).unwrap(), first);
     }
-    // Stored like a lease, so a restart keeps it.
+    // Stored like a lease after the round, so a restart keeps it; not
+    // counted as a lease grant.
+    assert!(kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().is_none(), "not on the path");
+    fleet.sync_leases().await;
     let stored = kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().expect("stored");
     assert!(String::from_utf8_lossy(&stored.value).contains(&first.id));
     // Round-robin without a session moves on.
-    let a = fleet.route(&all, None, None, &[]).await.unwrap();
-    let b = fleet.route(&all, None, None, &[]).await.unwrap();
+    let a = fleet.route(&all, None, None, &[]).unwrap();
+    let b = fleet.route(&all, None, None, &[]).unwrap();
     assert_ne!(a.id, b.id);
     // Its proxy quarantined: the session moves, and stays on the new one.
     fleet.report(&first.id, ReportKind::Ban, "").unwrap();
-    let moved = fleet.route(&all, None, Some(session), &[]).await.unwrap();
+    let moved = fleet.route(&all, None, Some(session), &[]).unwrap();
     assert_ne!(moved.id, first.id);
-    assert_eq!(fleet.route(&all, None, Some(session), &[]).await.unwrap(), moved);
+    assert_eq!(fleet.route(&all, None, Some(session), &[]).unwrap(), moved);
     assert_eq!(fleet.get(&moved.id).unwrap().leases, 1);
     assert_eq!(fleet.get(&first.id).unwrap().leases, 0, "the old proxy no longer holds it");
     // A proxy the request failed on is skipped, and the session follows.
     let elsewhere =
-        fleet.route(&all, None, Some(session), std::slice::from_ref(&moved.id)).await.unwrap();
+        fleet.route(&all, None, Some(session), std::slice::from_ref(&moved.id)).unwrap();
     assert!(elsewhere.id != moved.id && elsewhere.id != first.id);
     // Released through the lease API, the session starts afresh.
+    fleet.sync_leases().await;
     fleet.release("session-s1").await.unwrap();
     assert!(kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().is_none());
-    fleet.route(&all, None, Some(session), &[]).await.unwrap();
+    assert!(fleet.leases().is_empty());
+    fleet.route(&all, None, Some(session), &[]).unwrap();
+    assert_eq!(fleet.leases().len(), 1, "a new session after the release");
 }

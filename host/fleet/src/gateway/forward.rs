@@ -11,14 +11,17 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 use proxyfleet_metrics::gateway::{Counter, Kind};
 
-use super::{Body, Gateway, PROXY_HEADER, Refusal, Route, Upstream, added, strip_hop_headers};
-use crate::catalog::{Picked, ReportKind, site_of};
+use super::{
+    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, name_proxy, site_of_authority,
+    strip_hop_headers,
+};
+use crate::catalog::Picked;
 
 /// The parts of a request kept to send it again.
 struct Head {
@@ -62,8 +65,7 @@ pub(super) async fn send(
     }
     let authority =
         parts.uri.authority().ok_or_else(|| Refusal::bad_request("the request URL has no host"))?;
-    let site =
-        site_of("host", authority.as_str()).map_err(|err| Refusal::bad_request(err.to_string()))?;
+    let site = site_of_authority(authority)?;
     let mut head = Head { method: parts.method, uri: parts.uri, headers: parts.headers };
     strip_hop_headers(&mut head.headers);
     let crawler_headers = head.headers.clone();
@@ -77,6 +79,24 @@ pub(super) async fn send(
         let Upstream { picked, stream, tried: before, connected_in } =
             gateway.connect(route, Some(&site), tried).await?;
         tried = before;
+        let sent_at = Instant::now();
+        let (mut sender, connection) =
+            match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+                Ok(handshake) => handshake,
+                Err(err) => {
+                    let failure = format!(
+                        "gateway: no HTTP connection to the proxy at {}: {err}",
+                        picked.addr
+                    );
+                    gateway.failed_attempt(&picked, failure, &mut tried, true)?;
+                    continue;
+                }
+            };
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!("gateway: upstream connection ended: {err}");
+            }
+        });
         let counters = gateway.fleet.metrics().gateway().record_request(
             picked.pool.as_deref(),
             &picked.name,
@@ -90,56 +110,47 @@ pub(super) async fn send(
         }
         let outgoing =
             pending.take().unwrap_or_else(|| Empty::new().map_err(|never| match never {}).boxed());
-        let sent_at = Instant::now();
-        let failure = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-            Ok((mut sender, connection)) => {
-                tokio::spawn(async move {
-                    if let Err(err) = connection.await {
-                        tracing::debug!("gateway: upstream connection ended: {err}");
-                    }
-                });
-                match sender.try_send_request(head.request(outgoing)).await {
-                    Ok(response)
-                        if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED =>
-                    {
-                        // Passed on, a 407 would tell the crawler its own
-                        // credentials were wrong.
-                        return Err(upstream_refused_credential(&picked));
-                    }
-                    Ok(response) => {
-                        let upstream = connected_in + sent_at.elapsed();
-                        let answered = Answered { site: &site, received: counters.received };
-                        return Ok(answer(
-                            gateway,
-                            &picked,
-                            answered,
-                            response,
-                            added(started, upstream),
-                        ));
-                    }
-                    Err(mut err) => {
-                        // Not written at all: the body comes back, and the
-                        // request may go elsewhere whatever its method.
-                        pending = err.take_message().map(|unsent| unsent.into_body());
-                        format!(
-                            "gateway: the proxy at {} failed the request: {}",
-                            picked.addr,
-                            err.into_error()
-                        )
-                    }
+        let answer = tokio::time::timeout(
+            gateway.settings.response_timeout,
+            sender.try_send_request(head.request(outgoing)),
+        )
+        .await;
+        let failure = match answer {
+            Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED => {
+                // Passed on, a 407 would tell the crawler its own
+                // credentials were wrong.
+                return Err(upstream_refused_credential(&picked));
+            }
+            Ok(Ok(response)) => {
+                let upstream = connected_in + sent_at.elapsed();
+                let answered = Answered { site: &site, received: counters.received };
+                return Ok(answer_of(
+                    gateway,
+                    &picked,
+                    answered,
+                    response,
+                    added(started, upstream),
+                ));
+            }
+            Ok(Err(mut err)) => {
+                // Not written at all: the body comes back, and the request
+                // may go elsewhere whatever its method.
+                pending = err.take_message().map(|unsent| unsent.into_body());
+                let err = err.into_error();
+                if err.is_user() {
+                    // The crawler's side failed (its upload ended early):
+                    // nothing to hold against the proxy, no one to answer.
+                    return Err(Refusal::bad_request(format!("the request failed: {err}")));
                 }
+                format!("gateway: the proxy at {} failed the request: {err}", picked.addr)
             }
-            Err(err) => {
-                format!("gateway: no HTTP connection to the proxy at {}: {err}", picked.addr)
-            }
+            Err(_) => format!(
+                "gateway: the proxy at {} did not answer within {:?}",
+                picked.addr, gateway.settings.response_timeout
+            ),
         };
-        tried.push(picked.id.clone());
-        gateway.upstream_failed(&picked, failure.clone());
-        let can_retry = pending.is_some() || replayable;
-        if !can_retry || tried.len() > gateway.settings.retries as usize {
-            return Err(Refusal::new(StatusCode::BAD_GATEWAY, "upstream", failure));
-        }
-        gateway.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
+        let retry = pending.is_some() || replayable;
+        gateway.failed_attempt(&picked, failure, &mut tried, retry)?;
     }
 }
 
@@ -165,7 +176,7 @@ struct Answered<'a> {
 
 /// The upstream's answer, on its way back: the hop's headers go, the
 /// proxy's ID is added, and a ban status bans the proxy for the site.
-fn answer(
+fn answer_of(
     gateway: &Gateway,
     picked: &Picked,
     answered: Answered<'_>,
@@ -174,17 +185,8 @@ fn answer(
 ) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
     strip_hop_headers(&mut parts.headers);
-    if let Ok(id) = HeaderValue::from_str(&picked.id) {
-        parts.headers.insert(PROXY_HEADER, id);
-    }
-    if gateway.settings.ban_statuses.contains(&parts.status) {
-        let reason = format!("gateway: the site answered {}", parts.status);
-        if let Err(err) =
-            gateway.fleet.ban_site(&picked.id, answered.site, ReportKind::Ban, &reason)
-        {
-            tracing::debug!(proxy = %picked.id, "gateway: no ban recorded: {err}");
-        }
-    }
+    name_proxy(&mut parts.headers, &picked.id);
+    ban_on_status(gateway, picked, answered.site, parts.status, "the site");
     gateway.fleet.metrics().gateway().observe_added(added);
     let slot = Arc::new(Mutex::new(Some(answered.received)));
     Response::from_parts(parts, counted(body, slot))

@@ -39,7 +39,7 @@ use hyper::body::Incoming;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::auth::{Access, ApiAuth};
-use crate::catalog::{CatalogError, Fleet, Picked, Session};
+use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Session, site_of};
 
 mod forward;
 pub mod route;
@@ -119,8 +119,8 @@ impl Refusal {
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(id) = self.proxy.as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
-            headers.insert(PROXY_HEADER, id);
+        if let Some(id) = &self.proxy {
+            name_proxy(headers, id);
         }
         if self.status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
             headers.insert(
@@ -203,8 +203,13 @@ fn basic_credentials(value: &HeaderValue) -> Result<(String, String), Refusal> {
             ),
         )
     };
-    let encoded =
-        value.as_bytes().strip_prefix(b"Basic ").ok_or_else(|| refuse("not the Basic scheme"))?;
+    // The scheme name is case-insensitive (RFC 9110, 11.1).
+    let bytes = value.as_bytes();
+    let encoded = bytes
+        .get(..6)
+        .filter(|scheme| scheme.eq_ignore_ascii_case(b"basic "))
+        .map(|_| &bytes[6..])
+        .ok_or_else(|| refuse("not the Basic scheme"))?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim_ascii())
         .map_err(|_| refuse("not base64"))?;
@@ -241,7 +246,7 @@ impl Gateway {
         let session =
             route.session.as_deref().map(|key| Session { key, ttl: self.settings.session_ttl });
         loop {
-            let picked = match self.fleet.route(&selector, route.strategy, session, &tried).await {
+            let picked = match self.fleet.route(&selector, route.strategy, session, &tried) {
                 Ok(picked) => picked,
                 Err(CatalogError::NoneAvailable(_)) if !tried.is_empty() => {
                     return Err(self.exhausted(&tried));
@@ -264,19 +269,49 @@ impl Gateway {
                         connected_in: connecting.elapsed(),
                     });
                 }
+                Ok(Err(err)) if is_local_shortage(&err) => {
+                    // This host's shortage, not the proxy's fault: telling
+                    // the health engine would turn the whole fleet unhealthy.
+                    tracing::warn!("gateway: cannot open a connection: {err}");
+                    return Err(Refusal::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        format!("the gateway cannot open a connection now ({err}); retry shortly"),
+                    ));
+                }
                 Ok(Err(err)) => format!("gateway: cannot connect to {}: {err}", picked.addr),
                 Err(_) => format!(
                     "gateway: no connection to {} within {:?}",
                     picked.addr, self.settings.connect_timeout
                 ),
             };
-            tried.push(picked.id.clone());
-            self.upstream_failed(&picked, failure);
-            if tried.len() > self.settings.retries as usize {
-                return Err(self.exhausted(&tried));
-            }
-            self.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
+            self.failed_attempt(&picked, failure, &mut tried, true)?;
         }
+    }
+
+    /// One attempt of a request failed on `picked`: reported, and when
+    /// `retry` allows and the budget is not spent, the caller tries another
+    /// proxy (`Ok`); otherwise the crawler gets a 502 (`Err`).
+    fn failed_attempt(
+        &self,
+        picked: &Picked,
+        failure: String,
+        tried: &mut Vec<String>,
+        retry: bool,
+    ) -> Result<(), Refusal> {
+        tried.push(picked.id.clone());
+        self.upstream_failed(picked, failure.clone());
+        if !retry || tried.len() > self.settings.retries as usize {
+            let mut refusal = if retry {
+                self.exhausted(tried)
+            } else {
+                Refusal::new(StatusCode::BAD_GATEWAY, "upstream", failure)
+            };
+            refusal.proxy = Some(picked.id.clone());
+            return Err(refusal);
+        }
+        self.fleet.metrics().gateway().record_retry(picked.pool.as_deref());
+        Ok(())
     }
 
     /// Counts a failed upstream and tells the health engine.
@@ -301,6 +336,39 @@ impl Gateway {
             ),
         )
     }
+}
+
+/// Names the proxy an answer came through.
+fn name_proxy(headers: &mut HeaderMap, id: &str) {
+    if let Ok(id) = HeaderValue::from_str(id) {
+        headers.insert(PROXY_HEADER, id);
+    }
+}
+
+/// Bans `picked` for `site` when `status` is one of the ban statuses.
+fn ban_on_status(gateway: &Gateway, picked: &Picked, site: &str, status: StatusCode, what: &str) {
+    if gateway.settings.ban_statuses.contains(&status) {
+        let reason = format!("gateway: {what} answered {status}");
+        if let Err(err) = gateway.fleet.ban_site(&picked.id, site, ReportKind::Ban, &reason) {
+            tracing::debug!(proxy = %picked.id, "gateway: no ban recorded: {err}");
+        }
+    }
+}
+
+/// Whether a failed connect is this host's shortage (file descriptors,
+/// local ports, buffers) rather than the proxy's fault. Linux's numbers:
+/// std gives EMFILE, ENFILE and ENOBUFS no stable `ErrorKind`.
+fn is_local_shortage(err: &std::io::Error) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    const ENOBUFS: i32 = 105;
+    err.kind() == std::io::ErrorKind::AddrNotAvailable
+        || matches!(err.raw_os_error(), Some(ENFILE | EMFILE | ENOBUFS))
+}
+
+/// The site of a request's target: its host, without user information.
+fn site_of_authority(authority: &http::uri::Authority) -> Result<String, Refusal> {
+    site_of("host", authority.host()).map_err(|err| Refusal::bad_request(err.to_string()))
 }
 
 /// Headers that describe one hop, not the message: never passed on.

@@ -10,8 +10,13 @@ pub struct GatewaySettings {
     /// Other proxies a request may be sent to after its proxy could not be
     /// reached.
     pub retries: u32,
-    /// Budget for connecting to an upstream proxy.
+    /// Budget for connecting to an upstream proxy (and for its answer to
+    /// CONNECT).
     pub connect_timeout: Duration,
+    /// Budget for an upstream's answer head to a forwarded request: a proxy
+    /// that accepts and then stalls is reported, and the request goes
+    /// elsewhere when that is harmless.
+    pub response_timeout: Duration,
     /// Answers that mean the target site turned the proxy away: the proxy
     /// is banned for that site.
     pub ban_statuses: Vec<StatusCode>,
@@ -29,6 +34,7 @@ impl Default for GatewaySettings {
         Self {
             retries: 2,
             connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(60),
             ban_statuses: vec![StatusCode::FORBIDDEN, StatusCode::TOO_MANY_REQUESTS],
             session_ttl: Duration::from_secs(600),
             healthy_after: 2,

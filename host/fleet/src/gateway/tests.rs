@@ -78,6 +78,13 @@ struct Setup {
 
 /// A gateway over a healthy fleet of `members`, with the token `s3cret`.
 async fn gateway(members: Vec<crate::Member>) -> Setup {
+    let settings =
+        GatewaySettings { connect_timeout: Duration::from_secs(2), ..GatewaySettings::default() };
+    gateway_with(members, settings).await
+}
+
+/// As [`gateway`], with `settings`.
+async fn gateway_with(members: Vec<crate::Member>, settings: GatewaySettings) -> Setup {
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
     fleet.publish(members);
     let results = fleet
@@ -94,8 +101,6 @@ async fn gateway(members: Vec<crate::Member>) -> Setup {
     let file = dir.path().join("tokens");
     std::fs::write(&file, "s3cret\n").unwrap();
     let auth = Arc::new(ApiAuth::from_file(file, false).unwrap());
-    let settings =
-        GatewaySettings { connect_timeout: Duration::from_secs(2), ..GatewaySettings::default() };
     let gateway = Arc::new(Gateway::new(Arc::clone(&fleet), auth, settings));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -189,6 +194,7 @@ async fn a_session_sticks_to_its_proxy_and_others_spread() {
     assert_eq!(seen.len(), 2, "round-robin without a session: {seen:?}");
     // Released, the session may land anywhere, and then sticks again.
     setup.fleet.release("session-crawl-7").await.unwrap();
+    assert!(setup.fleet.leases().is_empty(), "released");
     let (_, again, _) = get(&sticky, "http://site.test/").await;
     assert_eq!(get(&sticky, "http://site.test/").await.1, again);
 }
@@ -307,4 +313,45 @@ async fn an_authenticated_upstream_gets_the_proxys_credential_and_never_the_craw
     let (_, _, body) =
         get(&client(setup.addr, "pool=default.open", "s3cret"), "http://site.test/").await;
     assert_eq!(body, "b http://site.test/", "the crawler's own credentials stay at the gateway");
+}
+
+/// An upstream that accepts and then never answers held the request until
+/// shutdown: the answer now has a budget, and a request that may be sent
+/// again goes to another proxy.
+#[tokio::test]
+async fn regression_a_stalled_upstream_is_reported_and_the_request_goes_elsewhere() {
+    let stalled = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalled_addr = stalled.local_addr().unwrap();
+    let _held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = stalled.accept().await {
+            open.push(stream);
+        }
+    });
+    let (b, _b) = upstream("b").await;
+    let settings = GatewaySettings {
+        response_timeout: Duration::from_millis(300),
+        ..GatewaySettings::default()
+    };
+    let setup = gateway_with(
+        vec![
+            MemberBuilder::new(1).endpoint(stalled_addr).build(),
+            MemberBuilder::new(2).endpoint(b).build(),
+        ],
+        settings,
+    )
+    .await;
+    let client = client(setup.addr, "strategy=least-recently-used", "s3cret");
+    for _ in 0..2 {
+        let (status, proxy, body) = get(&client, "http://site.test/").await;
+        assert_eq!((status, proxy.as_str()), (200, "uid-2"), "{body}");
+    }
+    assert!(setup.fleet.health("uid-1").unwrap().failures >= 1);
+    // A request with a body that was written cannot be sent again: least
+    // recently used, the stalled proxy gets it (two failures are not yet
+    // the three that make it unhealthy) and the crawler gets a 502.
+    let response = client.post("http://site.test/").body("payload").send().await.unwrap();
+    assert_eq!(response.headers()[PROXY_HEADER], "uid-1");
+    assert_eq!(response.status(), 502);
+    assert!(response.text().await.unwrap().contains("did not answer within"));
 }

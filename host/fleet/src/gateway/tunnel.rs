@@ -16,8 +16,10 @@ use proxyfleet_metrics::gateway::Kind;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use super::{Body, Gateway, PROXY_HEADER, Refusal, Route, Upstream, added, full};
-use crate::catalog::{ReportKind, site_of};
+use super::{
+    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
+    site_of_authority,
+};
 
 /// The longest answer head taken from a proxy.
 const MAX_HEAD: usize = 16 * 1024;
@@ -42,8 +44,7 @@ pub(super) async fn open(
         .filter(|authority| authority.port_u16().is_some())
         .cloned()
         .ok_or_else(|| Refusal::bad_request("CONNECT needs host:port as its target"))?;
-    let site =
-        site_of("host", authority.as_str()).map_err(|err| Refusal::bad_request(err.to_string()))?;
+    let site = site_of_authority(&authority)?;
     let mut tried = Vec::new();
     let (upstream, leftover, upstream_took) = loop {
         let mut upstream = gateway.connect(route, Some(&site), tried).await?;
@@ -72,12 +73,16 @@ pub(super) async fn open(
                     &picked.name,
                     Kind::Connect,
                 );
-                if gateway.settings.ban_statuses.contains(&status) {
-                    let reason = format!("gateway: CONNECT {authority} answered {status}");
-                    let _ = gateway.fleet.ban_site(&picked.id, &site, ReportKind::Ban, &reason);
-                }
+                ban_on_status(gateway, picked, &site, status, &format!("CONNECT {authority}"));
+                // A refusal is the proxy's to give; anything else that is
+                // not a success (1xx, 3xx) makes no sense for CONNECT.
+                let passed = if status.is_client_error() || status.is_server_error() {
+                    status
+                } else {
+                    StatusCode::BAD_GATEWAY
+                };
                 let mut refusal = Refusal::new(
-                    status,
+                    passed,
                     "upstream",
                     format!("the proxy answered {status} to CONNECT {authority}"),
                 );
@@ -93,12 +98,7 @@ pub(super) async fn open(
             ),
         };
         tried = upstream.tried;
-        tried.push(upstream.picked.id.clone());
-        gateway.upstream_failed(&upstream.picked, failure.clone());
-        if tried.len() > gateway.settings.retries as usize {
-            return Err(Refusal::new(StatusCode::BAD_GATEWAY, "upstream", failure));
-        }
-        gateway.fleet.metrics().gateway().record_retry(upstream.picked.pool.as_deref());
+        gateway.failed_attempt(&upstream.picked, failure, &mut tried, true)?;
     };
     let Upstream { picked, mut stream, .. } = upstream;
     let counters = gateway.fleet.metrics().gateway().record_request(
@@ -131,9 +131,7 @@ pub(super) async fn open(
     });
     gateway.fleet.metrics().gateway().observe_added(added(started, upstream_took));
     let mut response = Response::new(full(Bytes::new()));
-    if let Ok(id) = HeaderValue::from_str(&picked.id) {
-        response.headers_mut().insert(PROXY_HEADER, id);
-    }
+    name_proxy(response.headers_mut(), &picked.id);
     Ok(response)
 }
 

@@ -22,7 +22,7 @@ const TOKEN: &str = "gateway-token";
 
 struct Gateway {
     proxies: Vec<Tinyproxy>,
-    site: Site,
+    _site: Site,
     api: String,
     gateway: String,
     _operator: Running,
@@ -71,7 +71,7 @@ impl Gateway {
                 "1",
             ],
         );
-        let this = Self { proxies, site, api, gateway, _operator: operator };
+        let this = Self { proxies, _site: site, api, gateway, _operator: operator };
         let available = wait_for(Duration::from_secs(90), || async {
             let (status, body) = this.api(Method::GET, "/v1/proxies?healthy=true", "").await?;
             let list: serde_json::Value = serde_json::from_str(&body).ok()?;
@@ -204,17 +204,24 @@ async fn a_site_ban_and_a_killed_upstream_lose_no_request() {
     let view: serde_json::Value = serde_json::from_str(&view).unwrap();
     assert_eq!(view["bannedSites"][0]["site"], "localhost", "{view}");
     assert_eq!(view["available"], true, "{view}");
-    for _ in 0..6 {
-        let (_, proxy) = through(&client, &banned_url).await;
-        assert_ne!(proxy, banned, "a banned proxy gets no more requests for that site");
+    // The site turns every proxy away: each gets one more request for it,
+    // never a second, and then none is left for that site.
+    let mut turned_away = HashSet::from([banned.clone()]);
+    for _ in 1..3 {
+        let (status, proxy) = through(&client, &banned_url).await;
+        assert_eq!(status, 403);
+        assert!(turned_away.insert(proxy), "a banned proxy got another request for that site");
     }
+    let (status, proxy) = through(&client, &banned_url).await;
+    assert_eq!((status, proxy.as_str()), (503, ""), "every proxy is banned for localhost");
+    // All three still serve every other site.
     let mut for_others = HashSet::new();
     for _ in 0..6 {
         let (status, proxy) = through(&client, &good_url).await;
         assert_eq!(status, 200);
         for_others.insert(proxy);
     }
-    assert!(for_others.contains(&banned), "the banned proxy still serves other sites");
+    assert_eq!(for_others, turned_away, "the banned proxies still serve other sites");
 
     // One upstream dies mid-run: every request still gets its answer.
     for i in 0..60 {
@@ -229,7 +236,6 @@ async fn a_site_ban_and_a_killed_upstream_lose_no_request() {
         metrics.contains("proxyfleet_gateway_retries_total{pool=\"default/web\"}"),
         "{metrics}"
     );
-    assert!(gateway.site.path("state.redb").exists());
 }
 
 /// A proxy that asks for a credential: its Proxy names it in a file, the
