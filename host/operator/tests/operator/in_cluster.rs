@@ -362,8 +362,10 @@ async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the
         proxies.create(&PostParams::default(), &proxy(name)).await.unwrap();
     }
     let (gateway_a, gateway_b) = (free_addr(), free_addr());
-    let args = |gateway: &str| {
-        [
+    let wait = Duration::from_secs(90);
+    let url = format!("http://{}/", origin.addr);
+    let start_gateway = |identity: &str, gateway: &str| {
+        let args = [
             "--gateway-addr",
             gateway,
             "--gateway-open",
@@ -373,47 +375,33 @@ async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the
             "300ms",
             "--health-healthy-after",
             "1",
-        ]
-        .map(str::to_owned)
+        ];
+        start_with_args(dir.path(), &namespace, identity, &free_addr(), &args)
     };
-    let wait = Duration::from_secs(90);
-    let url = format!("http://{}/", origin.addr);
-    let a_args = args(&gateway_a);
-    let a = start_with_args(
-        dir.path(),
-        &namespace,
-        "gw-a",
-        &free_addr(),
-        &a_args.each_ref().map(String::as_str),
-    );
-    let (status, held) = wait_for(wait, || async {
-        through_gateway(&gateway_a, "session=keep-me", &url)
+    // The request through `gateway` once it answers 200: its proxy.
+    let served = |gateway: String| {
+        let url = url.clone();
+        async move {
+            wait_for(wait, || async {
+                through_gateway(&gateway, "session=keep-me", &url)
+                    .await
+                    .filter(|(status, _)| *status == 200)
+                    .map(|(_, proxy)| proxy)
+            })
             .await
-            .filter(|(status, _)| *status == 200)
-    })
-    .await
-    .expect("the leader's gateway sends the request through a Proxy");
-    assert_eq!(status, 200);
+        }
+    };
+    let a = start_gateway("gw-a", &gateway_a);
+    let held = served(gateway_a.clone())
+        .await
+        .expect("the leader's gateway sends the request through a Proxy");
     assert!(!held.is_empty());
     assert_eq!(origin.seen().len(), 1, "the request reached the origin once");
-    let b_args = args(&gateway_b);
-    let _b = start_with_args(
-        dir.path(),
-        &namespace,
-        "gw-b",
-        &free_addr(),
-        &b_args.each_ref().map(String::as_str),
-    );
+    let _b = start_gateway("gw-b", &gateway_b);
     let standby = wait_for(wait, || async { through_gateway(&gateway_b, "", &url).await }).await;
     assert_eq!(standby.map(|(status, _)| status), Some(503), "a standby's gateway does not serve");
 
     drop(a);
-    let after = wait_for(wait, || async {
-        through_gateway(&gateway_b, "session=keep-me", &url)
-            .await
-            .filter(|(status, _)| *status == 200)
-    })
-    .await
-    .expect("the new leader's gateway serves");
-    assert_eq!(after.1, held, "the session kept its proxy across the change of leader");
+    let after = served(gateway_b.clone()).await.expect("the new leader's gateway serves");
+    assert_eq!(after, held, "the session kept its proxy across the change of leader");
 }

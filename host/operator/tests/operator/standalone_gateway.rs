@@ -20,6 +20,37 @@ use proxyfleet_tests::{Canned, TestServer, wait_for};
 
 const TOKEN: &str = "gateway-token";
 
+/// Starts the operator on `site` with API tokens, the gateway and quick
+/// health rounds: (API address, gateway address, the process).
+fn launch(site: &Site) -> (String, String, Running) {
+    std::fs::write(site.path("tokens"), format!("{TOKEN}\n")).unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let gateway = format!("127.0.0.1:{}", free_port());
+    let tokens = site.path("tokens").display().to_string();
+    let operator = site.standalone(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &[
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            &api,
+            "--api-token-file",
+            &tokens,
+            "--gateway-addr",
+            &gateway,
+            "--health-interval",
+            "300ms",
+            "--health-timeout",
+            "300ms",
+            "--health-healthy-after",
+            "1",
+            "--health-unhealthy-after",
+            "1",
+        ],
+    );
+    (api, gateway, operator)
+}
+
 struct Gateway {
     proxies: Vec<Tinyproxy>,
     _site: Site,
@@ -46,31 +77,7 @@ impl Gateway {
             &[("static", "static")],
             &manifests,
         );
-        std::fs::write(site.path("tokens"), format!("{TOKEN}\n")).unwrap();
-        let api = format!("127.0.0.1:{}", free_port());
-        let gateway = format!("127.0.0.1:{}", free_port());
-        let tokens = site.path("tokens").display().to_string();
-        let operator = site.standalone(
-            Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
-            &[
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--api-addr",
-                &api,
-                "--api-token-file",
-                &tokens,
-                "--gateway-addr",
-                &gateway,
-                "--health-interval",
-                "300ms",
-                "--health-timeout",
-                "300ms",
-                "--health-healthy-after",
-                "1",
-                "--health-unhealthy-after",
-                "1",
-            ],
-        );
+        let (api, gateway, operator) = launch(&site);
         let this = Self { proxies, _site: site, api, gateway, _operator: operator };
         let available = wait_for(Duration::from_secs(90), || async {
             let (status, body) = this.api(Method::GET, "/v1/proxies?healthy=true", "").await?;
@@ -256,29 +263,7 @@ async fn an_authenticated_tinyproxy_is_probed_routed_to_and_handed_out_with_its_
          spec: { provider: local, proxyAuthFile: a.credential }\n",
     );
     std::fs::write(site.path("proxies/a.credential"), "crawler:s3cret-pw\n").unwrap();
-    std::fs::write(site.path("tokens"), format!("{TOKEN}\n")).unwrap();
-    let api = format!("127.0.0.1:{}", free_port());
-    let gateway = format!("127.0.0.1:{}", free_port());
-    let tokens = site.path("tokens").display().to_string();
-    let _operator = site.standalone(
-        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
-        &[
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--api-addr",
-            &api,
-            "--api-token-file",
-            &tokens,
-            "--gateway-addr",
-            &gateway,
-            "--health-interval",
-            "300ms",
-            "--health-timeout",
-            "300ms",
-            "--health-healthy-after",
-            "1",
-        ],
-    );
+    let (api, gateway, _operator) = launch(&site);
     let call = |method: Method, path: &'static str| {
         let base = format!("http://{api}");
         async move { client::call(&base, method, path, None, Some(TOKEN)).await.ok() }
