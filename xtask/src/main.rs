@@ -22,6 +22,7 @@
 mod apt;
 mod cache;
 mod chart;
+mod contract;
 mod demo;
 mod doctor;
 mod fresh_root;

@@ -102,6 +102,7 @@ pub fn lint(repo: &Repo) -> Result<()> {
         )
     })?;
     step("module cycles", || crate::modules::check(&repo.root))?;
+    step("contract version against the last release", || crate::contract::check(repo))?;
     eprintln!("xtask lint: clean");
     Ok(())
 }
