@@ -41,6 +41,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::auth::{Access, ApiAuth};
 use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Session, site_of};
 
+mod counted;
 mod forward;
 pub mod route;
 mod settings;

@@ -16,6 +16,7 @@ use proxyfleet_metrics::gateway::Kind;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::counted::Counted;
 use super::{
     Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
     site_of_authority,
@@ -100,7 +101,7 @@ pub(super) async fn open(
         tried = upstream.tried;
         gateway.failed_attempt(&upstream.picked, failure, &mut tried, true)?;
     };
-    let Upstream { picked, mut stream, .. } = upstream;
+    let Upstream { picked, stream, .. } = upstream;
     let counters = gateway.fleet.metrics().gateway().record_request(
         picked.pool.as_deref(),
         &picked.name,
@@ -121,12 +122,10 @@ pub(super) async fn open(
             }
             counters.received.inc_by(leftover.len() as u64);
         }
-        match tokio::io::copy_bidirectional(&mut crawler, &mut stream).await {
-            Ok((sent, received)) => {
-                counters.sent.inc_by(sent);
-                counters.received.inc_by(received);
-            }
-            Err(err) => tracing::debug!("gateway: tunnel ended: {err}"),
+        // What comes from the proxy goes to the crawler, and the other way.
+        let mut upstream = Counted::new(stream, counters.received, counters.sent);
+        if let Err(err) = tokio::io::copy_bidirectional(&mut crawler, &mut upstream).await {
+            tracing::debug!("gateway: tunnel ended: {err}");
         }
     });
     gateway.fleet.metrics().gateway().observe_added(added(started, upstream_took));

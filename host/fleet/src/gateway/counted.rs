@@ -1,0 +1,62 @@
+//! A stream that counts the bytes passing through it as they pass, so a
+//! tunnel's figures hold however it ends (a reset is a normal end for a
+//! tunnel, and `copy_bidirectional` reports no counts on an error).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use proxyfleet_metrics::gateway::Counter;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// `inner`, with what is read from it added to `read` and what is written
+/// to it added to `written`.
+#[derive(Debug)]
+pub(super) struct Counted<S> {
+    inner: S,
+    read: Counter,
+    written: Counter,
+}
+
+impl<S> Counted<S> {
+    pub(super) fn new(inner: S, read: Counter, written: Counter) -> Self {
+        Self { inner, read, written }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            self.read.inc_by((buf.filled().len() - before) as u64);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(written)) = polled {
+            self.written.inc_by(written as u64);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
