@@ -340,9 +340,15 @@ async fn load(
 
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-async fn handshake(proxy: SocketAddr) -> Option<Sender> {
+/// A new connection to `proxy`.
+async fn dial(proxy: SocketAddr) -> Option<TcpStream> {
     let stream = TcpStream::connect(proxy).await.ok()?;
     let _ = stream.set_nodelay(true);
+    Some(stream)
+}
+
+/// HTTP/1.1 on `stream`, its connection driven in the background.
+async fn http1(stream: TcpStream) -> Option<Sender> {
     let (sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
     tokio::spawn(connection);
@@ -362,7 +368,10 @@ async fn http_client(
         let started = Instant::now();
         let current = match sender.take().filter(|s| !s.is_closed()) {
             Some(current) => Some(current),
-            None => handshake(proxy).await,
+            None => match dial(proxy).await {
+                Some(stream) => http1(stream).await,
+                None => None,
+            },
         };
         let Some(mut current) = current else {
             figures.errors += 1;
@@ -426,8 +435,7 @@ async fn tunnel_get(
     credentials: Option<&str>,
     origin: SocketAddr,
 ) -> Option<()> {
-    let mut stream = TcpStream::connect(proxy).await.ok()?;
-    let _ = stream.set_nodelay(true);
+    let mut stream = dial(proxy).await?;
     let auth = credentials.map(|c| format!("Proxy-Authorization: {c}\r\n")).unwrap_or_default();
     let head = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
     stream.write_all(head.as_bytes()).await.ok()?;
@@ -445,9 +453,7 @@ async fn tunnel_get(
     if !answer.starts_with(b"HTTP/1.1 200") && !answer.starts_with(b"HTTP/1.0 200") {
         return None;
     }
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
-    tokio::spawn(connection);
+    let mut sender = http1(stream).await?;
     let request =
         Request::get("/").header("host", origin.to_string()).body(Empty::<Bytes>::new()).ok()?;
     let response = sender.send_request(request).await.ok()?;

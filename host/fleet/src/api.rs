@@ -321,7 +321,8 @@ fn list(api: &Api, query: &str) -> Answer {
 fn next(api: &Api, query: &str) -> Answer {
     let query = parse_query(query, &["pool", "provider", "label", "host", "strategy", "format"])?;
     let picked = api.fleet.next_picked(&query.selector, query.strategy)?;
-    let (id, url) = (picked.id.clone(), handed_out_url(api, &picked));
+    let url = handed_out_url(api, &picked);
+    let id = picked.id;
     Ok(if query.format_url {
         text(StatusCode::OK, "text/plain", format!("{url}\n"))
     } else {

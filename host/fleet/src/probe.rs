@@ -145,7 +145,7 @@ async fn dial(proxy: SocketAddr) -> Result<TcpStream, ProbeFailure> {
 /// What a 407 means here.
 fn credential_hint(status: StatusCode) -> &'static str {
     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
-        " (the proxy wants a credential, or not the one the Proxy names: see spec.proxyAuthFile)"
+        " (the proxy wants a credential, or not the one the Proxy names: see spec.proxyAuthFile or spec.proxyAuthSecretRef)"
     } else {
         ""
     }

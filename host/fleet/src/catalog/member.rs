@@ -25,3 +25,10 @@ pub struct Member {
     /// Where it listens, once known.
     pub endpoint: Option<Endpoint>,
 }
+
+impl Member {
+    /// `namespace/name`, as the gateway's metrics and errors name it.
+    pub fn qualified_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}

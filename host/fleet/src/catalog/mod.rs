@@ -21,7 +21,6 @@
 //! quarantines).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -98,8 +97,6 @@ pub struct Picked {
     pub name: String,
     /// Its pool, if any.
     pub pool: Option<String>,
-    /// Where it listens.
-    pub addr: SocketAddr,
     /// `http://ip:port`.
     pub url: String,
     /// Where it listens, and its credential when it asks for one.
@@ -112,7 +109,6 @@ impl Picked {
             id: offer.id.clone(),
             name: offer.name.clone(),
             pool: offer.pool.clone(),
-            addr: offer.endpoint.addr(),
             url: offer.url.clone(),
             endpoint: offer.endpoint.clone(),
         }
@@ -297,10 +293,7 @@ impl Fleet {
             }
         }
         for gone in state.members.values().filter(|m| !members.contains_key(&m.id)) {
-            self.metrics.gateway().forget_upstream(
-                gone.pool.as_deref(),
-                &format!("{}/{}", gone.namespace, gone.name),
-            );
+            self.metrics.gateway().forget_upstream(gone.pool.as_deref(), &gone.qualified_name());
         }
         state.members = members;
         let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -445,7 +438,7 @@ impl Fleet {
             view.by_id.insert(member.id.clone(), index);
             view.offers.push(Offer {
                 id: member.id.clone(),
-                name: format!("{}/{}", member.namespace, member.name),
+                name: member.qualified_name(),
                 endpoint: endpoint.clone(),
                 pool: member.pool.clone(),
                 provider: member.provider.clone(),
@@ -620,35 +613,32 @@ impl Fleet {
             return self.pick(selector, strategy, false, exclude, &self.holds(), now);
         };
         let lease_id = session.lease_id();
-        let picked = {
-            let mut holds = self.holds();
-            let view = self.view.load();
-            let current = holds
-                .leases
-                .live_mut(&lease_id, now)
-                .and_then(|lease| view.by_id.get(&lease.proxy_id))
-                .map(|&index| &view.offers[index])
-                .filter(|offer| holds.eligible(offer, selector, false, exclude, now));
-            if let Some(offer) = current {
-                return Ok(Picked::of(offer));
-            }
-            let picked = self.pick(selector, strategy, false, exclude, &holds, now)?;
-            holds.leases.remove(&lease_id);
-            holds.leases.insert(
-                lease_id.clone(),
-                Lease {
-                    proxy_id: picked.id.clone(),
-                    url: picked.url.clone(),
-                    exclusive: false,
-                    expires: now + session.ttl,
-                    expires_at: unix_now() + session.ttl.as_secs(),
-                },
-            );
-            // Written to the store after the next health round, not on the
-            // request's path: a session costs the crawler no store write.
-            holds.leases.mark_unsynced(&lease_id);
-            picked
-        };
+        let mut holds = self.holds();
+        let view = self.view.load();
+        let current = holds
+            .leases
+            .live_mut(&lease_id, now)
+            .and_then(|lease| view.by_id.get(&lease.proxy_id))
+            .map(|&index| &view.offers[index])
+            .filter(|offer| holds.eligible(offer, selector, false, exclude, now));
+        if let Some(offer) = current {
+            return Ok(Picked::of(offer));
+        }
+        let picked = self.pick(selector, strategy, false, exclude, &holds, now)?;
+        holds.leases.remove(&lease_id);
+        holds.leases.insert(
+            lease_id.clone(),
+            Lease {
+                proxy_id: picked.id.clone(),
+                url: picked.url.clone(),
+                exclusive: false,
+                expires: now + session.ttl,
+                expires_at: unix_now() + session.ttl.as_secs(),
+            },
+        );
+        // Written to the store after the next health round, not on the
+        // request's path: a session costs the crawler no store write.
+        holds.leases.mark_unsynced(&lease_id);
         Ok(picked)
     }
 

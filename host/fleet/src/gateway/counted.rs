@@ -1,13 +1,29 @@
-//! A stream that counts the bytes passing through it as they pass, so a
-//! tunnel's figures hold however it ends (a reset is a normal end for a
-//! tunnel, and `copy_bidirectional` reports no counts on an error).
+//! Bytes counted as they pass: a body's frames ([`counted_body`]) and a
+//! tunnel's stream ([`Counted`]), so the figures hold however a transfer
+//! ends (a reset is a normal end for a tunnel, and `copy_bidirectional`
+//! reports no counts on an error).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use proxyfleet_metrics::gateway::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::Body;
+
+/// `body`, handing the size of each data frame to `count` as it passes.
+pub(super) fn counted_body(body: Incoming, count: impl Fn(u64) + Send + Sync + 'static) -> Body {
+    body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            count(data.len() as u64);
+        }
+        frame
+    })
+    .boxed()
+}
 
 /// `inner`, with what is read from it added to `read` and what is written
 /// to it added to `written`.

@@ -11,19 +11,21 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
-use http_body_util::{BodyExt as _, Empty};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 use proxyfleet_metrics::gateway::{Counter, Kind};
 
+use super::counted::counted_body;
 use super::{
-    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, name_proxy, site_of_authority,
-    strip_hop_headers,
+    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
+    site_of_authority, strip_hop_headers,
 };
 use crate::catalog::Picked;
 
-/// The parts of a request kept to send it again.
+/// The parts of a request kept to send it again; `headers` are the
+/// crawler's, less the hop's.
 struct Head {
     method: Method,
     uri: Uri,
@@ -31,12 +33,17 @@ struct Head {
 }
 
 impl Head {
-    fn request(&self, body: Body) -> Request<Body> {
+    /// The request for one proxy, with that proxy's own credential when it
+    /// asks for one (never the crawler's).
+    fn request(&self, body: Body, authorization: Option<HeaderValue>) -> Request<Body> {
         let mut request = Request::new(body);
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uri.clone();
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = self.headers.clone();
+        if let Some(authorization) = authorization {
+            request.headers_mut().insert(header::PROXY_AUTHORIZATION, authorization);
+        }
         request
     }
 }
@@ -68,16 +75,22 @@ pub(super) async fn send(
     let site = site_of_authority(authority)?;
     let mut head = Head { method: parts.method, uri: parts.uri, headers: parts.headers };
     strip_hop_headers(&mut head.headers);
-    let crawler_headers = head.headers.clone();
     let replayable = body.is_end_stream() && head.method.is_idempotent();
     // Sent bytes count against the proxy the body goes to, which is known
     // only once one is reached.
     let sent_to: Arc<Mutex<Option<Counter>>> = Arc::default();
-    let mut pending: Option<Body> = Some(counted(body, Arc::clone(&sent_to)));
+    let mut pending: Option<Body> = Some({
+        let sent_to = Arc::clone(&sent_to);
+        counted_body(body, move |bytes| {
+            if let Some(counter) = &*sent_to.lock().unwrap_or_else(PoisonError::into_inner) {
+                counter.inc_by(bytes);
+            }
+        })
+    });
     let mut tried = Vec::new();
     loop {
         let Upstream { picked, stream, tried: before, connected_in } =
-            gateway.connect(route, Some(&site), tried).await?;
+            gateway.connect(route, &site, tried).await?;
         tried = before;
         let sent_at = Instant::now();
         let (mut sender, connection) =
@@ -86,7 +99,7 @@ pub(super) async fn send(
                 Err(err) => {
                     let failure = format!(
                         "gateway: no HTTP connection to the proxy at {}: {err}",
-                        picked.addr
+                        picked.endpoint.addr()
                     );
                     gateway.failed_attempt(&picked, failure, &mut tried, true)?;
                     continue;
@@ -103,23 +116,16 @@ pub(super) async fn send(
             Kind::Http,
         );
         *sent_to.lock().unwrap_or_else(PoisonError::into_inner) = Some(counters.sent);
-        // The upstream's own credential, never the crawler's.
-        head.headers = crawler_headers.clone();
-        if let Some(authorization) = picked.endpoint.proxy_authorization() {
-            head.headers.insert(http::header::PROXY_AUTHORIZATION, authorization);
-        }
-        let outgoing =
-            pending.take().unwrap_or_else(|| Empty::new().map_err(|never| match never {}).boxed());
+        let outgoing = pending.take().unwrap_or_else(|| full(Bytes::new()));
+        let request = head.request(outgoing, picked.endpoint.proxy_authorization());
         let answer = tokio::time::timeout(
             gateway.settings.response_timeout,
-            sender.try_send_request(head.request(outgoing)),
+            sender.try_send_request(request),
         )
         .await;
         let failure = match answer {
             Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED => {
-                // Passed on, a 407 would tell the crawler its own
-                // credentials were wrong.
-                return Err(upstream_refused_credential(&picked));
+                return Err(Gateway::refused_credential(&picked));
             }
             Ok(Ok(response)) => {
                 let upstream = connected_in + sent_at.elapsed();
@@ -142,30 +148,20 @@ pub(super) async fn send(
                     // nothing to hold against the proxy, no one to answer.
                     return Err(Refusal::bad_request(format!("the request failed: {err}")));
                 }
-                format!("gateway: the proxy at {} failed the request: {err}", picked.addr)
+                format!(
+                    "gateway: the proxy at {} failed the request: {err}",
+                    picked.endpoint.addr()
+                )
             }
             Err(_) => format!(
                 "gateway: the proxy at {} did not answer within {:?}",
-                picked.addr, gateway.settings.response_timeout
+                picked.endpoint.addr(),
+                gateway.settings.response_timeout
             ),
         };
         let retry = pending.is_some() || replayable;
         gateway.failed_attempt(&picked, failure, &mut tried, retry)?;
     }
-}
-
-/// The upstream wants a credential, or not the Proxy's.
-pub(super) fn upstream_refused_credential(picked: &Picked) -> Refusal {
-    let mut refusal = Refusal::new(
-        StatusCode::BAD_GATEWAY,
-        "upstream",
-        format!(
-            "the proxy {} answered 407: it wants a credential, or not the one its Proxy names",
-            picked.name
-        ),
-    );
-    refusal.proxy = Some(picked.id.clone());
-    refusal
 }
 
 /// What the answer of a request is counted and judged against.
@@ -188,19 +184,11 @@ fn answer_of(
     name_proxy(&mut parts.headers, &picked.id);
     ban_on_status(gateway, picked, answered.site, parts.status, "the site");
     gateway.fleet.metrics().gateway().observe_added(added);
-    let slot = Arc::new(Mutex::new(Some(answered.received)));
-    Response::from_parts(parts, counted(body, slot))
-}
-
-/// `body`, counting its bytes into the counter in `slot` as they pass.
-fn counted(body: Incoming, slot: Arc<Mutex<Option<Counter>>>) -> Body {
-    body.map_frame(move |frame| {
-        if let Some(data) = frame.data_ref()
-            && let Some(counter) = &*slot.lock().unwrap_or_else(PoisonError::into_inner)
-        {
-            counter.inc_by(data.len() as u64);
-        }
-        frame
-    })
-    .boxed()
+    let received = answered.received;
+    Response::from_parts(
+        parts,
+        counted_body(body, move |bytes| {
+            received.inc_by(bytes);
+        }),
+    )
 }

@@ -232,18 +232,18 @@ struct Upstream {
 }
 
 impl Gateway {
-    /// Picks a proxy for `route` and connects to it; a proxy that cannot be
+    /// Picks a proxy for `route` to `site` and connects to it; a proxy that cannot be
     /// reached is reported and another one tried, at most
     /// [`GatewaySettings::retries`] more times. `tried` lists proxies an
     /// earlier attempt of the same request failed on.
     async fn connect(
         &self,
         route: &Route,
-        site: Option<&str>,
+        site: &str,
         mut tried: Vec<String>,
     ) -> Result<Upstream, Refusal> {
         let mut selector = route.selector.clone();
-        selector.site = site.map(str::to_owned);
+        selector.site = Some(site.to_owned());
         let session =
             route.session.as_deref().map(|key| Session { key, ttl: self.settings.session_ttl });
         loop {
@@ -257,7 +257,7 @@ impl Gateway {
             let connecting = Instant::now();
             let connected = tokio::time::timeout(
                 self.settings.connect_timeout,
-                TcpStream::connect(picked.addr),
+                TcpStream::connect(picked.endpoint.addr()),
             )
             .await;
             let failure = match connected {
@@ -280,10 +280,13 @@ impl Gateway {
                         format!("the gateway cannot open a connection now ({err}); retry shortly"),
                     ));
                 }
-                Ok(Err(err)) => format!("gateway: cannot connect to {}: {err}", picked.addr),
+                Ok(Err(err)) => {
+                    format!("gateway: cannot connect to {}: {err}", picked.endpoint.addr())
+                }
                 Err(_) => format!(
                     "gateway: no connection to {} within {:?}",
-                    picked.addr, self.settings.connect_timeout
+                    picked.endpoint.addr(),
+                    self.settings.connect_timeout
                 ),
             };
             self.failed_attempt(&picked, failure, &mut tried, true)?;
@@ -325,6 +328,21 @@ impl Gateway {
             self.settings.healthy_after,
             self.settings.unhealthy_after,
         );
+    }
+
+    /// The proxy wants a credential, or not its Proxy's: passed on, its 407
+    /// would tell the crawler that the crawler's own credentials were wrong.
+    fn refused_credential(picked: &Picked) -> Refusal {
+        let mut refusal = Refusal::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream",
+            format!(
+                "the proxy {} answered 407: it wants a credential, or not the one its Proxy names",
+                picked.name
+            ),
+        );
+        refusal.proxy = Some(picked.id.clone());
+        refusal
     }
 
     fn exhausted(&self, tried: &[String]) -> Refusal {

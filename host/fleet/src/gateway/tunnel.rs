@@ -48,7 +48,7 @@ pub(super) async fn open(
     let site = site_of_authority(&authority)?;
     let mut tried = Vec::new();
     let (upstream, leftover, upstream_took) = loop {
-        let mut upstream = gateway.connect(route, Some(&site), tried).await?;
+        let mut upstream = gateway.connect(route, &site, tried).await?;
         let asked = Instant::now();
         let answer = tokio::time::timeout(
             gateway.settings.connect_timeout,
@@ -65,7 +65,7 @@ pub(super) async fn open(
                 break (upstream, leftover, took);
             }
             Ok(Ok(Answer::Refused(StatusCode::PROXY_AUTHENTICATION_REQUIRED))) => {
-                return Err(super::forward::upstream_refused_credential(&upstream.picked));
+                return Err(Gateway::refused_credential(&upstream.picked));
             }
             Ok(Ok(Answer::Refused(status))) => {
                 let picked = &upstream.picked;
@@ -91,11 +91,15 @@ pub(super) async fn open(
                 return Err(refusal);
             }
             Ok(Err(err)) => {
-                format!("gateway: CONNECT through {} failed: {err}", upstream.picked.addr)
+                format!(
+                    "gateway: CONNECT through {} failed: {err}",
+                    upstream.picked.endpoint.addr()
+                )
             }
             Err(_) => format!(
                 "gateway: the proxy at {} did not answer CONNECT within {:?}",
-                upstream.picked.addr, gateway.settings.connect_timeout
+                upstream.picked.endpoint.addr(),
+                gateway.settings.connect_timeout
             ),
         };
         tried = upstream.tried;
