@@ -3,7 +3,7 @@
 //! A provider plugin is a WebAssembly component (`wasm32-wasip2`) that the
 //! proxyfleet operator loads to create, inspect and delete proxy instances on
 //! one kind of backend. This crate wraps the plugin contract
-//! (`wit/provider.wit`, package `proxyfleet:provider@0.3.0`) in plain Rust:
+//! (`wit/provider.wit`, package `proxyfleet:provider@0.4.0`) in plain Rust:
 //!
 //! - implement [`Provider`] for a type and export it with [`export_provider!`];
 //! - read the entry's JSON config with [`CallContext::config`];
@@ -114,6 +114,7 @@
 // expands `export_provider!`; this makes the same path resolve in here.
 extern crate self as proxyfleet_sdk;
 
+pub mod cloud_init;
 mod config;
 mod error;
 pub mod http;
@@ -133,7 +134,8 @@ pub use naming::{derive_name, derive_number, now_unix};
 pub use provider::Provider;
 pub use types::{
     CONTRACT_VERSION, CallContext, Capabilities, Health, HealthIssue, HealthReason,
-    HttpDestination, Instance, InstanceState, Network, OwnershipMark, PluginInfo, ProxySpec,
+    HttpDestination, Instance, InstanceState, Network, OwnershipMark, PluginInfo, ProxyAuth,
+    ProxySpec,
 };
 
 /// Bindings generated from `wit/` by wit-bindgen. Not part of the API: use

@@ -273,6 +273,7 @@ mod tests {
             port: 3128,
             user_data: Vec::new(),
             labels: Vec::new(),
+            proxy_auth: None,
         };
         let mark = OwnershipMark::for_spec(&spec, 42);
         assert_eq!(

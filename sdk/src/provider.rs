@@ -62,7 +62,7 @@ pub trait Provider {
 ///
 /// The exports are only emitted for wasm targets: on the host target (unit
 /// tests) they would be shared-library symbols named like
-/// `proxyfleet:provider/provider@0.3.0#create`, which native linkers reject.
+/// `proxyfleet:provider/provider@0.4.0#create`, which native linkers reject.
 /// There the macro only checks that the type implements [`Provider`].
 #[macro_export]
 macro_rules! export_provider {

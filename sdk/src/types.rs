@@ -9,7 +9,7 @@ use crate::bindings::proxyfleet::provider::types as wit;
 
 pub use wit::{
     CallContext, Capabilities, Health, HealthIssue, HealthReason, HttpDestination, Instance,
-    InstanceState, Network, OwnershipMark, PluginInfo, ProxySpec,
+    InstanceState, Network, OwnershipMark, PluginInfo, ProxyAuth, ProxySpec,
 };
 
 /// The version of the plugin contract (`wit/provider.wit`) this SDK is built

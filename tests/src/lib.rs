@@ -488,6 +488,7 @@ impl Controllers {
             Arc::clone(&registry) as _,
             policy,
             Some("tests".into()),
+            proxyfleet_core::spec_key::SpecKey::generate(),
         ));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod revisions;
 pub mod source;
+pub mod spec_key;
 mod types;
 
 pub use error::{ErrorClass, ProviderError, Result};

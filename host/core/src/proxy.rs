@@ -8,6 +8,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::ProxySpec;
 use crate::credential::ProxyCredential;
+use crate::spec_key::SpecKey;
 
 /// Default proxy port.
 pub const DEFAULT_PORT: u16 = 3128;
@@ -58,8 +59,9 @@ pub struct ProxyDesired {
 
 impl ProxyDesired {
     /// Hash of everything whose change needs a new instance. Labels are left
-    /// out: they change in place (or not at all) without a replacement.
-    pub fn spec_hash(&self) -> String {
+    /// out: they change in place (or not at all) without a replacement. The
+    /// credential counts through its HMAC under `key` (see [`SpecKey`]).
+    pub fn spec_hash(&self, key: &SpecKey) -> String {
         let mut hasher = Sha256::new();
         let mut field = |name: &str, value: &[u8]| {
             // Length-prefixed so that no two field sequences collide.
@@ -80,10 +82,14 @@ impl ProxyDesired {
         field("vlanTag", &self.vlan_tag.map_or([0xff; 3], |t| [0, (t >> 8) as u8, t as u8]));
         field("port", &self.port.to_le_bytes());
         field("userData", &self.user_data);
-        // The proxy credential is left out: the hash is published in the
-        // status, and a hash of a password lets anyone who can read it test
-        // guesses. Providers do not configure proxies with it, so a new
-        // credential needs no new instance.
+        // Providers configure the proxies they start with the credential,
+        // so a new one needs a new instance. The hash is published in the
+        // status: it covers a keyed digest, which no one without the key can
+        // test password guesses against. No field at all without one, so a
+        // Proxy without a credential keeps the hash it had before digests.
+        if let Some(credential) = &self.proxy_auth {
+            field("proxyAuth", &key.credential_digest(credential));
+        }
         let digest = hasher.finalize();
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
@@ -141,6 +147,7 @@ impl ProxyDesired {
             port: self.port,
             user_data: self.user_data.clone(),
             labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            proxy_auth: self.proxy_auth.clone(),
         }
     }
 }
@@ -378,16 +385,30 @@ pub(crate) mod tests {
         }
     }
 
-    /// The hash is published in the status: a hash of the proxy's password
-    /// would let anyone who reads it test guesses. And Proxies keep the hash
-    /// they had before a Proxy could name a credential (a new hash would
-    /// replace every instance).
+    /// Proxies without a credential keep the hash they had before the
+    /// hash covered credentials (a new hash would replace every instance).
     #[test]
-    fn regression_the_hash_never_covers_the_proxy_credential() {
+    fn regression_a_proxy_without_a_credential_keeps_its_hash() {
+        assert_eq!(desired().spec_hash(&SpecKey::generate()), "fd8eafab875e09ff");
+    }
+
+    /// The hash is published in the status: a plain hash of the proxy's
+    /// password would let anyone who reads it test guesses. It covers a
+    /// digest under the installation's key, so it changes with the
+    /// credential (the proxy must be configured anew) and with the key,
+    /// and no one without the key can compute it from a guess.
+    #[test]
+    fn regression_the_hash_covers_the_credential_only_through_the_keyed_digest() {
+        let key = SpecKey::generate();
         let mut with = desired();
-        assert_eq!(with.spec_hash(), "fd8eafab875e09ff");
         with.proxy_auth = Some(ProxyCredential::parse("crawler:pw").unwrap());
-        assert_eq!(with.spec_hash(), "fd8eafab875e09ff");
+        let hash = with.spec_hash(&key);
+        assert_ne!(hash, desired().spec_hash(&key));
+        assert_eq!(hash, with.spec_hash(&SpecKey::from_bytes("k", key.as_bytes()).unwrap()));
+        assert_ne!(hash, with.spec_hash(&SpecKey::generate()), "another key, another hash");
+        let mut changed = with.clone();
+        changed.proxy_auth = Some(ProxyCredential::parse("crawler:pw2").unwrap());
+        assert_ne!(hash, changed.spec_hash(&key));
     }
 
     #[test]
@@ -395,7 +416,8 @@ pub(crate) mod tests {
         let base = desired();
         let mut labelled = base.clone();
         labelled.labels.insert("team".into(), "crawl".into());
-        assert_eq!(base.spec_hash(), labelled.spec_hash());
+        let key = SpecKey::generate();
+        assert_eq!(base.spec_hash(&key), labelled.spec_hash(&key));
         let changes: [fn(&mut ProxyDesired); 8] = [
             |d| d.provider = "other".into(),
             |d| d.cores = 2,
@@ -409,7 +431,7 @@ pub(crate) mod tests {
         for change in changes {
             let mut changed = base.clone();
             change(&mut changed);
-            assert_ne!(base.spec_hash(), changed.spec_hash(), "{changed:?}");
+            assert_ne!(base.spec_hash(&key), changed.spec_hash(&key), "{changed:?}");
         }
     }
 

@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::proxy::{ConditionStatus, ConditionType, Phase, ProxyDesired, ProxyMeta, ProxyStatus};
+use crate::spec_key::SpecKey;
 use crate::{ErrorClass, Instance, InstanceState, Provider, ProviderError};
 
 /// The finalizer proxyfleet puts on Proxies.
@@ -97,6 +98,8 @@ pub struct ProxyState<'a> {
     pub deleting: bool,
     /// Our finalizer is on the Proxy.
     pub has_finalizer: bool,
+    /// The installation's key for the spec hash.
+    pub spec_key: &'a SpecKey,
 }
 
 /// What to do with the finalizer.
@@ -209,7 +212,7 @@ impl Pass<'_> {
     }
 
     async fn converge(&mut self, provider: Result<&dyn Provider, ProviderError>) {
-        let hash = self.state.desired.spec_hash();
+        let hash = self.state.desired.spec_hash(self.state.spec_key);
         self.status().observed_generation = self.state.meta.generation;
         if self.outcome.status.failed_spec_hash.as_deref() == Some(hash.as_str()) {
             // Latched: nothing changes until the spec does.
@@ -392,7 +395,7 @@ impl Pass<'_> {
         match final_reason {
             Some(reason) => {
                 self.outcome.error = Some(err.class);
-                let hash = self.state.desired.spec_hash();
+                let hash = self.state.desired.spec_hash(self.state.spec_key);
                 let status = self.status();
                 status.phase = Phase::Failed;
                 status.failed_spec_hash = Some(hash);

@@ -66,6 +66,10 @@ pub struct ProxySpec {
     pub user_data: Vec<u8>,
     /// Labels for the instance.
     pub labels: Vec<(String, String)>,
+    /// The credential the proxy must ask its clients for; the provider
+    /// configures the proxy it starts with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_auth: Option<crate::credential::ProxyCredential>,
 }
 
 /// An instance as the backend reports it.

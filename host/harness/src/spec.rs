@@ -26,6 +26,7 @@ impl SpecBuilder {
                 port: 3128,
                 user_data: Vec::new(),
                 labels: Vec::new(),
+                proxy_auth: None,
             },
         }
     }

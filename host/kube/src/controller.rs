@@ -19,6 +19,7 @@ use proxyfleet_core::reconcile::{
     FINALIZER, FinalizerChange, Policy, ProxyState, random_jitter, reconcile,
 };
 use proxyfleet_core::source::ProviderSource;
+use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
@@ -50,6 +51,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
     fleet: Option<Arc<Fleet>>,
     credentials: Arc<Credentials>,
+    spec_key: SpecKey,
 }
 
 impl std::fmt::Debug for Context {
@@ -60,12 +62,14 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// A context taking providers from `providers` (the plugin registry,
-    /// or fakes in tests) and reporting Events as `instance`.
+    /// or fakes in tests), reporting Events as `instance` and hashing specs
+    /// with `spec_key` (the installation's: [`crate::spec_key::settle`]).
     pub fn new(
         client: kube::Client,
         providers: Arc<dyn ProviderSource>,
         policy: Policy,
         instance: Option<String>,
+        spec_key: SpecKey,
     ) -> Self {
         let reporter = Reporter { controller: MANAGER.to_owned(), instance };
         let recorder = Recorder::new(client.clone(), reporter);
@@ -77,6 +81,7 @@ impl Context {
             metrics: Arc::new(Metrics::new()),
             fleet: None,
             credentials: Arc::default(),
+            spec_key,
         }
     }
 
@@ -206,6 +211,7 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         status: &status,
         deleting,
         has_finalizer: proxy.finalizers().iter().any(|f| f == FINALIZER),
+        spec_key: &context.spec_key,
     };
     let started = std::time::Instant::now();
     let outcome =

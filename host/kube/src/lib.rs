@@ -10,3 +10,4 @@ pub mod kv;
 pub mod lease;
 pub mod operate;
 pub mod pool;
+pub mod spec_key;

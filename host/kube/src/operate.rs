@@ -13,6 +13,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
+use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
 use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
@@ -45,6 +46,8 @@ pub struct LeaderSettings {
     /// The discovery catalog and how to probe its proxies; `None` runs no
     /// health engine.
     pub fleet: Option<(Arc<Fleet>, HealthSettings)>,
+    /// The installation's key of the spec hashes.
+    pub spec_key: SpecKey,
 }
 
 /// Runs until `lost` turns true.
@@ -56,9 +59,14 @@ pub async fn lead(
     lost: watch::Receiver<bool>,
 ) {
     let identity_for_events = identity.clone();
-    let mut context =
-        Context::new(client.clone(), Arc::clone(&source), settings.policy.clone(), Some(identity))
-            .with_metrics(Arc::clone(&settings.metrics));
+    let mut context = Context::new(
+        client.clone(),
+        Arc::clone(&source),
+        settings.policy.clone(),
+        Some(identity),
+        settings.spec_key.clone(),
+    )
+    .with_metrics(Arc::clone(&settings.metrics));
     if let Some((fleet, _)) = &settings.fleet {
         context = context.with_fleet(Arc::clone(fleet));
     }

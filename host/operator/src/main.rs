@@ -499,6 +499,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         check_interval: args.housekeeping.provider_check_interval,
         metrics,
         fleet: Some((Arc::clone(&fleet), fleet_setup.health)),
+        spec_key: proxyfleet_kube::spec_key::settle(&client, &args.namespace).await?,
     };
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
     // Every replica serves the API; only the leader's catalog turns ready,

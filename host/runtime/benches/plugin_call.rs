@@ -177,6 +177,7 @@ fn plugin_call(c: &mut Criterion) {
         port: 3128,
         user_data: Vec::new(),
         labels: Vec::new(),
+        proxy_auth: None,
     };
     let mut group = c.benchmark_group("deadline_overrun");
     group.sample_size(10).measurement_time(Duration::from_secs(3));

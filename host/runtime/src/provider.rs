@@ -462,6 +462,9 @@ impl Provider for PluginProvider {
     }
 
     async fn create(&self, spec: &ProxySpec) -> Result<Instance, ProviderError> {
+        if let Some(credential) = &spec.proxy_auth {
+            self.redactor.remember_proxy_credential(credential.username(), credential.password());
+        }
         self.expect_instance(self.call(Operation::Create(spec)).await?)
     }
 
@@ -521,6 +524,10 @@ fn spec_to_wit(spec: &ProxySpec, installation: &InstallationId) -> wit::ProxySpe
         port: spec.port,
         user_data: spec.user_data.clone(),
         labels: spec.labels.clone(),
+        proxy_auth: spec.proxy_auth.as_ref().map(|credential| wit::ProxyAuth {
+            username: credential.username().to_owned(),
+            password: credential.password().to_owned(),
+        }),
     }
 }
 

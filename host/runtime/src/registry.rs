@@ -903,8 +903,8 @@ mod tests {
         let err = LoadError::IncompatibleContract {
             path: "x.wasm".into(),
             found: "proxyfleet:provider/provider@0.1.0".into(),
-            host_version: "0.3.0",
-            compatible: "0.3.x",
+            host_version: "0.4.0",
+            compatible: "0.4.x",
         };
         assert_eq!(refused_contract_version(&err).as_deref(), Some("0.1.0"));
         let err = LoadError::Describe { path: "x.wasm".into(), message: "no".into() };

@@ -50,6 +50,9 @@ pub struct Desired {
     pub proxies: Vec<DesiredProxy>,
     /// Pools.
     pub pools: Vec<DesiredPool>,
+    /// The files the manifests name (user-data, credentials), read with
+    /// them: a change of one is a change of the manifests ([`Stamp`]).
+    pub referenced: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +175,7 @@ pub fn load(path: &Path) -> Result<Desired> {
         }
         desired.proxies.extend(parsed.proxies);
         desired.pools.extend(parsed.pools);
+        desired.referenced.extend(parsed.referenced);
     }
     Ok(desired)
 }
@@ -211,9 +215,10 @@ impl Stamp {
     /// How old every file's change time must be for a stamp to count.
     pub const RECENT: Duration = Duration::from_secs(1);
 
-    /// Stamps the manifests at `path`, with one `stat` a file.
-    pub fn of(path: &Path) -> Result<Self> {
-        use std::os::unix::fs::MetadataExt as _;
+    /// Stamps the manifests at `path` and the files they name
+    /// (`referenced`, from the last [`load`]), with one `stat` a file. A
+    /// named file that is missing is stamped as missing.
+    pub fn of(path: &Path, referenced: &[PathBuf]) -> Result<Self> {
         let settled_before = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -223,13 +228,26 @@ impl Stamp {
         for file in files(path)? {
             let meta = std::fs::metadata(&file)
                 .map_err(|source| Error::Read { path: file.clone(), source })?;
-            let times = [meta.mtime(), meta.mtime_nsec(), meta.ctime(), meta.ctime_nsec()];
-            // The change time moves with every write and every rename.
-            let changed = meta.ctime() as f64 + meta.ctime_nsec() as f64 / 1e9;
-            stamp.recent |= changed >= settled_before;
-            stamp.files.push((file, (meta.ino(), meta.size()), times));
+            stamp.add(file, Some(&meta), settled_before);
+        }
+        for file in referenced {
+            stamp.add(file.clone(), std::fs::metadata(file).ok().as_ref(), settled_before);
         }
         Ok(stamp)
+    }
+
+    /// Adds `file` as `meta` says it is (`None`: missing).
+    fn add(&mut self, file: PathBuf, meta: Option<&std::fs::Metadata>, settled_before: f64) {
+        use std::os::unix::fs::MetadataExt as _;
+        let Some(meta) = meta else {
+            self.files.push((file, (0, 0), [0; 4]));
+            return;
+        };
+        let times = [meta.mtime(), meta.mtime_nsec(), meta.ctime(), meta.ctime_nsec()];
+        // The change time moves with every write and every rename.
+        let changed = meta.ctime() as f64 + meta.ctime_nsec() as f64 / 1e9;
+        self.recent |= changed >= settled_before;
+        self.files.push((file, (meta.ino(), meta.size()), times));
     }
 
     /// Whether the manifests are, with certainty, as they were at `earlier`.
@@ -251,8 +269,12 @@ fn parse(file: &Path, text: &str) -> Result<Desired> {
         }
         let raw: RawManifest = yaml_serde::from_value(value).map_err(|e| fail(e.to_string()))?;
         match raw.kind.as_str() {
-            "Proxy" => desired.proxies.push(validate_proxy(file, raw).map_err(fail)?),
-            "ProxyPool" => desired.pools.push(validate_pool(file, raw).map_err(fail)?),
+            "Proxy" => desired
+                .proxies
+                .push(validate_proxy(file, raw, &mut desired.referenced).map_err(fail)?),
+            "ProxyPool" => {
+                desired.pools.push(validate_pool(file, raw, &mut desired.referenced).map_err(fail)?)
+            }
             other => {
                 return Err(fail(format!(
                     "kind {other:?} is not supported; use Proxy or ProxyPool"
@@ -284,18 +306,27 @@ fn identity(raw: &RawManifest) -> Result<(String, String), String> {
     Ok((namespace, name))
 }
 
-fn validate_proxy(file: &Path, raw: RawManifest) -> Result<DesiredProxy, String> {
+fn validate_proxy(
+    file: &Path,
+    raw: RawManifest,
+    referenced: &mut Vec<PathBuf>,
+) -> Result<DesiredProxy, String> {
     let (namespace, name) = identity(&raw)?;
     let spec: RawProxySpec =
         yaml_serde::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
     let Some(provider) = spec.provider.clone() else {
         return Err(format!("{name}: spec.provider is required: name a provider entry"));
     };
-    let desired = proxy_desired(file, &name, "spec", spec, raw.metadata.labels, provider)?;
+    let labels = raw.metadata.labels;
+    let desired = proxy_desired(file, &name, "spec", spec, labels, provider, referenced)?;
     Ok(DesiredProxy { namespace, name, desired })
 }
 
-fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
+fn validate_pool(
+    file: &Path,
+    raw: RawManifest,
+    referenced: &mut Vec<PathBuf>,
+) -> Result<DesiredPool, String> {
     let (namespace, name) = identity(&raw)?;
     let spec: RawPoolSpec =
         yaml_serde::from_value(raw.spec).map_err(|e| format!("{name}: spec: {e}"))?;
@@ -345,8 +376,8 @@ fn validate_pool(file: &Path, raw: RawManifest) -> Result<DesiredPool, String> {
     }
     let labels = spec.template.metadata.map(|m| m.labels).unwrap_or_default();
     let first = entries[0].0.clone();
-    let template =
-        proxy_desired(file, &name, "spec.template.spec", spec.template.spec, labels, first)?;
+    let at = "spec.template.spec";
+    let template = proxy_desired(file, &name, at, spec.template.spec, labels, first, referenced)?;
     Ok(DesiredPool {
         namespace,
         name,
@@ -367,6 +398,7 @@ fn proxy_desired(
     spec: RawProxySpec,
     mut labels: BTreeMap<String, String>,
     provider: String,
+    referenced: &mut Vec<PathBuf>,
 ) -> Result<ProxyDesired, String> {
     if spec.user_data_secret_ref.is_some() {
         return Err(format!(
@@ -375,6 +407,14 @@ fn proxy_desired(
         ));
     }
     let folder = file.parent().unwrap_or(Path::new("."));
+    // Named before they are read: a file that cannot be read yet is
+    // watched for, too.
+    referenced.extend(
+        [&spec.user_data_file, &spec.proxy_auth_file]
+            .into_iter()
+            .flatten()
+            .map(|relative| folder.join(relative)),
+    );
     let user_data = match spec.user_data_file {
         None => Vec::new(),
         Some(relative) => {

@@ -30,6 +30,9 @@ pub enum Error {
     /// cannot be kept.
     #[error(transparent)]
     Installation(#[from] proxyfleet_core::installation::InstallationError),
+    /// The key of the spec hashes cannot be kept or read.
+    #[error(transparent)]
+    SpecKey(#[from] proxyfleet_core::spec_key::SpecKeyError),
     /// The providers were built for another installation than the state
     /// database keeps: their marks would not be this installation's.
     #[error(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use proxyfleet_core::installation::{self, InstallationId};
 use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::spec_key::{self, SpecKey};
 
 use crate::error::Result;
 use crate::store::Store;
@@ -16,12 +17,14 @@ use crate::store::Store;
 pub struct StateDb {
     store: Arc<Store>,
     installation: InstallationId,
+    spec_key: SpecKey,
 }
 
 impl StateDb {
     /// Opens (or creates) the database at `path` and settles the
     /// installation: `named` when the operator names one, otherwise the one
-    /// the database keeps, generated at the first start.
+    /// the database keeps, generated at the first start; and the key of its
+    /// spec hashes, kept there too.
     ///
     /// # Errors
     /// When the database cannot be opened, or `named` differs from the kept
@@ -30,7 +33,8 @@ impl StateDb {
         let store = Arc::new(Store::open(path)?);
         let (installation, settled) = installation::settle(store.as_ref(), named).await?;
         tracing::info!(installation = %installation, ?settled, "installation");
-        Ok(Self { store, installation })
+        let spec_key = spec_key::settle(store.as_ref()).await?;
+        Ok(Self { store, installation, spec_key })
     }
 
     /// The installation every ownership mark must name.
@@ -43,7 +47,7 @@ impl StateDb {
         Arc::clone(&self.store) as _
     }
 
-    pub(crate) fn into_store(self) -> Arc<Store> {
-        self.store
+    pub(crate) fn into_parts(self) -> (Arc<Store>, SpecKey) {
+        (self.store, self.spec_key)
     }
 }

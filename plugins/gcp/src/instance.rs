@@ -91,7 +91,9 @@ pub fn insert_body(
         Some(machine_type) => machine_type.clone(),
         None => crate::config::machine_type_for(spec.cores, spec.memory_mib)?,
     };
-    let user_data = std::str::from_utf8(&spec.user_data).map_err(|_| {
+    let user_data =
+        proxyfleet_sdk::cloud_init::user_data(&spec.user_data, spec.proxy_auth.as_ref())?;
+    let user_data = std::str::from_utf8(&user_data).map_err(|_| {
         ProviderError::InvalidSpec(
             "userData: Compute Engine metadata values are text; the user-data is not UTF-8"
                 .to_owned(),
@@ -215,6 +217,7 @@ mod tests {
             port: 3128,
             user_data: b"#cloud-config\n".to_vec(),
             labels: Vec::new(),
+            proxy_auth: None,
         }
     }
 

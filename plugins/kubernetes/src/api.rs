@@ -230,6 +230,10 @@ impl Client {
         self.call(Method::Post, path, Some(body))
     }
 
+    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.call(Method::Put, path, Some(body))
+    }
+
     pub fn delete(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
         self.call(Method::Delete, path, Some(body))
     }

@@ -22,6 +22,7 @@ mod api;
 mod config;
 mod names;
 mod pod;
+mod secret;
 
 use proxyfleet_sdk::http::encode_component;
 use proxyfleet_sdk::{
@@ -103,7 +104,13 @@ enum Found {
     Cleared,
 }
 
-fn adopt(client: &Client, pod: &Value, spec: &ProxySpec, config: &Config) -> Result<Found> {
+fn adopt(
+    client: &Client,
+    pod: &Value,
+    entry: &str,
+    spec: &ProxySpec,
+    config: &Config,
+) -> Result<Found> {
     let name = pod::pod_name(&spec.uid);
     if !pod::is_ours_for(pod, &spec.uid) {
         return Err(ProviderError::Conflict(format!(
@@ -125,6 +132,9 @@ fn adopt(client: &Client, pod: &Value, spec: &ProxySpec, config: &Config) -> Res
         )));
     }
     log::info!("adopting our pod", pod = name, namespace = config.namespace);
+    if let Some(auth) = &spec.proxy_auth {
+        secret::ensure(client, pod, &pod::labels(entry, spec)?, auth)?;
+    }
     Ok(Found::Adopted(pod::instance_of(pod, config.port, now_unix())))
 }
 
@@ -140,11 +150,14 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
         match client.post(&pods_path(&config.namespace), &manifest) {
             Ok(pod) => {
                 log::info!("created pod", pod = name, namespace = config.namespace);
+                if let Some(auth) = &spec.proxy_auth {
+                    secret::ensure(&client, &pod, &pod::labels(&ctx.entry, spec)?, auth)?;
+                }
                 return Ok(pod::instance_of(&pod, config.port, now_unix()));
             }
             Err(error) if error.status == 409 && error.reason == "AlreadyExists" => {
                 match client.get(&pod_path(&config.namespace, &name)) {
-                    Ok(pod) => match adopt(&client, &pod, spec, &config)? {
+                    Ok(pod) => match adopt(&client, &pod, &ctx.entry, spec, &config)? {
                         Found::Adopted(instance) => return Ok(instance),
                         Found::Cleared => continue,
                     },
@@ -202,7 +215,10 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
     if pod::is_deleting(&pod) && !pod::deletion_overdue(&pod, now_unix()) {
         return Ok(());
     }
-    delete_pod(&client, &pod, pod::is_deleting(&pod))
+    delete_pod(&client, &pod, pod::is_deleting(&pod))?;
+    // The garbage collector would remove it with the pod; not every
+    // cluster runs one.
+    secret::delete(&client, &pod)
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {

@@ -31,8 +31,9 @@ const CONTAINER: &str = "proxy";
 pub const PORT_ENV: &str = "PROXY_PORT";
 /// Writes a tinyproxy config into the only writable place, the `/tmp`
 /// emptyDir, and runs it in the foreground. No `ConnectPort` line: CONNECT
-/// may reach any port, as a general egress proxy must.
-const LAUNCHER: &str = "printf 'Port %s\\nTimeout 600\\nMaxClients 1024\\nLogLevel Warning\\n' \"$PROXY_PORT\" > /tmp/tinyproxy.conf && exec tinyproxy -d -c /tmp/tinyproxy.conf";
+/// may reach any port, as a general egress proxy must. With a credential
+/// (from the pod's Secret, see `secret.rs`) every client must send it.
+const LAUNCHER: &str = "printf 'Port %s\\nTimeout 600\\nMaxClients 1024\\nLogLevel Warning\\n' \"$PROXY_PORT\" > /tmp/tinyproxy.conf && if [ -n \"$PROXY_AUTH_USERNAME\" ]; then printf 'BasicAuth %s %s\\n' \"$PROXY_AUTH_USERNAME\" \"$PROXY_AUTH_PASSWORD\" >> /tmp/tinyproxy.conf; fi && exec tinyproxy -d -c /tmp/tinyproxy.conf";
 
 /// Hex digits of the UID's hash in a pod name: 48 bits, and an existing pod
 /// of that name is adopted only when its label carries the same UID.
@@ -150,7 +151,7 @@ pub fn placement(hints: &[(String, String)]) -> Result<Placement> {
 
 /// The labels of a Proxy's pod: ours first, then the Proxy's own, which
 /// may not take ours.
-fn labels(entry: &str, spec: &ProxySpec) -> Result<Map<String, Value>> {
+pub fn labels(entry: &str, spec: &ProxySpec) -> Result<Map<String, Value>> {
     if !is_label_value(entry) {
         return Err(ProviderError::Permanent(format!(
             "the entry name `{entry}` cannot be a label value"
@@ -243,10 +244,17 @@ pub fn manifest(config: &Config, entry: &str, spec: &ProxySpec, created_at: u64)
         limits.insert("memory".to_owned(), memory);
     }
 
+    let mut env = vec![json!({"name": PORT_ENV, "value": port.to_string()})];
+    if let Some(auth) = &spec.proxy_auth {
+        if config.command.is_none() && config.args.is_none() {
+            crate::secret::check_for_tinyproxy(auth)?;
+        }
+        env.extend(crate::secret::env(&name));
+    }
     let mut container = json!({
         "name": CONTAINER,
         "image": image,
-        "env": [{"name": PORT_ENV, "value": port.to_string()}],
+        "env": env,
         "ports": [{"name": "proxy", "containerPort": port, "protocol": "TCP"}],
         "resources": {"requests": requests, "limits": limits},
         "readinessProbe": {
@@ -483,7 +491,7 @@ pub fn waiting_reason(pod: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proxyfleet_sdk::Network;
+    use proxyfleet_sdk::{Network, ProxyAuth};
 
     fn config(extra: &str) -> Config {
         let json =
@@ -506,6 +514,7 @@ mod tests {
             port: 3128,
             user_data: Vec::new(),
             labels: vec![("team".into(), "net".into())],
+            proxy_auth: None,
         }
     }
 
@@ -579,6 +588,31 @@ mod tests {
         assert_eq!(mark, OwnershipMark::for_spec(&spec(), 1_767_225_600));
         assert!(is_ours_for(&pod, &spec().uid));
         assert!(!is_ours_for(&pod, "another-uid"));
+    }
+
+    #[test]
+    fn a_credential_reaches_the_container_by_secret_reference_only() {
+        let mut spec = spec();
+        spec.proxy_auth =
+            Some(ProxyAuth { username: "crawler".into(), password: "pw-123.x".into() });
+        let pod = manifest(&config(""), "lab", &spec, 1).expect("manifest");
+        let text = serde_json::to_string(&pod).expect("a test value");
+        assert!(!text.contains("pw-123.x"), "the password is not in the pod: {text}");
+        let env = &pod["spec"]["containers"][0]["env"];
+        assert_eq!(env[1]["name"], crate::secret::USERNAME_ENV);
+        assert_eq!(
+            env[2]["valueFrom"]["secretKeyRef"]["name"],
+            format!("{}-auth", pod_name(&spec.uid))
+        );
+        assert!(LAUNCHER.contains("BasicAuth"), "the default launcher writes the credential");
+
+        // tinyproxy cannot read this password; a launcher of the entry's may.
+        spec.proxy_auth =
+            Some(ProxyAuth { username: "crawler".into(), password: "p@ss word".into() });
+        let err = manifest(&config(""), "lab", &spec, 1).expect_err("refused").to_string();
+        assert!(err.contains("proxyAuth") && !err.contains("p@ss"), "{err}");
+        let squid = config(r#","command":["squid","-N"]"#);
+        assert!(manifest(&squid, "lab", &spec, 1).is_ok());
     }
 
     #[test]

@@ -332,8 +332,9 @@ fn make_disks(
         place.pool,
         &xml::volume(&domain.overlay(), capacity, "qcow2", Some((&base.path, base_format))),
     )?;
-    let user_data: &[u8] =
-        if spec.user_data.is_empty() { b"#cloud-config\n{}\n" } else { &spec.user_data };
+    let user_data =
+        proxyfleet_sdk::cloud_init::user_data(&spec.user_data, spec.proxy_auth.as_ref())?;
+    let user_data: &[u8] = if user_data.is_empty() { b"#cloud-config\n{}\n" } else { &user_data };
     let meta_data = format!("instance-id: {0}\nlocal-hostname: {0}\n", domain.name);
     let seed = proxyfleet_sdk::iso::nocloud_seed(user_data, meta_data.as_bytes(), None)?;
     let length = seed.len() as u64;
@@ -608,6 +609,7 @@ mod tests {
             port: 8888,
             user_data: Vec::new(),
             labels: Vec::new(),
+            proxy_auth: None,
         }
     }
 

@@ -260,6 +260,7 @@ mod tests {
             port: 8888,
             user_data: Vec::new(),
             labels: Vec::new(),
+            proxy_auth: None,
         };
         let attachment = config.interface.attachment(Some(42)).expect("valid");
         let mark = mark();

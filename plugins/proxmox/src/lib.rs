@@ -323,8 +323,10 @@ fn finish(
     let current = client.get(&format!("{path}/status/current"), &[])?;
     if current.get("status").and_then(Value::as_str) != Some("running") {
         let name = vm::vm_name(&spec.uid);
+        let user_data =
+            proxyfleet_sdk::cloud_init::user_data(&spec.user_data, spec.proxy_auth.as_ref())?;
         let seed = iso::nocloud_seed(
-            &spec.user_data,
+            &user_data,
             vm::meta_data(&name).as_bytes(),
             Some(vm::NETWORK_CONFIG.as_bytes()),
         )?;

@@ -489,6 +489,7 @@ mod tests {
             port: 3128,
             user_data: Vec::new(),
             labels: Vec::new(),
+            proxy_auth: None,
         }
     }
 

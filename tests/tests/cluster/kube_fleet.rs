@@ -149,6 +149,7 @@ impl Running {
                 registry,
                 Policy::default(),
                 Some("tests".into()),
+                proxyfleet_core::spec_key::SpecKey::generate(),
             )
             .with_fleet(Arc::clone(fleet)),
         );

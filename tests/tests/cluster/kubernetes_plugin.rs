@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::{ErrorClass, Health, HealthReason, InstanceState, Provider, ProxySpec};
 use proxyfleet_harness::SpecBuilder;
@@ -222,6 +223,55 @@ async fn create_adopts_refuses_foreign_pods_lists_by_label_and_deletes_idempoten
     assert_eq!(not_found.class, ErrorClass::NotFound, "{not_found}");
     f.provider.delete(&created.provider_id).await.expect("a second delete succeeds");
     assert!(f.provider.list().await.expect("list").is_empty());
+}
+
+/// A Proxy with a credential: the pod reads it from a Secret of its own,
+/// owned by the pod, written again by an adopting create, and deleted with
+/// the pod; the credential shows nowhere in the pod. Run as the test user
+/// with the shipped Role, which must be enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_goes_into_a_secret_the_pod_owns_and_reads() {
+    let admin = kube_admin_client().await;
+    let ns = namespace(&admin, "pf-kube-auth").await;
+    bind_plugin_rbac(&admin, &ns).await;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let f = Fixture::new(&ns, &kube_env().user_token).await;
+
+    let mut web = spec("web", &ns);
+    web.proxy_auth = Some(ProxyCredential::parse("crawler:first-pw").unwrap());
+    let created = f.provider.create(&web).await.expect("create with a credential");
+    let pod_name = created.provider_id.split_once('/').unwrap().1.to_owned();
+    let pod = pod_json(&pods.get(&pod_name).await.unwrap());
+    assert!(!pod.to_string().contains("first-pw"), "the password is not in the pod: {pod}");
+    let env = &pod["spec"]["containers"][0]["env"];
+    assert_eq!(env[1]["valueFrom"]["secretKeyRef"]["name"], format!("{pod_name}-auth"));
+    let read = |secret: &Secret, key: &str| {
+        let bytes = &secret.data.as_ref().unwrap()[key].0;
+        String::from_utf8(bytes.clone()).unwrap()
+    };
+    let secret = secrets.get(&format!("{pod_name}-auth")).await.expect("the pod's Secret");
+    assert_eq!(
+        (read(&secret, "username"), read(&secret, "password")),
+        ("crawler".into(), "first-pw".into())
+    );
+    let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", pod_name.as_str()));
+    assert_eq!(Some(owner.uid.as_str()), pod["metadata"]["uid"].as_str());
+
+    // A retried create adopts the pod and writes the Secret again.
+    web.proxy_auth = Some(ProxyCredential::parse("crawler:second-pw").unwrap());
+    let again = f.provider.create(&web).await.expect("an adopting create");
+    assert_eq!(again.provider_id, created.provider_id);
+    let secret = secrets.get(&format!("{pod_name}-auth")).await.unwrap();
+    assert_eq!(read(&secret, "password"), "second-pw");
+
+    f.provider.delete(&created.provider_id).await.expect("delete");
+    let gone = wait_for(Duration::from_secs(10), || async {
+        secrets.get_opt(&format!("{pod_name}-auth")).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the Secret goes with its pod");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,10 +140,31 @@ async fn a_proxy_that_never_answers_costs_one_timeout_and_others_are_still_probe
     assert_eq!(fleet.health("good").unwrap().passes, 1);
 }
 
+/// The script of `docs/examples/tinyproxy-cloud-init.yaml` (its one
+/// runcmd entry) run by `sh` in `dir`: the paths it uses moved into `dir`,
+/// `systemctl` recording its calls. Returns whether it succeeded, what it
+/// said, and the calls.
+fn run_example_script(script: &str, dir: &std::path::Path) -> (bool, String, String) {
+    let script = script
+        .replace("/etc/proxyfleet/proxy-auth", &dir.join("proxy-auth").display().to_string())
+        .replace(
+            "/etc/tinyproxy/tinyproxy.conf",
+            &dir.join("tinyproxy.conf").display().to_string(),
+        );
+    let calls = dir.join("systemctl.calls");
+    let stub = format!("systemctl() {{ echo \"$*\" >> {}; }}\n", calls.display());
+    let out = std::process::Command::new("sh").arg("-c").arg(stub + &script).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), said, std::fs::read_to_string(calls).unwrap_or_default())
+}
+
 /// `docs/examples/tinyproxy-cloud-init.yaml`, the proxy VM example of the
-/// VM providers' docs: the tinyproxy configuration it writes, run by the
-/// real tinyproxy (on a free loopback port), turns a proxy healthy when
-/// the probe carries the credential, and refuses one without.
+/// VM providers' docs: its script, given the credential file the providers
+/// write (`proxyfleet_sdk::cloud_init::PROXY_AUTH_PATH`), turns the
+/// tinyproxy configuration it writes into one that the real tinyproxy (on
+/// a free loopback port) runs, healthy when the probe carries the
+/// credential and refusing one without. Without a credential, or with one
+/// tinyproxy cannot read, it leaves tinyproxy stopped instead of open.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cloud_init_example_makes_a_proxy_that_passes_probes_with_its_credential() {
     let example = std::fs::read_to_string(
@@ -161,9 +182,27 @@ async fn the_cloud_init_example_makes_a_proxy_that_passes_probes_with_its_creden
         .and_then(|file| file["content"].as_str())
         .expect("the example writes tinyproxy's configuration")
         .to_owned();
+    assert!(
+        !conf.lines().any(|line| line.starts_with("BasicAuth")),
+        "the credential comes from the provider, not the file"
+    );
+    let script = config["runcmd"][0].as_str().expect("one runcmd script").to_owned();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tinyproxy.conf"), &conf).unwrap();
+    std::fs::write(dir.path().join("proxy-auth"), "crawler:S3cret-pw.1\n").unwrap();
+    let (ok, said, calls) = run_example_script(&script, dir.path());
+    assert!(ok, "{said}");
+    assert_eq!(calls, "enable tinyproxy\nrestart tinyproxy\n");
+    let conf = std::fs::read_to_string(dir.path().join("tinyproxy.conf")).unwrap();
+    assert!(conf.ends_with("\nBasicAuth crawler S3cret-pw.1\n"), "{conf}");
+    // Run again (a re-run of the script): still one BasicAuth line.
+    run_example_script(&script, dir.path());
+    let again = std::fs::read_to_string(dir.path().join("tinyproxy.conf")).unwrap();
+    assert_eq!(again.lines().filter(|line| line.starts_with("BasicAuth ")).count(), 1, "{again}");
+
     let credential =
-        proxyfleet_core::credential::ProxyCredential::parse("crawler:CHANGE-ME").unwrap();
-    assert!(conf.contains("BasicAuth crawler CHANGE-ME"), "{conf}");
+        proxyfleet_core::credential::ProxyCredential::parse("crawler:S3cret-pw.1").unwrap();
     // Loopback instead of a VM: its own port, a user that exists here, and
     // CONNECT to this test's check target's port.
     let (fleet, echo) = fleet_with_echo().await;
@@ -190,4 +229,22 @@ async fn the_cloud_init_example_makes_a_proxy_that_passes_probes_with_its_creden
     let refused = fleet.health("without").unwrap();
     assert_ne!(refused.verdict, Verdict::Healthy);
     assert!(refused.last_error.as_deref().unwrap_or_default().contains("407"), "{refused:?}");
+
+    // No credential, or one tinyproxy's parser refuses: stopped, not open.
+    for (content, reason) in [
+        (None, "give the Proxy a credential"),
+        (Some("crawler:p@ss word\n"), "only letters, digits"),
+        (Some("crawler:pa:ss\n"), "only letters, digits"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tinyproxy.conf"), "Port 3128\n").unwrap();
+        if let Some(content) = content {
+            std::fs::write(dir.path().join("proxy-auth"), content).unwrap();
+        }
+        let (ok, said, calls) = run_example_script(&script, dir.path());
+        assert!(!ok && said.contains(reason), "{content:?}: {said}");
+        assert_eq!(calls, "stop tinyproxy\n", "{content:?}");
+        let conf = std::fs::read_to_string(dir.path().join("tinyproxy.conf")).unwrap();
+        assert_eq!(conf, "Port 3128\n", "{content:?}");
+    }
 }

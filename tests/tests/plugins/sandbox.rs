@@ -213,3 +213,34 @@ async fn a_call_cannot_fill_the_store_past_the_entry_quota() {
     assert_eq!(report["written"], 10, "{report}");
     assert!(report["error"].as_str().unwrap().contains("limits.kvWritesPerCall"), "{report}");
 }
+
+/// A plugin that hands the proxy credential of a spec back, in a log
+/// record, an instance's name or an error, gets none of it past the host:
+/// the password shows nowhere, in any form a backend echoes it in.
+#[tokio::test(flavor = "current_thread")]
+async fn a_plugin_cannot_hand_back_the_proxy_credential() {
+    let logs = proxyfleet_tests::CapturedLogs::default();
+    let _guard = logs.install();
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), 9, "").await;
+    let credential = proxyfleet_core::credential::ProxyCredential::parse("crawler:Leak3d-pw").ok();
+    let mut spec = proxyfleet_harness::SpecBuilder::new("leaky").build();
+    spec.image = "leak-proxy-auth".into();
+    spec.proxy_auth = credential;
+
+    let instance = provider.create(&spec).await.expect("the fixture answers");
+    assert!(instance.name.contains("[redacted]"), "{}", instance.name);
+    spec.placement.push(("in-id".into(), "1".into()));
+    let refused = provider.create(&spec).await.expect_err("an id holding it is refused");
+    assert_eq!(refused.class, ErrorClass::PluginFault, "{refused}");
+    spec.placement = vec![("fail".into(), "1".into())];
+    let err = provider.create(&spec).await.expect_err("the fixture fails");
+    assert_eq!(err.class, ErrorClass::Permanent);
+    assert!(err.message.contains("[redacted]"), "{err}");
+    let logged = logs.text();
+    assert!(logged.contains("leaking the credential"), "{logged}");
+    for text in [&instance.name, &refused.message, &err.message, &logged] {
+        assert!(!text.contains("Leak3d-pw"), "the password shows: {text}");
+    }
+    assert!(instance.name.starts_with("user crawler"), "the username is no secret");
+}

@@ -257,6 +257,55 @@ async fn regression_an_idle_sync_reads_no_record_yet_sees_every_manifest_edit() 
     assert_eq!(records[0].meta.generation, 2);
 }
 
+/// Regression: the idle sync stamped only the manifests, so a changed
+/// credential (or user-data) file went unseen until a manifest changed.
+/// Seen now, it replaces the instance (the provider configured the old one
+/// with the old credential), and the hash in the status is a keyed one
+/// that stays the same across a restart.
+#[tokio::test]
+async fn regression_a_changed_credential_file_is_seen_and_replaces_the_instance() {
+    let logs = proxyfleet_tests::CapturedLogs::default();
+    let _guard = logs.install();
+    let site = Site::new();
+    let credential = site.path("proxies/a.credential");
+    std::fs::write(&credential, "crawler:first-pw\n").unwrap();
+    site.write(
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: { name: a }\n\
+         spec: { provider: local, proxyAuthFile: a.credential }\n",
+    );
+    let standalone = site.open().await;
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    let first = records[0].status.clone();
+    assert_eq!(first.phase, Phase::Running, "{records:?}");
+    tokio::time::sleep(proxyfleet_standalone::desired::Stamp::RECENT + Duration::from_millis(100))
+        .await;
+    standalone.sync_desired().unwrap();
+    let scans = standalone.record_scans();
+    standalone.sync_desired().unwrap();
+    assert_eq!(standalone.record_scans(), scans, "idle: nothing read");
+
+    // Same length, at once.
+    std::fs::write(&credential, "crawler:other-pw\n").unwrap();
+    standalone.sync_desired().unwrap();
+    let records = standalone.records().unwrap();
+    let seen = records[0].desired.proxy_auth.as_ref().map(|c| c.password().to_owned());
+    assert_eq!(seen.as_deref(), Some("other-pw"));
+    let records = standalone.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    let second = records[0].status.clone();
+    assert_eq!(second.phase, Phase::Running, "{records:?}");
+    assert_ne!(second.spec_hash, first.spec_hash, "a new credential, a new hash");
+    assert_ne!(second.provider_id, None);
+    let logged = logs.text();
+    assert!(logged.contains("reason=\"Replaced\""), "{logged}");
+    assert!(!logged.contains("first-pw") && !logged.contains("other-pw"), "{logged}");
+    drop(standalone);
+
+    let reopened = site.open().await;
+    let records = reopened.run_until_settled(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(records[0].status.spec_hash, second.spec_hash, "the key is kept");
+    assert!(!records[0].status.spec_hash.clone().unwrap_or_default().is_empty());
+}
+
 #[tokio::test]
 async fn a_pool_member_past_its_max_age_is_recycled_while_nothing_else_changes() {
     let site = Site::new();

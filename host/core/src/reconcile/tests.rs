@@ -13,6 +13,7 @@ struct Proxy {
     deleting: bool,
     has_finalizer: bool,
     policy: Policy,
+    spec_key: SpecKey,
 }
 
 impl Proxy {
@@ -29,6 +30,7 @@ impl Proxy {
             deleting: false,
             has_finalizer: true,
             policy: Policy::default(),
+            spec_key: SpecKey::generate(),
         }
     }
 
@@ -49,6 +51,7 @@ impl Proxy {
             status: &self.status,
             deleting: self.deleting,
             has_finalizer: self.has_finalizer,
+            spec_key: &self.spec_key,
         };
         let provider = provider.map(|p| p as &dyn Provider);
         // Jitter 0.5 makes backoff exact: factor 0.8 + 0.4 * 0.5 = 1.0.
@@ -92,7 +95,7 @@ async fn create_records_the_instance_and_reports_ready() {
     assert_eq!(proxy.status.ip.as_deref(), Some("198.51.100.1"));
     assert_eq!(proxy.status.phase, Phase::Running);
     assert_eq!(proxy.status.plugin.as_deref(), Some("fake"));
-    assert_eq!(proxy.status.spec_hash, Some(proxy.desired.spec_hash()));
+    assert_eq!(proxy.status.spec_hash, Some(proxy.desired.spec_hash(&proxy.spec_key)));
     assert_eq!(proxy.condition(ConditionType::Provisioned).0, ConditionStatus::True);
     assert_eq!(proxy.condition(ConditionType::Ready).0, ConditionStatus::True);
     assert_eq!(outcome.requeue_after, Some(proxy.policy.resync));
@@ -156,7 +159,27 @@ async fn a_spec_change_replaces_the_instance_and_a_label_change_does_not() {
     assert_eq!(fake.instances().keys().collect::<Vec<_>>(), ["fake-2"]);
     assert_eq!(proxy.status.provider_id.as_deref(), Some("fake-2"));
     assert_eq!(proxy.status.observed_generation, 2);
-    assert_eq!(proxy.status.spec_hash, Some(proxy.desired.spec_hash()));
+    assert_eq!(proxy.status.spec_hash, Some(proxy.desired.spec_hash(&proxy.spec_key)));
+}
+
+/// The provider configures the proxy with the credential, so a new one
+/// needs a new instance; the same one again does not.
+#[tokio::test]
+async fn a_credential_change_replaces_the_instance() {
+    let fake = FakeProvider::new("lab");
+    let mut proxy = Proxy::new("a");
+    let credential = |text| Some(crate::credential::ProxyCredential::parse(text).unwrap());
+    proxy.desired.proxy_auth = credential("crawler:one");
+    proxy.pass(&fake).await;
+    proxy.pass(&fake).await;
+    assert!(!fake.calls().iter().any(|(op, _)| *op == Op::Delete), "nothing changed");
+
+    proxy.desired.proxy_auth = credential("crawler:two");
+    let outcome = proxy.pass(&fake).await;
+    assert_eq!(reasons(&outcome), ["Replaced", "Created"]);
+    assert_eq!(proxy.status.provider_id.as_deref(), Some("fake-2"));
+    let hash = proxy.status.spec_hash.clone().unwrap();
+    assert_eq!(Some(hash), Some(proxy.desired.spec_hash(&proxy.spec_key)));
 }
 
 #[tokio::test]

@@ -17,7 +17,8 @@ type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 /// a pass makes API requests only. No plugin runtime is involved.
 async fn context(client: kube::Client) -> Arc<Context> {
     let providers = Arc::new(StaticSource::new(InstallationId::default()));
-    Arc::new(Context::new(client, providers, Policy::default(), Some("mock".into())))
+    let key = proxyfleet_core::spec_key::SpecKey::generate();
+    Arc::new(Context::new(client, providers, Policy::default(), Some("mock".into()), key))
 }
 
 fn proxy(finalizers: &[&str]) -> Proxy {

@@ -501,5 +501,90 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     assert_eq!(metric(&page, "proxyfleet_gc_deleted"), 0.0, "no orphans to delete");
     assert_eq!(metric(&page, "proxyfleet_gc_failed"), 0.0);
 
+    authenticated_proxy(&client, &page, wait).await;
+
     node.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+}
+
+/// The credential Secret of the Proxy `exit`.
+fn exit_credential(password: &str) -> Secret {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": "exit-auth", "labels": { "proxyfleet.io/proxy-auth": "true" } },
+        "type": "kubernetes.io/basic-auth",
+        "stringData": { "username": "crawler", "password": password },
+    }))
+    .unwrap()
+}
+
+/// The one proxy pod Running and Ready, its Proxy Ready and healthy.
+async fn one_ready_pod(proxies: &Api<Proxy>, pods: &Api<Pod>, wait: Duration) -> Pod {
+    assert!(settled(proxies, pods, 1, wait).await, "the authenticated Proxy is Ready and healthy");
+    pods.list(&ListParams::default()).await.unwrap().items.remove(0)
+}
+
+/// A Proxy with a credential: the plugin's pod runs tinyproxy asking for
+/// it (from a Secret the pod owns), the health engine sends it (the Proxy
+/// turns healthy), a crawler without it gets 407 and one with it the page.
+/// A new password gets the Proxy a new pod that asks for the new one.
+async fn authenticated_proxy(client: &kube::Client, page: &str, wait: Duration) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PROXIES);
+    let pod_secrets: Api<Secret> = Api::namespaced(client.clone(), PROXIES);
+    secrets.create(&PostParams::default(), &exit_credential("first-pw.1")).await.unwrap();
+    let proxy: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "exit", "namespace": NAMESPACE },
+        "spec": { "provider": "pods", "port": 3128, "proxyAuthSecretRef": { "name": "exit-auth" } },
+    }))
+    .unwrap();
+    let started = Instant::now();
+    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    let pod = one_ready_pod(&proxies, &pods, wait).await;
+    eprintln!("authenticated Proxy Ready and healthy: {:?}", started.elapsed());
+    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("the pod has an IP");
+    let refused = curl_through(&format!("http://{ip}:3128"), page).unwrap_or_else(|e| e);
+    assert!(refused.contains("407") || refused.contains("Proxy Authentication"), "{refused}");
+    let body = curl_through(&format!("http://crawler:first-pw.1@{ip}:3128"), page).unwrap();
+    assert!(body.contains("hello from the origin"), "{body}");
+    let pod_name = pod.name_any();
+    let owned = pod_secrets.get(&format!("{pod_name}-auth")).await.expect("the pod's Secret");
+    assert_eq!(owned.owner_references()[0].uid, pod.uid().unwrap(), "owned by its pod");
+
+    // A new password: the instance is replaced (the provider configured
+    // the old one with the old password).
+    let started = Instant::now();
+    secrets
+        .replace("exit-auth", &PostParams::default(), &exit_credential("second-pw.2"))
+        .await
+        .unwrap();
+    let first_uid = pod.uid();
+    let replaced = wait_for(wait, || async {
+        let listed = pods.list(&ListParams::default()).await.ok()?;
+        listed.items.iter().any(|pod| pod.uid() != first_uid).then_some(())
+    })
+    .await;
+    assert!(replaced.is_some(), "a new pod for the new credential");
+    let pod = one_ready_pod(&proxies, &pods, wait).await;
+    eprintln!("replaced for the new credential and healthy: {:?}", started.elapsed());
+    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("the pod has an IP");
+    let body = curl_through(&format!("http://crawler:second-pw.2@{ip}:3128"), page).unwrap();
+    assert!(body.contains("hello from the origin"), "{body}");
+    let old =
+        curl_through(&format!("http://crawler:first-pw.1@{ip}:3128"), page).unwrap_or_else(|e| e);
+    assert!(old.contains("407") || old.contains("Proxy Authentication"), "{old}");
+
+    proxies.delete("exit", &DeleteParams::default()).await.unwrap();
+    let gone = wait_for(wait, || async {
+        let pods_left = pods.list(&ListParams::default()).await.ok()?.items.len();
+        let secrets_left = pod_secrets.list(&ListParams::default()).await.ok()?;
+        let ours = secrets_left.items.iter().filter(|s| s.name_any().ends_with("-auth")).count();
+        (pods_left == 0 && ours == 0).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the Proxy's pod and its Secret are gone");
+    secrets.delete("exit-auth", &DeleteParams::default()).await.unwrap();
 }

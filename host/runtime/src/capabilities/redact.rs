@@ -31,6 +31,25 @@ impl Redactor {
         }
     }
 
+    /// Remembers a proxy credential handed to the plugin: the password and
+    /// the forms a backend may echo it in (`username:password` as a file
+    /// holds it, and base64 as a Kubernetes Secret's data or a Basic header
+    /// carries it).
+    pub fn remember_proxy_credential(&self, username: &str, password: &str) {
+        use base64::Engine as _;
+        let pair = format!("{username}:{password}");
+        let base64 = &base64::engine::general_purpose::STANDARD;
+        for secret in [
+            base64.encode(password),
+            base64.encode(&pair),
+            base64.encode(format!("{pair}\n")),
+            pair,
+            password.to_owned(),
+        ] {
+            self.remember(&secret);
+        }
+    }
+
     /// Stops hiding a secret that is no longer valid (an access token that
     /// was replaced), so the list does not grow with every renewal.
     pub fn forget(&self, secret: &str) {
@@ -68,6 +87,21 @@ mod tests {
         redactor.remember("Bearer s3cret-token");
         let text = "401: bad header 'Bearer s3cret-token' (token s3cret-token)";
         assert_eq!(redactor.redact(text), "401: bad header '[redacted]' (token [redacted])");
+    }
+
+    #[test]
+    fn a_proxy_credential_is_hidden_in_the_forms_a_backend_echoes() {
+        let redactor = Redactor::default();
+        redactor.remember_proxy_credential("crawler", "s3cret-pw");
+        for (text, hidden) in [
+            ("password s3cret-pw", "s3cret-pw"),
+            ("Basic Y3Jhd2xlcjpzM2NyZXQtcHc=", "Y3Jhd2xlcjpzM2NyZXQtcHc="),
+            ("data: {password: czNjcmV0LXB3}", "czNjcmV0LXB3"),
+        ] {
+            let redacted = redactor.redact(text);
+            assert!(!redacted.contains(hidden) && redacted.contains(REDACTED), "{redacted}");
+        }
+        assert_eq!(redactor.redact("user crawler"), "user crawler", "the username is not secret");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use proxyfleet_core::pool::{self, PoolMember};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jitter, reconcile};
 use proxyfleet_core::source::ProviderSource;
+use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_core::{Health, Provider, ProviderError};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
@@ -99,6 +100,8 @@ pub struct ProviderCheck {
 pub struct Standalone {
     settings: Settings,
     store: Arc<Store>,
+    /// The key of the spec hashes, kept in the store.
+    spec_key: SpecKey,
     source: Arc<dyn ProviderSource>,
     /// When each record is due for its next pass; a record that is absent
     /// waits for a change of its manifest.
@@ -119,6 +122,8 @@ pub struct Standalone {
 #[derive(Debug)]
 struct Synced {
     stamp: desired::Stamp,
+    /// The files the manifests named then, stamped with them next time.
+    referenced: Vec<std::path::PathBuf>,
     /// The store's record-write count before the sync read the records.
     writes: u64,
     /// The Unix second a pool's oldest member expires, the soonest of all.
@@ -160,7 +165,7 @@ impl Standalone {
                 providers: source.installation().clone(),
             });
         }
-        let store = state.into_store();
+        let (store, spec_key) = state.into_parts();
         // Every stored record gets a pass after a restart: that is how an
         // interrupted create or delete resumes.
         let now = Instant::now();
@@ -173,6 +178,7 @@ impl Standalone {
         Ok(Self {
             settings,
             store,
+            spec_key,
             source,
             schedule: Mutex::new(schedule),
             checks: Mutex::new(BTreeMap::new()),
@@ -325,7 +331,9 @@ impl Standalone {
     /// sync, and no pool member has reached its `maxAge`, it reads nothing:
     /// an idle installation does no work per Proxy here.
     pub fn sync_desired(&self) -> Result<()> {
-        let stamp = desired::Stamp::of(&self.settings.proxies)?;
+        let referenced =
+            self.synced().as_ref().map(|last| last.referenced.clone()).unwrap_or_default();
+        let stamp = desired::Stamp::of(&self.settings.proxies, &referenced)?;
         // Read before the records, as the fleet publish does: the sync's
         // own writes make the next one read again, never miss a change.
         let writes = self.store.record_writes();
@@ -401,7 +409,7 @@ impl Standalone {
                 tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
             }
         }
-        *self.synced() = Some(Synced { stamp, writes, until });
+        *self.synced() = Some(Synced { stamp, referenced: wanted.referenced, writes, until });
         Ok(())
     }
 
@@ -566,6 +574,7 @@ impl Standalone {
             status: &status,
             deleting: record.deleting,
             has_finalizer: record.finalizer,
+            spec_key: &self.spec_key,
         };
         let started = Instant::now();
         let outcome =
