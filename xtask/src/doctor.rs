@@ -17,6 +17,7 @@ use crate::helm;
 use crate::linker;
 use crate::packages;
 use crate::process;
+use crate::python;
 use crate::shell_vars;
 use crate::toolchain::{self, WASM_TARGET};
 use crate::version::Version;
@@ -75,6 +76,7 @@ pub fn run(repo: &Repo) -> Result<()> {
         rows.push(package_row("tests, demo", need, &installer));
     }
     chart_tools(&installer, &mut rows);
+    python_tools(&installer, &mut rows);
     kube(&installer, &mut rows)?;
     caches(repo, &mut rows)?;
 
@@ -376,6 +378,34 @@ fn chart_tools(installer: &Installer, rows: &mut Vec<Row>) {
     });
     if found.is_none() {
         rows.push(package_row("chart", &Need::any("unzip"), installer));
+    }
+}
+
+/// componentize-py, which the test command builds the provider in Python
+/// with, in a virtual environment of Debian's Python.
+fn python_tools(installer: &Installer, rows: &mut Vec<Row>) {
+    let found = python::find();
+    rows.push(Row {
+        area: "python provider",
+        item: "componentize-py".to_owned(),
+        version: if found.is_some() { python::COMPONENTIZE_PY.to_owned() } else { String::new() },
+        from: found
+            .as_deref()
+            .map(shorten)
+            .unwrap_or_else(|| "PyPI (pinned wheel, digest checked)".to_owned()),
+        status: if found.is_some() {
+            Status::Ok
+        } else {
+            Status::Installs(format!(
+                "missing: the test command installs it from PyPI into a virtual environment ({})",
+                python::COMPONENTIZE_PY
+            ))
+        },
+    });
+    if found.is_none() {
+        for need in [Need::any("python3"), Need::any("python3-venv")] {
+            rows.push(package_row("python provider", &need, installer));
+        }
     }
 }
 

@@ -35,6 +35,7 @@ mod node;
 mod packages;
 mod plugins;
 mod process;
+mod python;
 mod registry;
 mod shell_vars;
 mod suite;
@@ -55,6 +56,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   plugins            build the plugins for wasm32-wasip2 into target/plugins/
+  python-provider    build examples/python-provider (componentize-py from PyPI)
+                     into target/plugins/examples/python-static.wasm
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
   lint               rustfmt and clippy over both workspaces, no module cycles
@@ -87,6 +90,7 @@ fn run(args: &[String]) -> Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["plugins"] => plugins::build(&repo),
+        ["python-provider"] => python::build(&repo),
         ["sync-wit"] => wit::sync(&repo, false),
         ["sync-wit", "--check"] => wit::sync(&repo, true),
         ["test"] => suite::test(&repo),

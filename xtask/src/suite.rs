@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::process::{self, elapsed, step};
-use crate::{Repo, apt, cargo, cargo_test_all_tiers, chart, node, packages, plugins, wit};
+use crate::{Repo, apt, cargo, cargo_test_all_tiers, chart, node, packages, plugins, python, wit};
 
 pub fn test(repo: &Repo) -> Result<()> {
     let started = Instant::now();
@@ -14,6 +14,7 @@ pub fn test(repo: &Repo) -> Result<()> {
     step("sync-wit --check", || wit::sync(repo, true))?;
     step("chart: helm lint, rendered manifests", || chart::render(repo, true))?;
     step("plugins", || plugins::build(repo))?;
+    step("the provider in Python", || python::build(repo))?;
     // Builds Kubernetes 1.20 from Debian's source once (cached outside the
     // repo), then starts etcd, kube-apiserver and kube-controller-manager
     // on loopback for the tests that need a real API server.

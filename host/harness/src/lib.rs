@@ -23,6 +23,7 @@
 //! with [`HarnessBuilder::grant_http`], limits apply, and a request with no
 //! scripted answer gets a `501` naming it, so a missing script is obvious.
 
+mod binder;
 mod scripted;
 mod spec;
 
@@ -34,6 +35,7 @@ use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_runtime::config::{EntryConfig, Grants, HttpGrant, Limits};
 use proxyfleet_runtime::{LoadError, PluginProvider, Runtime, RuntimeError, RuntimeOptions};
 
+pub use binder::EntryBinder;
 pub use scripted::{RecordedRequest, ScriptedHttp, ScriptedResponse};
 pub use spec::SpecBuilder;
 

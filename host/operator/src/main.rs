@@ -2,6 +2,7 @@
 
 mod fleet_args;
 mod plugin_fields;
+mod plugin_test;
 mod registry_args;
 mod shutdown;
 mod telemetry;
@@ -186,6 +187,29 @@ enum PluginCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Runs the plugin contract's conformance suite against a component
+    /// bound as one provider entry, on the backend the entry names (a
+    /// simulator, or one set aside for tests): instances are made for
+    /// Proxies of the suite's own and deleted again. Prints a report and
+    /// fails when a case failed (docs/plugin-contract.md).
+    Test {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// One provider entry (`name`, `plugin`, `config`, `grants`,
+        /// `limits`) as YAML.
+        #[arg(long)]
+        config: PathBuf,
+        /// What the suite's Proxies ask for, as YAML (`image`, `cores`,
+        /// `memoryMiB`, `diskGiB`, `port`, `placement`, `labels`).
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Also write the report as JUnit XML here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// How long a deleted instance may take to be gone.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        delete_wait: Duration,
+    },
     /// Publishes a component to a registry in the Wasm OCI layout (as
     /// wasm-pkg-tools does) and prints its digests; an entry then names it
     /// as `oci://REGISTRY/REPOSITORY:TAG`, or pinned, `@sha256:DIGEST`.
@@ -328,6 +352,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Plugin { command: PluginCommand::Validate { file, config } } => {
             validate(&file, &config).await
         }
+        Command::Plugin {
+            command: PluginCommand::Test { file, config, spec, junit, delete_wait },
+        } => plugin_test::run(&file, &config, spec.as_deref(), junit, delete_wait).await,
         Command::Plugin { command: PluginCommand::Push { file, reference, registry } } => {
             println_json(&registry_args::push(&file, &reference, registry).await?);
             Ok(ExitCode::SUCCESS)
@@ -377,15 +404,7 @@ async fn validate(
     file: &std::path::Path,
     entry_file: &std::path::Path,
 ) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(entry_file)
-        .with_context(|| format!("cannot read {}", entry_file.display()))?;
-    let entry: yaml_serde::Value = yaml_serde::from_str(&text)
-        .with_context(|| format!("{}: not YAML", entry_file.display()))?;
-    // One entry is validated exactly as a providers file holding only it.
-    let wrapped = yaml_serde::to_string(&serde_json::json!({ "providers": [entry] }))?;
-    let config =
-        ProvidersConfig::parse(&wrapped).with_context(|| entry_file.display().to_string())?;
-    let entry = config.entries.into_iter().next().context("the file holds no entry")?;
+    let entry = plugin_test::read_entry(entry_file)?;
     let runtime = Runtime::new(RuntimeOptions::default())?;
     let revision = runtime.load_plugin(file).await?;
     let name = entry.name.clone();
@@ -676,6 +695,6 @@ fn println_json(value: &serde_json::Value) {
 }
 
 #[expect(clippy::print_stdout, reason = "command output goes to stdout; logs go to stderr")]
-fn print_text(text: &str) {
+pub(crate) fn print_text(text: &str) {
     print!("{text}");
 }

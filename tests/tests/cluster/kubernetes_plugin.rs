@@ -56,6 +56,30 @@ fn kube_env() -> KubeEnv {
     }
 }
 
+/// A providers file with one entry `kube` for `namespace`, the token read
+/// from `token_file`.
+fn entry_yaml(env: &KubeEnv, namespace: &str, token_file: &std::path::Path) -> String {
+    format!(
+        "providers:
+  - name: kube
+    plugin: kubernetes
+    config:
+      apiServer: {api}
+      namespace: {namespace}
+    limits: {{ timeout: 30s }}
+    grants:
+      caFile: {ca}
+      http:
+        - url: {api}
+          allowAddresses: [127.0.0.0/8]
+          credential: {{ header: authorization, valueTemplate: 'Bearer {{secret}}', secretFile: {token} }}
+",
+        api = env.api_url,
+        ca = env.ca_file,
+        token = token_file.display(),
+    )
+}
+
 /// One provider entry `kube` of the real plugin, for `namespace`, with the
 /// token in a file the test may rewrite.
 struct Fixture {
@@ -72,25 +96,7 @@ impl Fixture {
         std::fs::copy(plugin("kubernetes"), dir.path().join("kubernetes.wasm")).unwrap();
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{token}\n")).unwrap();
-        let yaml = format!(
-            "providers:
-  - name: kube
-    plugin: kubernetes
-    config:
-      apiServer: {api}
-      namespace: {namespace}
-    limits: {{ timeout: 30s }}
-    grants:
-      caFile: {ca}
-      http:
-        - url: {api}
-          allowAddresses: [127.0.0.0/8]
-          credential: {{ header: authorization, valueTemplate: 'Bearer {{secret}}', secretFile: {token} }}
-",
-            api = env.api_url,
-            ca = env.ca_file,
-            token = token_file.display(),
-        );
+        let yaml = entry_yaml(&env, namespace, &token_file);
         let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
         let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
         let registry = Registry::load(&runtime, &config, dir.path(), Arc::new(MemoryKv::new()))
@@ -451,4 +457,32 @@ async fn the_token_file_is_read_on_every_request() {
 
     f.rotate_token(&env.admin_token);
     f.provider.delete(&created.provider_id).await.expect("delete");
+}
+
+/// The plugin passes the conformance suite (`proxyfleet plugin test`'s)
+/// against the test API server, as the test user with the shipped Role:
+/// no kubelet runs, so its pods stay pending, which the suite allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_passes_the_conformance_suite() {
+    let admin = kube_admin_client().await;
+    let ns = namespace(&admin, "pf-kube-conformance").await;
+    bind_plugin_rbac(&admin, &ns).await;
+    let env = kube_env();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{}\n", env.user_token)).unwrap();
+    let providers = ProvidersConfig::parse(&entry_yaml(&env, &ns, &token_file)).unwrap();
+    let entry = providers.entries.into_iter().next().unwrap();
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let revision = runtime.load_plugin(&plugin("kubernetes")).await.unwrap();
+    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec("c", &ns));
+    options.call_timeout = entry.limits.call_timeout;
+    options.delete_wait = Duration::from_secs(30);
+    let binder =
+        proxyfleet_harness::EntryBinder::new(runtime, entry, revision, Arc::new(MemoryKv::new()));
+    let provider = binder.bind_own().await.expect("the entry binds");
+    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
+    assert!(report.passed(), "{}", report.text());
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    assert!(pods.list(&Default::default()).await.unwrap().items.is_empty(), "pods left behind");
 }

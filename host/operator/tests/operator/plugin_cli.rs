@@ -127,3 +127,180 @@ fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
     assert!(stderr.contains("refused access to repository plugins/static"), "{stderr}");
     assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD), "{stderr}");
 }
+
+/// `proxyfleet plugin test` with the entry in `entry` (YAML), in `dir`:
+/// its exit status and report.
+async fn conformance(dir: &std::path::Path, plugin_name: &str, entry: &str, spec: &str) -> Output {
+    let entry_file = dir.join("entry.yaml");
+    std::fs::write(&entry_file, entry).unwrap();
+    let spec_file = dir.join("spec.yaml");
+    std::fs::write(&spec_file, spec).unwrap();
+    let junit = dir.join("junit.xml");
+    let args = [
+        "plugin".to_owned(),
+        "test".to_owned(),
+        path(plugin_name),
+        "--config".to_owned(),
+        entry_file.display().to_string(),
+        "--spec".to_owned(),
+        spec_file.display().to_string(),
+        "--junit".to_owned(),
+        junit.display().to_string(),
+        "--delete-wait".to_owned(),
+        "3s".to_owned(),
+    ];
+    // The simulators run on this test's runtime: the CLI must not block it.
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        proxyfleet(&args)
+    })
+    .await
+    .unwrap()
+}
+
+fn report(output: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The one entry of a providers file's `providers:` list, as an entry file.
+fn only_entry(providers_list: &str) -> String {
+    let entries: Vec<serde_json::Value> = yaml_serde::from_str(providers_list).unwrap();
+    yaml_serde::to_string(&entries[0]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
+    let output = conformance(dir.path(), "static", entry, "{}").await;
+    assert!(output.status.success(), "{}", report(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("conformance of static "), "{stdout}");
+    assert!(stdout.ends_with("11 passed, 0 failed, 0 skipped\n"), "{stdout}");
+    let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
+    assert!(xml.contains("tests=\"11\"") && xml.contains("failures=\"0\""), "{xml}");
+}
+
+/// `noop` keeps nothing: it takes any config, answers every `get` without
+/// a mark and lists nothing. The suite names each rule it breaks and
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_test_names_the_rules_a_plugin_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = "name: lab\nplugin: noop\nconfig: {}\n";
+    let output = conformance(dir.path(), "fixtures/noop", entry, "{}").await;
+    assert_eq!(output.status.code(), Some(1), "{}", report(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("  FAIL  validate-config refuses an unknown key, naming it"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  FAIL  get of an unknown id is not-found"), "{stdout}");
+    assert!(stdout.contains("rule: get MUST answer not-found"), "{stdout}");
+    let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
+    assert!(stdout.contains("  FAIL  list returns the marked instances"), "{stdout}");
+    assert!(stdout.ends_with("5 passed, 6 failed, 0 skipped\n"), "{stdout}");
+    assert!(xml.contains("failures=\"6\""), "{xml}");
+}
+
+/// The first-party plugins with a backend here pass against their
+/// simulators: gcp against `tools/gce-sim`, proxmox against
+/// `tools/pve-sim`, and leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_test_passes_gcp_and_proxmox_against_their_simulators() {
+    use std::time::Duration;
+
+    const TOKEN: &str = "root@pam!proxyfleet=0c7e4a9b-1f2d-4e3a-9b8c-7d6e5f4a3b2c";
+    let (ca, cert, key) = proxyfleet_tests::localhost_tls();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+
+    let gce = proxyfleet_gce_sim::Simulator::start(
+        proxyfleet_gce_sim::SimOptions {
+            projects: vec!["lab".to_owned()],
+            zones: vec!["europe-west1-b".to_owned()],
+            token_lifetime: Duration::from_secs(3600),
+            operation_duration: Duration::from_millis(200),
+            boot_duration: Duration::from_millis(100),
+            ..proxyfleet_gce_sim::SimOptions::default()
+        },
+        &cert,
+        &key,
+    )
+    .await
+    .unwrap();
+    let key_file = dir.path().join("gcp-key.json");
+    std::fs::write(&key_file, gce.create_key("pf@lab.iam.gserviceaccount.com").unwrap().json)
+        .unwrap();
+    let entry = only_entry(&proxyfleet_tests::gcp::sim_entry(
+        "gcp",
+        &gce.endpoint(),
+        "lab",
+        &ca_file,
+        &key_file,
+    ));
+    let output = conformance(dir.path(), "gcp", &entry, "image: debian-12\n").await;
+    assert!(output.status.success(), "{}", report(&output));
+    assert!(gce.instances().is_empty(), "left behind: {:?}", gce.instances());
+
+    let pve = proxyfleet_pve_sim::Simulator::start(
+        proxyfleet_pve_sim::SimOptions {
+            token: TOKEN.to_owned(),
+            clone_duration: Duration::from_millis(200),
+            task_duration: Duration::from_millis(50),
+            agent_delay: Duration::from_millis(100),
+            ..proxyfleet_pve_sim::SimOptions::default()
+        },
+        &cert,
+        &key,
+    )
+    .await
+    .unwrap();
+    pve.add_template("pve1", 100, "debian-12", 8);
+    let token_file = dir.path().join("pve-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let port = pve.addr().port();
+    let entry = format!(
+        "name: pve
+plugin: proxmox
+proxyAddresses: ['127.0.0.0/8']
+config:
+  url: https://localhost:{port}
+  nodes: [pve1]
+  templates: {{ debian-12: 100 }}
+  isoStorage: local
+  vmidRange: {{ first: 1000, last: 1999 }}
+  taskPollMs: 50
+grants:
+  caFile: {ca}
+  http:
+    - url: https://localhost:{port}
+      allowAddresses: [127.0.0.1, '::1']
+      credential: {{ header: Authorization, valueTemplate: 'PVEAPIToken={{secret}}', secretFile: {token} }}
+",
+        ca = ca_file.display(),
+        token = token_file.display(),
+    );
+    let output = conformance(dir.path(), "proxmox", &entry, "image: debian-12\n").await;
+    assert!(output.status.success(), "{}", report(&output));
+    let left: Vec<u32> = pve.vms().iter().map(|vm| vm.vmid).filter(|vmid| *vmid != 100).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// The provider written in Python (`examples/python-provider`, built with
+/// componentize-py) loads in the host and keeps the contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_test_passes_the_provider_written_in_python() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = "name: office\nplugin: python-static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
+    let output = conformance(dir.path(), "examples/python-static", entry, "{}").await;
+    assert!(output.status.success(), "{}", report(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.starts_with("conformance of python-static 0.1.0 (contract "), "{stdout}");
+    assert!(stdout.ends_with("11 passed, 0 failed, 0 skipped\n"), "{stdout}");
+}

@@ -75,8 +75,26 @@ impl Site {
         let plugins = self.dir.path().join("plugins");
         std::fs::create_dir_all(&plugins).expect("plugin dir");
         std::fs::copy(proxyfleet_tests::plugin("kvm"), plugins.join("kvm.wasm")).expect("copy");
+        let yaml = self.providers(entry, image_url, sha256, known_hosts, limits);
+        let config = ProvidersConfig::parse(&yaml).expect("providers config");
+        let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+        let kv: Arc<dyn KvStore> = self.kv.clone();
+        let registry = Registry::load(&runtime, &config, &plugins, kv).await.expect("registry");
+        registry.provider(entry).expect("the entry loads")
+    }
+
+    /// A providers file with the entry `entry` of the kvm plugin, as
+    /// [`Site::provider_limited`] loads it.
+    fn providers(
+        &self,
+        entry: &str,
+        image_url: &str,
+        sha256: &str,
+        known_hosts: &Path,
+        limits: &str,
+    ) -> String {
         let origin = image_url.split('/').take(3).collect::<Vec<_>>().join("/");
-        let yaml = format!(
+        format!(
             "providers:\n  - name: {entry}\n    plugin: kvm\n    config:\n      \
              hosts: [{{ name: 127.0.0.1 }}]\n      pool: {pool}\n      \
              images: {{ debian-12: {{ url: '{image_url}', sha256: '{sha256}' }} }}\n      \
@@ -91,12 +109,7 @@ impl Site {
             key = self.sshd.user_key.display(),
             known = known_hosts.display(),
             socket = Libvirtd::shared().socket.display(),
-        );
-        let config = ProvidersConfig::parse(&yaml).expect("providers config");
-        let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
-        let kv: Arc<dyn KvStore> = self.kv.clone();
-        let registry = Registry::load(&runtime, &config, &plugins, kv).await.expect("registry");
-        registry.provider(entry).expect("the entry loads")
+        )
     }
 
     /// The files in the pool's directory, sorted.
@@ -440,4 +453,36 @@ async fn the_plugin_behind_a_wrong_host_key_is_unauthorized() {
     let spec = SpecBuilder::new("kvm-hostkey").uid("uid-kvm-hostkey").build();
     let err = provider.create(&spec).await.expect_err("refused host key");
     assert_eq!(err.class, ErrorClass::Unauthorized, "{err}");
+}
+
+/// The plugin passes the conformance suite (`proxyfleet plugin test`'s) on
+/// the private libvirtd, and leaves no domain and no volume of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_plugin_passes_the_conformance_suite() {
+    let site = Site::new("kvm-conformance");
+    let (image, sha256) = qcow2_image(site.dir.path(), "base.qcow2", 64);
+    let server = TestServer::http(Canned { status: 200, body: image }).await;
+    let url = format!("http://{}/images/debian-12.qcow2", server.addr);
+    // A short call timeout: a lock the suite's stopped create left lasts
+    // that long.
+    let yaml = site
+        .providers("lab", &url, &sha256, &site.sshd.known_hosts, "")
+        .replace("timeout: 60s", "timeout: 10s");
+    let entry = ProvidersConfig::parse(&yaml).expect("providers config").entries.remove(0);
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let revision = runtime.load_plugin(&proxyfleet_tests::plugin("kvm")).await.expect("loads");
+    let spec = SpecBuilder::new("conformance").build();
+    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);
+    options.call_timeout = entry.limits.call_timeout;
+    let kv: Arc<dyn KvStore> = site.kv.clone();
+    let binder = proxyfleet_harness::EntryBinder::new(runtime, entry, revision, kv);
+    let provider = binder.bind_own().await.expect("the entry binds");
+    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
+    assert!(report.passed(), "{}", report.text());
+    let ours: Vec<String> =
+        domain_names().into_iter().filter(|name| name.contains("conformance")).collect();
+    assert!(ours.is_empty(), "domains left behind: {ours:?}");
+    let volumes: Vec<String> =
+        site.volumes().into_iter().filter(|name| !name.starts_with("base-")).collect();
+    assert!(volumes.is_empty(), "volumes left behind: {volumes:?}");
 }

@@ -1,0 +1,211 @@
+//! The suite against core's fake provider, which keeps the contract, and
+//! against fakes that each break one rule: every rule's case must pass on
+//! the first and fail on the one that breaks it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proxyfleet_core::fake::FakeProvider;
+use proxyfleet_core::{
+    Health, Instance, InstanceState, PluginInfo, Provider, ProviderError, ProxySpec, Result,
+};
+use serde_json::{Value, json};
+
+use crate::{Binder, Options, Outcome, Report, run};
+
+/// Binds like a plugin whose config has one key, `endpoint`.
+struct OneKey(Arc<dyn Provider>);
+
+#[async_trait]
+impl Binder for OneKey {
+    async fn bind(&self, config: &Value) -> Result<Arc<dyn Provider>, ProviderError> {
+        let unknown = config.as_object().into_iter().flatten().find(|(key, _)| *key != "endpoint");
+        match unknown {
+            Some((key, _)) => {
+                Err(ProviderError::invalid_config(format!("unknown key `{key}`; known: endpoint")))
+            }
+            None => Ok(Arc::clone(&self.0)),
+        }
+    }
+}
+
+/// Accepts any config.
+struct Lax(Arc<dyn Provider>);
+
+#[async_trait]
+impl Binder for Lax {
+    async fn bind(&self, _config: &Value) -> Result<Arc<dyn Provider>, ProviderError> {
+        Ok(Arc::clone(&self.0))
+    }
+}
+
+fn spec() -> ProxySpec {
+    proxyfleet_core::ProxySpec {
+        name: String::new(),
+        namespace: String::new(),
+        uid: String::new(),
+        cores: 1,
+        memory_mib: 512,
+        disk_gib: 4,
+        image: "debian-12".into(),
+        placement: Vec::new(),
+        vlan_tag: None,
+        port: 3128,
+        user_data: Vec::new(),
+        labels: Vec::new(),
+        proxy_auth: None,
+    }
+}
+
+fn options() -> Options {
+    let mut options = Options::new(json!({"endpoint": "https://backend.test"}), spec());
+    options.call_timeout = Duration::from_millis(200);
+    options.delete_wait = Duration::from_secs(2);
+    options.poll = Duration::from_millis(10);
+    options
+}
+
+async fn suite(provider: Arc<dyn Provider>) -> Report {
+    run(Arc::clone(&provider), &OneKey(provider), &options()).await
+}
+
+/// The outcome of the case named `name`.
+fn outcome<'a>(report: &'a Report, name: &str) -> &'a Outcome {
+    &report.cases.iter().find(|case| case.name == name).expect("the case ran").outcome
+}
+
+fn failed(report: &Report, name: &str) -> String {
+    match outcome(report, name) {
+        Outcome::Failed(why) => why.clone(),
+        other => panic!("{name}: {other:?}\n{}", report.text()),
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_keeps_the_contract_passes_every_case_and_is_left_clean() {
+    let fake = Arc::new(FakeProvider::new("lab").slow_deletes());
+    let report = suite(Arc::clone(&fake) as _).await;
+    assert!(report.passed(), "{}", report.text());
+    assert_eq!(report.cases.len(), 11, "{}", report.text());
+    assert!(report.cases.iter().all(|case| case.outcome == Outcome::Passed));
+    assert!(fake.instances().is_empty(), "left behind: {:?}", fake.instances());
+    assert_eq!(report.entry, "lab");
+}
+
+#[tokio::test]
+async fn a_config_with_an_unknown_key_must_be_refused_naming_it() {
+    let fake: Arc<dyn Provider> = Arc::new(FakeProvider::new("lab"));
+    let report = run(Arc::clone(&fake), &Lax(fake), &options()).await;
+    let why = failed(&report, "validate-config refuses an unknown key, naming it");
+    assert!(why.contains("conformanceUnknownKey` was accepted"), "{why}");
+}
+
+#[tokio::test]
+async fn a_hanging_check_fails_its_case_and_the_others_still_run() {
+    let report = suite(Arc::new(FakeProvider::new("lab").checks_hang())).await;
+    let why = failed(&report, "check answers within its deadline");
+    assert!(why.starts_with("no answer within"), "{why}");
+    assert_eq!(outcome(&report, "create writes the mark"), &Outcome::Passed);
+}
+
+#[tokio::test]
+async fn unmarked_instances_in_the_list_fail_it() {
+    let fake = FakeProvider::new("lab").lists_unmarked();
+    fake.insert(Instance {
+        provider_id: "someone-elses".into(),
+        name: "theirs".into(),
+        state: InstanceState::Running,
+        addresses: Vec::new(),
+        port: None,
+        created_at: None,
+        mark: None,
+    });
+    let report = suite(Arc::new(fake)).await;
+    let why = failed(&report, "list returns the marked instances");
+    assert!(why.contains("someone-elses without a mark"), "{why}");
+}
+
+/// Makes a new instance on every create and can leak the credential:
+/// `FakeProvider` with one rule broken.
+struct Broken {
+    inner: FakeProvider,
+    leaks: bool,
+    count: std::sync::atomic::AtomicU32,
+}
+
+impl Broken {
+    fn new(leaks: bool) -> Self {
+        Self { inner: FakeProvider::new("lab"), leaks, count: Default::default() }
+    }
+}
+
+#[async_trait]
+impl Provider for Broken {
+    fn entry(&self) -> &str {
+        self.inner.entry()
+    }
+    fn info(&self) -> PluginInfo {
+        self.inner.info()
+    }
+    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
+        if self.leaks {
+            let mut instance = self.inner.create(spec).await?;
+            let password = spec.proxy_auth.as_ref().map(|c| c.password().to_owned());
+            instance.name = format!("pw {}", password.unwrap_or_default());
+            return Ok(instance);
+        }
+        // A UID of its own each time: never adopts.
+        let n = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut fresh = spec.clone();
+        fresh.uid = format!("{}-{n}", spec.uid);
+        let mut instance = self.inner.create(&fresh).await?;
+        if let Some(mark) = &mut instance.mark {
+            mark.uid.clone_from(&spec.uid);
+        }
+        self.inner.insert(instance.clone());
+        Ok(instance)
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance> {
+        self.inner.get(provider_id).await
+    }
+    async fn delete(&self, provider_id: &str) -> Result<()> {
+        self.inner.delete(provider_id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>> {
+        self.inner.list().await
+    }
+    async fn check(&self) -> Health {
+        self.inner.check().await
+    }
+}
+
+#[tokio::test]
+async fn a_create_that_does_not_adopt_fails_idempotency() {
+    let report = suite(Arc::new(Broken::new(false))).await;
+    let why = failed(&report, "create is idempotent per UID");
+    assert!(why.contains("two instances for one Proxy"), "{why}");
+    assert_eq!(outcome(&report, "get reads the mark back"), &Outcome::Passed);
+}
+
+#[tokio::test]
+async fn a_credential_handed_back_fails_the_secrets_case() {
+    let report = suite(Arc::new(Broken::new(true))).await;
+    let why = failed(&report, "nothing returned holds the credential");
+    assert!(why.starts_with("an answer held the credential: pw "), "{why}");
+}
+
+#[tokio::test]
+async fn a_failing_create_skips_what_needs_its_instance() {
+    let fake = FakeProvider::new("lab");
+    for _ in 0..4 {
+        fake.fail_next(proxyfleet_core::fake::Op::Create, ProviderError::permanent("no capacity"));
+    }
+    let report = suite(Arc::new(fake)).await;
+    assert!(failed(&report, "create writes the mark").contains("no capacity"));
+    for name in ["create is idempotent per UID", "delete is idempotent and the instance goes"] {
+        assert!(matches!(outcome(&report, name), Outcome::Skipped(_)), "{}", report.text());
+    }
+    let xml = report.junit();
+    assert!(xml.contains("failures=\"2\""), "create and the cancelled create: {xml}");
+}

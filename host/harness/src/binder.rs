@@ -1,0 +1,57 @@
+//! A provider entry bound the way the operator binds it, and bound again
+//! with another config on demand: what the conformance suite
+//! (`proxyfleet-conformance`) drives a component through.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use proxyfleet_conformance::Binder;
+use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::{Provider, ProviderError};
+use proxyfleet_runtime::config::EntryConfig;
+use proxyfleet_runtime::{PluginProvider, PluginRevision, Runtime};
+
+/// One entry of a loaded component, with its key-value store.
+#[derive(Debug, Clone)]
+pub struct EntryBinder {
+    runtime: Runtime,
+    entry: EntryConfig,
+    revision: Arc<PluginRevision>,
+    kv: Arc<dyn KvStore>,
+}
+
+impl EntryBinder {
+    /// `entry` served by `revision`, storing into `kv`.
+    pub fn new(
+        runtime: Runtime,
+        entry: EntryConfig,
+        revision: Arc<PluginRevision>,
+        kv: Arc<dyn KvStore>,
+    ) -> Self {
+        Self { runtime, entry, revision, kv }
+    }
+
+    /// The entry with its own config.
+    ///
+    /// # Errors
+    /// What the plugin's `validate-config` answered.
+    pub async fn bind_own(&self) -> Result<Arc<dyn Provider>, ProviderError> {
+        self.bind(&self.entry.config).await
+    }
+}
+
+#[async_trait]
+impl Binder for EntryBinder {
+    async fn bind(&self, config: &serde_json::Value) -> Result<Arc<dyn Provider>, ProviderError> {
+        let mut entry = self.entry.clone();
+        entry.config = config.clone();
+        let provider = PluginProvider::new(
+            &self.runtime,
+            entry,
+            Arc::clone(&self.revision),
+            Arc::clone(&self.kv),
+        )
+        .await?;
+        Ok(Arc::new(provider))
+    }
+}
