@@ -37,6 +37,7 @@ const BOUNDARY: &str = "==proxyfleet-user-data==";
 
 /// Why user-data cannot carry the credential.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CloudInitError {
     /// The user-data is a MIME document already; cloud-init would read it
     /// as one opaque part.

@@ -9,6 +9,7 @@ pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 /// soon, give up, mark the instance gone, report a config problem); the
 /// message is for people and must not contain secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderError {
     /// The instance does not exist (any more).
     #[error("not found: {0}")]

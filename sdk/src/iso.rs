@@ -38,6 +38,7 @@ pub const NOCLOUD_LABEL: &str = "cidata";
 
 /// Why an image cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IsoError {
     /// A file name is empty, too long, or has characters other than ASCII
     /// letters, digits, `.`, `_` and `-`.

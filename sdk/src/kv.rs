@@ -12,6 +12,7 @@ pub use wit::{CasOutcome, KvEntry};
 
 /// Why the store could not serve a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KvError {
     /// The store could not be reached; worth retrying.
     #[error("key-value store unavailable: {0}")]

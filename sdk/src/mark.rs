@@ -44,6 +44,7 @@ const NAME_HASH_HEX: usize = 10;
 
 /// A mark field that cannot be stored as a label value without losing it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LabelError {
     /// The host hands out only valid installation IDs; this one is not.
     #[error(

@@ -20,6 +20,7 @@
 //! Paths come from this crate's location, never from the current directory.
 
 mod apt;
+mod book;
 mod cache;
 mod chart;
 mod contract;
@@ -29,6 +30,7 @@ mod fresh_root;
 mod helm;
 mod image;
 mod linker;
+mod links;
 mod manifest;
 mod modules;
 mod node;
@@ -56,6 +58,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   plugins            build the plugins for wasm32-wasip2 into target/plugins/
+  book               the docs site (mdBook, the SDK's rustdoc) into target/book/
+  links              check the links between the Markdown files git tracks
   python-provider    build examples/python-provider (componentize-py from PyPI)
                      into target/plugins/examples/python-static.wasm
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
@@ -91,6 +95,8 @@ fn run(args: &[String]) -> Result<()> {
     match args.as_slice() {
         ["plugins"] => plugins::build(&repo),
         ["python-provider"] => python::build(&repo),
+        ["links"] => links::check(&repo),
+        ["book"] => book::build(&repo),
         ["sync-wit"] => wit::sync(&repo, false),
         ["sync-wit", "--check"] => wit::sync(&repo, true),
         ["test"] => suite::test(&repo),

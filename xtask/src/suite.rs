@@ -15,6 +15,7 @@ pub fn test(repo: &Repo) -> Result<()> {
     step("chart: helm lint, rendered manifests", || chart::render(repo, true))?;
     step("plugins", || plugins::build(repo))?;
     step("the provider in Python", || python::build(repo))?;
+    step("docs site (mdBook, the SDK's rustdoc)", || crate::book::build(repo))?;
     // Builds Kubernetes 1.20 from Debian's source once (cached outside the
     // repo), then starts etcd, kube-apiserver and kube-controller-manager
     // on loopback for the tests that need a real API server.
@@ -104,6 +105,7 @@ pub fn lint(repo: &Repo) -> Result<()> {
     })?;
     step("module cycles", || crate::modules::check(&repo.root))?;
     step("contract version against the last release", || crate::contract::check(repo))?;
+    step("links between the Markdown files", || crate::links::check(repo))?;
     eprintln!("xtask lint: clean");
     Ok(())
 }

@@ -128,6 +128,26 @@ impl Store {
         Ok(())
     }
 
+    /// Writes `records` in one commit: a sync that finds many new Proxies
+    /// (a first start with thousands) pays for one, not one each.
+    pub fn put_records(&self, records: &[ProxyRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(store_err)?;
+        {
+            let mut table = txn.open_table(PROXIES).map_err(store_err)?;
+            for record in records {
+                let bytes =
+                    serde_json::to_vec(record).map_err(|err| Error::Store(err.to_string()))?;
+                table.insert(record.key().as_str(), bytes.as_slice()).map_err(store_err)?;
+            }
+        }
+        txn.commit().map_err(store_err)?;
+        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Changes the record at `key` in one write transaction: writers that
     /// each change only their own fields (the reconciler the status and
     /// finalizer, the manifest sync the desired state) never undo each

@@ -124,7 +124,7 @@ impl Drop for OpenResponse {
     }
 }
 
-/// A response body read chunk by chunk, from [`Request::send_streaming`].
+/// A response body read chunk by chunk, from [`Request::send_streaming`](super::Request::send_streaming).
 pub struct BodyStream {
     pub(super) open: OpenResponse,
 }

@@ -61,6 +61,7 @@ const READ_CHUNK: u64 = 64 * 1024;
 
 /// An HTTP method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Method {
     /// `GET`
     Get,

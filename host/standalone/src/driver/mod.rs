@@ -130,6 +130,14 @@ struct Synced {
     until: Option<u64>,
 }
 
+/// The Proxies a sync found new, written together in one commit at its
+/// end (a first start with thousands pays for one commit, not one each).
+struct NewRecords {
+    /// The sync's Unix second: their creation time.
+    now: u64,
+    records: Vec<ProxyRecord>,
+}
+
 /// How often the run loop syncs, publishes and queues due passes.
 const TURN: Duration = Duration::from_millis(250);
 
@@ -351,11 +359,12 @@ impl Standalone {
             self.store.records()?.into_iter().map(|r| (r.key(), r)).collect();
         let mut until: Option<u64> = None;
         let mut keep = HashSet::new();
+        let mut batch = NewRecords { now, records: Vec::new() };
         for proxy in wanted.proxies {
             let key = record_key(&proxy.namespace, &proxy.name);
             keep.insert(key.clone());
             let existing = records.remove(&key);
-            self.upsert(existing, &proxy.namespace, &proxy.name, proxy.desired, None, now)?;
+            self.upsert(existing, &proxy.namespace, &proxy.name, proxy.desired, None, &mut batch)?;
         }
         for pool in &wanted.pools {
             let pool_key = record_key(&pool.namespace, &pool.name);
@@ -389,7 +398,7 @@ impl Standalone {
             }
             for (member, want) in updates {
                 let (namespace, name) = (member.meta.namespace.clone(), member.meta.name.clone());
-                self.upsert(Some(member), &namespace, &name, want, Some(&pool_key), now)?;
+                self.upsert(Some(member), &namespace, &name, want, Some(&pool_key), &mut batch)?;
             }
             for provider in plan.create {
                 let suffix = &uuid::Uuid::new_v4().simple().to_string()[..5];
@@ -398,9 +407,12 @@ impl Standalone {
                 keep.insert(record_key(&pool.namespace, &name));
                 let mut want = pool.template.clone();
                 want.provider = provider;
-                self.upsert(None, &pool.namespace, &name, want, Some(&pool_key), now)?;
+                self.upsert(None, &pool.namespace, &name, want, Some(&pool_key), &mut batch)?;
             }
         }
+        self.store.put_records(&batch.records)?;
+        let written = Instant::now();
+        self.schedule().extend(batch.records.iter().map(|record| (record.key(), written)));
         for (key, record) in records {
             if !record.deleting
                 && !keep.contains(&key)
@@ -425,7 +437,7 @@ impl Standalone {
         name: &str,
         desired: proxyfleet_core::proxy::ProxyDesired,
         pool: Option<&str>,
-        now: u64,
+        batch: &mut NewRecords,
     ) -> Result<()> {
         let key = record_key(namespace, name);
         match existing {
@@ -442,11 +454,10 @@ impl Standalone {
                     finalizer: false,
                     deleting: false,
                     pool: pool.map(str::to_owned),
-                    created_at: now,
+                    created_at: batch.now,
                 };
                 tracing::info!(proxy = %key, uid = %record.meta.uid, pool = ?pool, "new Proxy");
-                self.store.put_record(&record)?;
-                self.schedule().insert(key, Instant::now());
+                batch.records.push(record);
             }
             // A Proxy re-added while its old incarnation is still being
             // deleted is created once that deletion has finished.
