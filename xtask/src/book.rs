@@ -4,7 +4,7 @@
 //! into the cache (search only: no file watcher, no server).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
@@ -61,25 +61,11 @@ pub fn build(repo: &Repo) -> Result<()> {
     .context("cargo doc for the SDK")?;
     let sdk = out.join("sdk");
     let _ = fs::remove_dir_all(&sdk);
-    copy_dir(&rustdoc_target.join("doc"), &sdk)?;
+    crate::tree::copy(&rustdoc_target.join("doc"), &sdk)?;
     ensure!(
         sdk.join("proxyfleet_sdk/index.html").is_file(),
         "the SDK's rustdoc has no proxyfleet_sdk/index.html"
     );
     eprintln!("xtask book: {} (open index.html)", out.display());
-    Ok(())
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), &target)?;
-        }
-    }
     Ok(())
 }

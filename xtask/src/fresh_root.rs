@@ -172,7 +172,7 @@ fn prepare(repo: &Repo, root: &mut Root, cache: &Path) -> Result<()> {
     // the way the machine does.
     let local_cas = Path::new("/usr/local/share/ca-certificates");
     if local_cas.is_dir() {
-        copy_tree(local_cas, &root.path("/usr/local/share/ca-certificates"))?;
+        crate::tree::copy(local_cas, &root.path("/usr/local/share/ca-certificates"))?;
     }
     for file in ["/etc/resolv.conf", "/etc/hosts"] {
         fs::copy(file, root.path(file)).with_context(|| format!("copying {file} into the root"))?;
@@ -267,20 +267,6 @@ fn add_update_suites(root: &Root) -> Result<()> {
         bail!("the host's apt sources name neither {} nor {}", wanted[0], wanted[1]);
     }
     fs::write(root.path("/etc/apt/sources.list.d/updates.list"), lines)?;
-    Ok(())
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), &target)?;
-        }
-    }
     Ok(())
 }
 

@@ -42,6 +42,7 @@ mod registry;
 mod shell_vars;
 mod suite;
 mod toolchain;
+mod tree;
 mod version;
 mod wit;
 
