@@ -8,31 +8,25 @@ use std::net::{IpAddr, SocketAddr};
 use proxyfleet_sdk::{ProviderError, Result};
 use serde::Deserialize;
 
-/// JSON schema of [`StaticConfig`], reported by `describe`.
-pub const CONFIG_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "static provider entry",
-  "type": "object",
-  "additionalProperties": false,
-  "required": ["endpoints"],
-  "properties": {
-    "endpoints": {
-      "description": "Existing proxies to hand out, one Proxy each: host:port, with IPv6 addresses in brackets.",
-      "type": "array",
-      "items": {
-        "type": "string",
-        "minLength": 1,
-        "examples": ["203.0.113.10:3128", "[2001:db8::1]:8080", "proxy-1.example.net:3128"]
-      }
-    }
-  }
-}"#;
+/// JSON schema of [`StaticConfig`], reported by `describe`: derived from
+/// the struct that parses the config, so the two cannot drift.
+pub fn config_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(StaticConfig)).unwrap_or_default()
+}
 
+/// The static provider's entry config:
 /// `{"endpoints": ["203.0.113.10:3128", ...]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "static provider entry")]
 pub struct StaticConfig {
-    /// The endpoints, as listed.
+    /// Existing proxies to hand out, one Proxy each: host:port, with IPv6
+    /// addresses in brackets.
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1)),
+        extend("examples" = [["203.0.113.10:3128", "[2001:db8::1]:8080", "proxy-1.example.net:3128"]])
+    )]
     pub endpoints: Vec<Endpoint>,
     /// Where each endpoint is in `endpoints`, made by [`StaticConfig::parse`]:
     /// a lookup by ID costs the same for ten endpoints or ten thousand.
@@ -329,9 +323,22 @@ mod tests {
         assert!(read.endpoint("proxy.example:80").is_some(), "found though written otherwise");
     }
 
+    /// The schema is the struct's: its keys, its refusal of others, and
+    /// the field's documentation.
     #[test]
-    fn schema_is_json() {
-        let schema: serde_json::Value = serde_json::from_str(CONFIG_SCHEMA).expect("schema parses");
-        assert_eq!(schema["required"][0], "endpoints");
+    fn the_schema_is_derived_from_the_config_struct() {
+        let schema: serde_json::Value =
+            serde_json::from_str(&config_schema()).expect("schema parses");
+        assert_eq!(schema["title"], "static provider entry");
+        assert_eq!(schema["required"], serde_json::json!(["endpoints"]));
+        assert_eq!(schema["additionalProperties"], false);
+        let properties: Vec<&String> =
+            schema["properties"].as_object().expect("properties").keys().collect();
+        assert_eq!(properties, ["endpoints"], "the index is not config");
+        let endpoints = &schema["properties"]["endpoints"];
+        assert_eq!(endpoints["type"], "array");
+        assert_eq!(endpoints["items"]["type"], "string");
+        assert_eq!(endpoints["items"]["minLength"], 1);
+        assert!(endpoints["description"].as_str().expect("documented").contains("host:port"));
     }
 }

@@ -15,14 +15,19 @@ use proxyfleet_sdk::{
 };
 
 use crate::assign::HostStore;
-use crate::config::{CONFIG_SCHEMA, Endpoints, StaticConfig};
+use crate::config::{Endpoints, StaticConfig, config_schema};
 
 /// The provider exported by this plugin.
 struct Static;
 
 impl Provider for Static {
     fn describe() -> PluginInfo {
-        PluginInfo::new("static", env!("CARGO_PKG_VERSION"), CONFIG_SCHEMA, Capabilities::default())
+        PluginInfo::new(
+            "static",
+            env!("CARGO_PKG_VERSION"),
+            config_schema(),
+            Capabilities::default(),
+        )
     }
 
     fn validate_config(config: &str) -> Result<()> {
