@@ -26,16 +26,13 @@ fn provide() -> Result<PathBuf> {
         return Ok(tool);
     }
     eprintln!("xtask: mdBook {VERSION}: installing it with cargo into {}", root.display());
-    let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    install
-        .args(["install", "--locked", "--version", VERSION, "--no-default-features"])
-        .args(["--features", "search", "--root"])
-        .arg(&root)
-        .arg("mdbook")
-        // Its own target dir, so that nothing of the host build leaks in.
-        .env("CARGO_TARGET_DIR", root.join("build"));
-    process::run(&mut install).context("installing mdBook with cargo")?;
-    let _ = fs::remove_dir_all(root.join("build"));
+    // The HTML renderer and its search only: no file watcher, no server.
+    cache::cargo_install(
+        "mdbook",
+        VERSION,
+        &root,
+        &["--no-default-features", "--features", "search"],
+    )?;
     ensure!(tool.is_file(), "{} missing after cargo install", tool.display());
     Ok(tool)
 }

@@ -45,3 +45,28 @@ fn overridable(var: &str, name: &str) -> Result<PathBuf> {
 pub fn fresh_root() -> Result<PathBuf> {
     Ok(root()?.join("fresh-root"))
 }
+
+/// Builds crate `name` at `version` with `cargo install --locked` into
+/// `root` (its binaries in `root/bin`), with `args` added, in a target
+/// directory of its own so that nothing of the host build leaks in; that
+/// directory is removed afterwards.
+pub fn cargo_install(
+    name: &str,
+    version: &str,
+    root: &std::path::Path,
+    args: &[&str],
+) -> Result<()> {
+    let mut install =
+        std::process::Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    install
+        .args(["install", "--locked", "--version", version])
+        .args(args)
+        .arg("--root")
+        .arg(root)
+        .arg(name)
+        .env("CARGO_TARGET_DIR", root.join("build"));
+    crate::process::run(&mut install)
+        .with_context(|| format!("installing {name} {version} with cargo"))?;
+    let _ = std::fs::remove_dir_all(root.join("build"));
+    Ok(())
+}

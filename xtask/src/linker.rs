@@ -93,17 +93,9 @@ pub fn provide() -> Result<Linker> {
         "xtask: no {NAME} >= {PINNED} in the rustup toolchain: installing {NAME} {PINNED} into {}",
         root.display()
     );
-    let mut install = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    install
-        .args(["install", "--locked", "--version", PINNED, "--root"])
-        .arg(&root)
-        .arg(NAME)
-        // Its own target dir, so that nothing of the host build leaks in.
-        .env("CARGO_TARGET_DIR", root.join("build"));
-    process::run(&mut install).with_context(|| format!("installing {NAME} {PINNED} with cargo"))?;
+    cache::cargo_install(NAME, PINNED, &root, &[])?;
     let linker = in_cache().with_context(|| format!("{NAME} missing after cargo install"))?;
     ensure!(linker.usable(), "{} does not report a version >= {PINNED}", linker.path.display());
-    let _ = std::fs::remove_dir_all(root.join("build"));
     Ok(linker)
 }
 

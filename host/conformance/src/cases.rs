@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxyfleet_core::credential::ProxyCredential;
-use proxyfleet_core::{ErrorClass, Instance, InstanceState, PluginInfo, Provider, ProxySpec};
+use proxyfleet_core::{
+    ErrorClass, Instance, InstanceState, PluginInfo, Provider, ProviderError, ProxySpec,
+};
 use serde_json::Value;
 
 use crate::report::{Case, Outcome, Report};
@@ -156,19 +158,12 @@ impl<'a> Run<'a> {
         self.record(IDEMPOTENT, started, result);
 
         let started = Instant::now();
-        let result = match self.provider.get(&first.provider_id).await {
-            Ok(read) => {
-                self.remember_instance(&read);
-                if read.provider_id != first.provider_id {
-                    Err(format!("get {} answered {}", first.provider_id, read.provider_id))
-                } else {
-                    check_mark(spec, &read)
-                }
+        let result = match self.get(&first.provider_id).await {
+            Ok(read) if read.provider_id != first.provider_id => {
+                Err(format!("get {} answered {}", first.provider_id, read.provider_id))
             }
-            Err(err) => {
-                self.answers.push(err.message.clone());
-                Err(format!("get {} failed: {err}", first.provider_id))
-            }
+            Ok(read) => check_mark(spec, &read),
+            Err(err) => Err(format!("get {} failed: {err}", first.provider_id)),
         };
         self.record(GET, started, result);
 
@@ -259,21 +254,11 @@ impl<'a> Run<'a> {
     }
 
     async fn list_holds(&mut self, spec: &ProxySpec, id: &str) -> Result<(), String> {
-        let listed = self.provider.list().await.map_err(|err| {
-            self.answers.push(err.message.clone());
-            format!("list failed: {err}")
-        })?;
-        for instance in &listed {
-            self.remember_instance(instance);
-        }
+        let listed = self.list().await?;
         if let Some(unmarked) = listed.iter().find(|instance| instance.mark.is_none()) {
             return Err(format!("listed {} without a mark", unmarked.provider_id));
         }
-        let ours: Vec<&Instance> = listed
-            .iter()
-            .filter(|instance| instance.mark.as_ref().is_some_and(|mark| mark.uid == spec.uid))
-            .collect();
-        match ours.as_slice() {
+        match marked_for(&listed, &spec.uid).as_slice() {
             [one] if one.provider_id == id => check_mark(spec, one),
             [] => Err(format!("{id} (UID {}) is missing from the list", spec.uid)),
             [one] => Err(format!("UID {} is listed as {}, not {id}", spec.uid, one.provider_id)),
@@ -281,6 +266,8 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Deletes `id` twice and waits for `get` to answer `not-found`; the
+    /// delete case, and the clean-up of what other cases made.
     async fn delete(&mut self, id: &str) -> Result<(), String> {
         for attempt in ["a delete", "a second delete"] {
             self.provider.delete(id).await.map_err(|err| {
@@ -290,17 +277,13 @@ impl<'a> Run<'a> {
         }
         let deadline = Instant::now() + self.options.delete_wait;
         loop {
-            match self.provider.get(id).await {
+            match self.get(id).await {
                 Err(err) if err.class == ErrorClass::NotFound => {
                     self.made.retain(|made| made != id);
                     return Ok(());
                 }
-                Err(err) => {
-                    self.answers.push(err.message.clone());
-                    return Err(format!("get after delete failed: {err}"));
-                }
+                Err(err) => return Err(format!("get after delete failed: {err}")),
                 Ok(instance) => {
-                    self.remember_instance(&instance);
                     if Instant::now() >= deadline {
                         return Err(format!(
                             "{id} is still there ({:?}) {:?} after its delete",
@@ -315,12 +298,9 @@ impl<'a> Run<'a> {
 
     async fn unknown_id(&mut self) -> Result<(), String> {
         let id = format!("conformance-unknown-{}", uuid::Uuid::new_v4().simple());
-        match self.provider.get(&id).await {
+        match self.get(&id).await {
             Err(err) if err.class == ErrorClass::NotFound => Ok(()),
-            Err(err) => {
-                self.answers.push(err.message.clone());
-                Err(format!("get {id} answered {:?}, not not-found: {err}", err.class))
-            }
+            Err(err) => Err(format!("get {id} answered {:?}, not not-found: {err}", err.class)),
             Ok(instance) => Err(format!("get {id} found {}", instance.provider_id)),
         }
     }
@@ -355,11 +335,8 @@ impl<'a> Run<'a> {
                 }
             }
         };
-        let listed = self.provider.list().await.map_err(|err| format!("list failed: {err}"))?;
-        let count = listed
-            .iter()
-            .filter(|listed| listed.mark.as_ref().is_some_and(|mark| mark.uid == spec.uid))
-            .count();
+        let listed = self.list().await?;
+        let count = marked_for(&listed, &spec.uid).len();
         if count != 1 {
             return Err(format!(
                 "UID {} has {count} instances after the retry (the retry returned {})",
@@ -370,24 +347,35 @@ impl<'a> Run<'a> {
     }
 
     /// Deletes what the run made and did not delete itself, and waits for
-    /// it to go (asking again, as the host does, while it is still there).
+    /// it to go. Best effort: a failure here is no case's.
     async fn clean_up(&mut self) {
-        for id in std::mem::take(&mut self.made) {
-            let deadline = Instant::now() + self.options.delete_wait;
-            while Instant::now() < deadline {
-                if let Err(err) = self.provider.delete(&id).await {
-                    self.answers.push(err.message.clone());
-                    break;
+        for id in self.made.clone() {
+            let _ = self.delete(&id).await;
+        }
+    }
+
+    /// `get`, its answer kept for the credential check.
+    async fn get(&mut self, id: &str) -> Result<Instance, ProviderError> {
+        let answer = self.provider.get(id).await;
+        match &answer {
+            Ok(instance) => self.remember_instance(instance),
+            Err(err) => self.answers.push(err.message.clone()),
+        }
+        answer
+    }
+
+    /// `list`, its answer kept for the credential check.
+    async fn list(&mut self) -> Result<Vec<Instance>, String> {
+        match self.provider.list().await {
+            Ok(listed) => {
+                for instance in &listed {
+                    self.remember_instance(instance);
                 }
-                match self.provider.get(&id).await {
-                    Ok(_) => tokio::time::sleep(self.options.poll).await,
-                    Err(err) => {
-                        if err.class != ErrorClass::NotFound {
-                            self.answers.push(err.message.clone());
-                        }
-                        break;
-                    }
-                }
+                Ok(listed)
+            }
+            Err(err) => {
+                self.answers.push(err.message.clone());
+                Err(format!("list failed: {err}"))
             }
         }
     }
@@ -444,6 +432,14 @@ fn describe(info: &PluginInfo) -> Result<(), String> {
         Ok(_) => Err("the config schema is not a JSON object".to_owned()),
         Err(err) => Err(format!("the config schema is not JSON: {err}")),
     }
+}
+
+/// The listed instances whose mark names the Proxy `uid`.
+fn marked_for<'a>(listed: &'a [Instance], uid: &str) -> Vec<&'a Instance> {
+    listed
+        .iter()
+        .filter(|instance| instance.mark.as_ref().is_some_and(|mark| mark.uid == uid))
+        .collect()
 }
 
 /// The mark of `instance` is the one `spec` asks for.

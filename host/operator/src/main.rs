@@ -199,8 +199,8 @@ enum PluginCommand {
         /// `limits`) as YAML.
         #[arg(long)]
         config: PathBuf,
-        /// What the suite's Proxies ask for, as YAML (`image`, `cores`,
-        /// `memoryMiB`, `diskGiB`, `port`, `placement`, `labels`).
+        /// A Proxy manifest (the standalone format) whose spec the suite's
+        /// Proxies ask for; a Proxy's defaults without it.
         #[arg(long)]
         spec: Option<PathBuf>,
         /// Also write the report as JUnit XML here.

@@ -3,7 +3,6 @@
 //! binds it, on the backend the entry names (a simulator or a backend set
 //! aside for tests). The entry's key-value store is in memory.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,47 +11,39 @@ use anyhow::Context as _;
 use proxyfleet_conformance::Options;
 use proxyfleet_core::ProxySpec;
 use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_harness::EntryBinder;
 use proxyfleet_runtime::config::{EntryConfig, ProvidersConfig};
 use proxyfleet_runtime::{Runtime, RuntimeOptions};
-use serde::Deserialize;
+use proxyfleet_standalone::desired;
 
-/// What the suite's Proxies ask for, from `--spec`; name, namespace, UID
-/// and credential are the suite's own.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawSpec {
-    image: Option<String>,
-    cores: Option<u32>,
-    #[serde(rename = "memoryMiB")]
-    memory_mib: Option<u64>,
-    #[serde(rename = "diskGiB")]
-    disk_gib: Option<u64>,
-    port: Option<u16>,
-    #[serde(default)]
-    placement: BTreeMap<String, String>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-}
-
-impl RawSpec {
-    fn into_spec(self) -> ProxySpec {
-        ProxySpec {
-            name: String::new(),
-            namespace: String::new(),
-            uid: String::new(),
-            cores: self.cores.unwrap_or(1),
-            memory_mib: self.memory_mib.unwrap_or(512),
-            disk_gib: self.disk_gib.unwrap_or(8),
-            image: self.image.unwrap_or_default(),
-            placement: self.placement.into_iter().collect(),
-            vlan_tag: None,
-            port: self.port.unwrap_or(proxyfleet_core::proxy::DEFAULT_PORT),
-            user_data: Vec::new(),
-            labels: self.labels.into_iter().collect(),
-            proxy_auth: None,
-        }
-    }
+/// What the suite's Proxies ask for: the spec of the one Proxy in the
+/// manifest `file` (the standalone format, read and checked as standalone
+/// mode reads it), or a Proxy's defaults. Name, namespace, UID and
+/// credential are the suite's own.
+fn suite_spec(file: Option<&Path>) -> anyhow::Result<ProxySpec> {
+    let desired = match file {
+        Some(file) => desired::load(file).with_context(|| format!("--spec {}", file.display()))?,
+        None => desired::parse(
+            Path::new("the default spec"),
+            &format!(
+                "apiVersion: {}\nkind: Proxy\nmetadata: {{ name: conformance }}\n\
+                 spec: {{ provider: conformance }}\n",
+                desired::API_VERSION
+            ),
+        )?,
+    };
+    let [proxy] = desired.proxies.as_slice() else {
+        anyhow::bail!("--spec: the file must hold one Proxy manifest, and nothing else");
+    };
+    anyhow::ensure!(desired.pools.is_empty(), "--spec: the file must hold one Proxy, not a pool");
+    let meta = ProxyMeta {
+        uid: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        generation: 1,
+    };
+    Ok(proxy.desired.to_spec(&meta))
 }
 
 /// One provider entry read from `file` (YAML: `name`, `plugin`, `config`,
@@ -78,15 +69,7 @@ pub async fn run(
     delete_wait: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
     let entry = read_entry(entry_file)?;
-    let raw = match spec_file {
-        None => RawSpec::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--spec {}: cannot read it", path.display()))?;
-            yaml_serde::from_str(&text).with_context(|| format!("--spec {}", path.display()))?
-        }
-    };
-    let mut options = Options::new(entry.config.clone(), raw.into_spec());
+    let mut options = Options::new(entry.config.clone(), suite_spec(spec_file)?);
     options.call_timeout = entry.limits.call_timeout;
     options.delete_wait = delete_wait;
     let runtime = Runtime::new(RuntimeOptions::default())?;

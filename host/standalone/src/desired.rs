@@ -256,7 +256,9 @@ impl Stamp {
     }
 }
 
-fn parse(file: &Path, text: &str) -> Result<Desired> {
+/// The manifests in `text`, as if read from `file` (which names them in
+/// errors and anchors the files they name).
+pub fn parse(file: &Path, text: &str) -> Result<Desired> {
     let mut desired = Desired::default();
     for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let fail = |message: String| Error::Manifest {

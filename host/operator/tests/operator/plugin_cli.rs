@@ -128,13 +128,27 @@ fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
     assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD), "{stderr}");
 }
 
-/// `proxyfleet plugin test` with the entry in `entry` (YAML), in `dir`:
-/// its exit status and report.
-async fn conformance(dir: &std::path::Path, plugin_name: &str, entry: &str, spec: &str) -> Output {
+/// `proxyfleet plugin test` with the entry in `entry` (YAML), in `dir`,
+/// the suite's Proxies asking for `image` when given: its exit status and
+/// report.
+async fn conformance(
+    dir: &std::path::Path,
+    plugin_name: &str,
+    entry: &str,
+    image: Option<&str>,
+) -> Output {
     let entry_file = dir.join("entry.yaml");
     std::fs::write(&entry_file, entry).unwrap();
     let spec_file = dir.join("spec.yaml");
-    std::fs::write(&spec_file, spec).unwrap();
+    let image = image.map(|image| format!(", image: {image}")).unwrap_or_default();
+    std::fs::write(
+        &spec_file,
+        format!(
+            "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: suite }}\n\
+             spec: {{ provider: suite{image} }}\n"
+        ),
+    )
+    .unwrap();
     let junit = dir.join("junit.xml");
     let args = [
         "plugin".to_owned(),
@@ -176,7 +190,7 @@ fn only_entry(providers_list: &str) -> String {
 async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
     let dir = tempfile::tempdir().unwrap();
     let entry = "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
-    let output = conformance(dir.path(), "static", entry, "{}").await;
+    let output = conformance(dir.path(), "static", entry, None).await;
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of static "), "{stdout}");
@@ -192,7 +206,7 @@ async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
 async fn plugin_test_names_the_rules_a_plugin_breaks() {
     let dir = tempfile::tempdir().unwrap();
     let entry = "name: lab\nplugin: noop\nconfig: {}\n";
-    let output = conformance(dir.path(), "fixtures/noop", entry, "{}").await;
+    let output = conformance(dir.path(), "fixtures/noop", entry, None).await;
     assert_eq!(output.status.code(), Some(1), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -244,7 +258,7 @@ async fn plugin_test_passes_gcp_and_proxmox_against_their_simulators() {
         &ca_file,
         &key_file,
     ));
-    let output = conformance(dir.path(), "gcp", &entry, "image: debian-12\n").await;
+    let output = conformance(dir.path(), "gcp", &entry, Some("debian-12")).await;
     assert!(output.status.success(), "{}", report(&output));
     assert!(gce.instances().is_empty(), "left behind: {:?}", gce.instances());
 
@@ -286,7 +300,7 @@ grants:
         ca = ca_file.display(),
         token = token_file.display(),
     );
-    let output = conformance(dir.path(), "proxmox", &entry, "image: debian-12\n").await;
+    let output = conformance(dir.path(), "proxmox", &entry, Some("debian-12")).await;
     assert!(output.status.success(), "{}", report(&output));
     let left: Vec<u32> = pve.vms().iter().map(|vm| vm.vmid).filter(|vmid| *vmid != 100).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -298,7 +312,7 @@ grants:
 async fn plugin_test_passes_the_provider_written_in_python() {
     let dir = tempfile::tempdir().unwrap();
     let entry = "name: office\nplugin: python-static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
-    let output = conformance(dir.path(), "examples/python-static", entry, "{}").await;
+    let output = conformance(dir.path(), "examples/python-static", entry, None).await;
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of python-static 0.1.0 (contract "), "{stdout}");
