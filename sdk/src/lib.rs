@@ -103,9 +103,11 @@
 //! ```
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2` and a crate
-//! type of `cdylib`. Off wasm (in `cargo test` on the host target) the crate
-//! compiles, and its pure helpers work, but calls into the host (`kv`, `log`,
-//! `http`) panic.
+//! type of `cdylib`. Off wasm (in `cargo test` on the host target) the calls
+//! into the host (`kv`, `log`, `http`) go to the [`native`] host installed
+//! for the thread: `proxyfleet-sdk-testkit` runs a provider's functions with
+//! an in-memory store and declared HTTP exchanges that way. The
+//! [`libvirt`] interface has no native host and panics off wasm.
 
 #![deny(missing_docs)]
 
@@ -120,10 +122,14 @@ mod error;
 pub mod http;
 pub mod iso;
 pub mod kv;
+mod kv_error;
 pub mod libvirt;
 pub mod log;
 mod mark;
+mod method;
 mod naming;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
 mod provider;
 mod types;
 

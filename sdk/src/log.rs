@@ -25,7 +25,10 @@ pub use wit::Level;
 pub fn log(level: Level, message: &str, fields: &[(&str, &dyn Display)]) {
     let fields: Vec<(String, String)> =
         fields.iter().map(|(key, value)| ((*key).to_owned(), value.to_string())).collect();
+    #[cfg(target_arch = "wasm32")]
     wit::log(level, message, &fields);
+    #[cfg(not(target_arch = "wasm32"))]
+    crate::native::host(|host| host.log(level, message, &fields));
 }
 
 /// Logs at [`Level::Trace`].

@@ -37,8 +37,9 @@ fn provide() -> Result<PathBuf> {
     Ok(tool)
 }
 
-/// Builds the site into `target/book/`: the book, then the SDK's rustdoc
-/// into its `sdk/` (the page `docs/sdk.md` links there).
+/// Builds the site into `target/book/`: the book, then the rustdoc of the
+/// SDK and its test kit into its `sdk/` (the page `docs/sdk.md` links
+/// there).
 pub fn build(repo: &Repo) -> Result<()> {
     let mdbook = provide()?;
     let out = repo.root.join("target/book");
@@ -49,20 +50,23 @@ pub fn build(repo: &Repo) -> Result<()> {
     let rustdoc_target = repo.root.join("target/sdk-doc");
     process::run(
         Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(["doc", "--no-deps", "-p", "proxyfleet-sdk", "--manifest-path"])
+            .args(["doc", "--no-deps", "-p", "proxyfleet-sdk", "-p", "proxyfleet-sdk-testkit"])
+            .arg("--manifest-path")
             .arg(repo.plugins_manifest())
             .env("CARGO_TARGET_DIR", &rustdoc_target)
             // Broken intra-doc links fail the build, as broken links do.
             .env("RUSTDOCFLAGS", "-D warnings"),
     )
-    .context("cargo doc for the SDK")?;
+    .context("cargo doc for the SDK and its test kit")?;
     let sdk = out.join("sdk");
     let _ = fs::remove_dir_all(&sdk);
     crate::tree::copy(&rustdoc_target.join("doc"), &sdk)?;
-    ensure!(
-        sdk.join("proxyfleet_sdk/index.html").is_file(),
-        "the SDK's rustdoc has no proxyfleet_sdk/index.html"
-    );
+    for krate in ["proxyfleet_sdk", "proxyfleet_sdk_testkit"] {
+        ensure!(
+            sdk.join(krate).join("index.html").is_file(),
+            "the SDK's rustdoc has no {krate}/index.html"
+        );
+    }
     eprintln!("xtask book: {} (open index.html)", out.display());
     Ok(())
 }

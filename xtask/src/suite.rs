@@ -51,13 +51,15 @@ pub fn test(repo: &Repo) -> Result<()> {
                 .current_dir(repo.plugins()),
         )
     })?;
-    // What a plugin author gets from crates.io: the SDK as packaged,
-    // built from the package alone (its WIT travels in it).
+    // What a plugin author gets from crates.io: the SDK and its test kit
+    // as packaged, each built from its package alone (the SDK's WIT
+    // travels in it; the kit builds against the SDK's package).
     step("sdk: cargo package", || {
         process::run(
             cargo()
                 // A working tree with changes is packaged as it is.
-                .args(["package", "--allow-dirty", "--package", "proxyfleet-sdk"])
+                .args(["package", "--allow-dirty"])
+                .args(["--package", "proxyfleet-sdk", "--package", "proxyfleet-sdk-testkit"])
                 .arg("--manifest-path")
                 .arg(repo.plugins_manifest())
                 .current_dir(repo.plugins()),

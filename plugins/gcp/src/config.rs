@@ -5,75 +5,81 @@
 use std::collections::BTreeMap;
 
 use proxyfleet_sdk::{ProviderError, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::names::{is_label_key, is_label_value, is_resource_id};
 
-/// JSON schema of [`Config`], reported by `describe`.
-pub const CONFIG_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "gcp provider entry",
-  "type": "object",
-  "additionalProperties": false,
-  "required": ["project", "zones"],
-  "properties": {
-    "endpoint": {"description": "Compute Engine API endpoint (scheme, host, port); must match a grant.", "type": "string", "default": "https://compute.googleapis.com"},
-    "project": {"description": "Project ID the instances live in.", "type": "string"},
-    "zones": {"description": "Zones instances may go to; a create tries them in an order fixed by the Proxy UID and moves on when a zone has no capacity. A Proxy's placement `zone` picks one.", "type": "array", "minItems": 1, "items": {"type": "string"}},
-    "images": {"description": "Proxy image key to a source image: projects/P/global/images/NAME or projects/P/global/images/family/FAMILY.", "type": "object", "additionalProperties": {"type": "string"}},
-    "instanceTemplates": {"description": "Proxy image key to an instance template: projects/P/global/instanceTemplates/NAME.", "type": "object", "additionalProperties": {"type": "string"}},
-    "machineType": {"description": "Machine type for every instance; derived from the Proxy's cores and memory when absent.", "type": "string"},
-    "diskType": {"description": "Boot disk type.", "type": "string", "default": "pd-balanced"},
-    "network": {"description": "VPC network.", "type": "string", "default": "global/networks/default"},
-    "subnetwork": {"description": "Subnetwork, e.g. regions/R/subnetworks/S.", "type": "string"},
-    "externalAddress": {"description": "Give instances an ephemeral external address.", "type": "boolean", "default": true},
-    "address": {"description": "Which address `get` reports.", "enum": ["external", "internal"], "default": "external"},
-    "networkTags": {"description": "Network tags, e.g. for firewall rules.", "type": "array", "items": {"type": "string"}, "default": ["proxyfleet-proxy"]},
-    "labels": {"description": "Extra labels on every instance.", "type": "object", "additionalProperties": {"type": "string"}},
-    "serviceAccount": {"description": "E-mail of the service account the instances run as (none when absent).", "type": "string"},
-    "namePrefix": {"description": "Prefix of instance names.", "type": "string", "default": "pf"},
-    "operationPollMs": {"description": "How often a zone operation is polled.", "type": "integer", "minimum": 50, "maximum": 60000, "default": 1000}
-  }
-}"#;
+/// JSON schema of [`Config`], reported by `describe`: derived from the
+/// struct, so the two cannot drift.
+pub fn config_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(Config)).unwrap_or_default()
+}
 
 /// The parsed entry config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "gcp provider entry")]
 pub struct Config {
+    /// Compute Engine API endpoint (scheme, host, port); must match a grant.
     #[serde(default = "default_endpoint")]
     pub endpoint: String,
+    /// Project ID the instances live in.
     pub project: String,
+    /// Zones instances may go to; a create tries them in an order fixed by
+    /// the Proxy UID and moves on when a zone has no capacity. A Proxy's
+    /// placement `zone` picks one.
+    #[schemars(length(min = 1))]
     pub zones: Vec<String>,
+    /// Proxy image key to a source image: projects/P/global/images/NAME or
+    /// projects/P/global/images/family/FAMILY.
     #[serde(default)]
     pub images: BTreeMap<String, String>,
+    /// Proxy image key to an instance template:
+    /// projects/P/global/instanceTemplates/NAME.
     #[serde(default)]
     pub instance_templates: BTreeMap<String, String>,
+    /// Machine type for every instance; derived from the Proxy's cores and
+    /// memory when absent.
     #[serde(default)]
     pub machine_type: Option<String>,
+    /// Boot disk type.
     #[serde(default = "default_disk_type")]
     pub disk_type: String,
+    /// VPC network.
     #[serde(default = "default_network")]
     pub network: String,
+    /// Subnetwork, e.g. regions/R/subnetworks/S.
     #[serde(default)]
     pub subnetwork: Option<String>,
+    /// Give instances an ephemeral external address.
     #[serde(default = "default_true")]
     pub external_address: bool,
+    /// Which address `get` reports.
     #[serde(default)]
     pub address: AddressKind,
+    /// Network tags, e.g. for firewall rules.
     #[serde(default = "default_tags")]
     pub network_tags: Vec<String>,
+    /// Extra labels on every instance.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// E-mail of the service account the instances run as (none when
+    /// absent).
     #[serde(default)]
     pub service_account: Option<String>,
+    /// Prefix of instance names.
     #[serde(default = "default_prefix")]
     pub name_prefix: String,
+    /// How often a zone operation is polled, in milliseconds.
     #[serde(default = "default_poll_ms")]
+    #[schemars(range(min = 50, max = 60_000))]
     pub operation_poll_ms: u64,
 }
 
 /// Which address of an instance is the proxy's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AddressKind {
     /// The ephemeral external (NAT) address.
@@ -374,5 +380,20 @@ mod tests {
         assert!(
             matches!(machine_type_for(0, 1024), Err(ProviderError::InvalidSpec(m)) if m.starts_with("cores"))
         );
+    }
+
+    /// The schema is the struct's: derived, so a key added to one is in
+    /// the other, and its defaults are what the parser fills in.
+    #[test]
+    fn the_schema_is_derived_from_the_config_struct() {
+        let schema: serde_json::Value =
+            serde_json::from_str(&config_schema()).expect("schema parses");
+        assert_eq!(schema["title"], "gcp provider entry");
+        assert_eq!(schema["required"], serde_json::json!(["project", "zones"]));
+        assert_eq!(schema["properties"]["zones"]["minItems"], 1);
+        assert_eq!(schema["properties"]["operationPollMs"]["minimum"], 50);
+        let defaults = Config::parse(VALID).expect("valid");
+        assert_eq!(schema["properties"]["endpoint"]["default"], defaults.endpoint);
+        assert_eq!(schema["properties"]["namePrefix"]["default"], defaults.name_prefix);
     }
 }

@@ -33,7 +33,7 @@ use proxyfleet_sdk::{
 };
 use serde_json::Value;
 
-use crate::config::{CONFIG_SCHEMA, Config, Source};
+use crate::config::{Config, Source, config_schema};
 use crate::gce::{Client, OperationFailure};
 use crate::instance::{FLEET_LABEL, instance_name, mark_of, parse_provider_id, request_id};
 
@@ -402,7 +402,7 @@ impl Provider for Gcp {
     fn describe() -> PluginInfo {
         // The endpoint is config (the simulator, a private endpoint), so the
         // grants name it rather than `describe`.
-        PluginInfo::new("gcp", env!("CARGO_PKG_VERSION"), CONFIG_SCHEMA, Capabilities::default())
+        PluginInfo::new("gcp", env!("CARGO_PKG_VERSION"), config_schema(), Capabilities::default())
     }
 
     fn validate_config(config: &str) -> Result<()> {
@@ -525,5 +525,90 @@ mod tests {
             source_path("https://www.googleapis.com/compute/v1/projects/a/global/images/b"),
             "projects/a/global/images/b"
         );
+    }
+
+    /// Create, retry, get and delete through the SDK's native host, against
+    /// a few lines of Compute Engine: instances by name, inserts that finish
+    /// at once.
+    #[test]
+    fn a_create_through_the_api_is_adopted_on_retry_and_deleted() {
+        use std::cell::RefCell;
+        use std::collections::BTreeMap;
+        use std::rc::Rc;
+
+        use proxyfleet_sdk::HttpDestination;
+        use proxyfleet_sdk::http::Method;
+        use proxyfleet_sdk_testkit::{Reply, TestKit};
+        use serde_json::json;
+
+        let kit = TestKit::<Gcp>::new(&json!({
+            "endpoint": "https://gce.test",
+            "project": "p-1",
+            "zones": ["europe-west1-b"],
+            "images": {"debian-12": "projects/debian-cloud/global/images/family/debian-12"},
+            "operationPollMs": 50
+        }))
+        .expect("a valid config");
+        kit.grant(HttpDestination::https("gce.test", None));
+        let instances: Rc<RefCell<BTreeMap<String, Value>>> = Rc::default();
+        let api = Rc::clone(&instances);
+        let done = |name: &str| Reply::json(200, &json!({"name": name, "status": "DONE"}));
+        kit.route(move |request| {
+            let path = request
+                .url
+                .strip_prefix("https://gce.test/compute/v1/projects/p-1/zones/europe-west1-b/")?;
+            let path = path.split('?').next().unwrap_or_default();
+            let mut instances = api.borrow_mut();
+            match (request.method, path.strip_prefix("instances")) {
+                (Method::Post, Some("")) => {
+                    let mut body: Value = serde_json::from_slice(&request.body).ok()?;
+                    let name = body["name"].as_str()?.to_owned();
+                    body["networkInterfaces"] = json!([{
+                        "networkIP": "10.0.0.7",
+                        "accessConfigs": [{"natIP": "203.0.113.7"}]
+                    }]);
+                    body["status"] = json!("RUNNING");
+                    instances.insert(name, body);
+                    Some(done("op-insert"))
+                }
+                (Method::Get, Some(name)) => {
+                    Some(match instances.get(name.trim_start_matches('/')) {
+                        Some(instance) => Reply::json(200, instance),
+                        None => Reply::json(
+                            404,
+                            &json!({"error": {"code": 404, "message": "not found"}}),
+                        ),
+                    })
+                }
+                (Method::Delete, Some(name)) => {
+                    instances.remove(name.trim_start_matches('/'))?;
+                    Some(done("op-delete"))
+                }
+                _ => None,
+            }
+        });
+
+        let spec = proxyfleet_sdk_testkit::spec_with_auth("web-1");
+        let created = kit.create(&spec).expect("created");
+        // The external address: the entry's `externalAddress` is on by default.
+        assert_eq!(created.addresses, ["203.0.113.7"]);
+        assert_eq!(created.mark.as_ref().map(|mark| mark.uid.as_str()), Some(spec.uid.as_str()));
+        let inserts = || kit.requests().iter().filter(|r| r.method == Method::Post).count();
+        assert_eq!(kit.create(&spec).expect("adopted"), created, "a retry adopts");
+        assert_eq!(inserts(), 1, "and inserts nothing");
+        assert_eq!(kit.get(&created.provider_id).expect("found").addresses, ["203.0.113.7"]);
+        kit.delete(&created.provider_id).expect("deleted");
+        assert!(instances.borrow().is_empty());
+        assert!(matches!(kit.get(&created.provider_id), Err(ProviderError::NotFound(_))));
+        kit.verify();
+    }
+
+    #[test]
+    fn the_config_schema_says_what_validate_config_accepts() {
+        proxyfleet_sdk_testkit::assert_config_schema::<Gcp>(&serde_json::json!({
+            "project": "p-1",
+            "zones": ["europe-west1-b"],
+            "images": {"debian-12": "projects/debian-cloud/global/images/family/debian-12"}
+        }));
     }
 }

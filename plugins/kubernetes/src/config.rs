@@ -19,95 +19,113 @@ pub const DEFAULT_IMAGE: &str = "ghcr.io/proxyfleet/tinyproxy:0.1.0";
 /// default launcher, which only reads its binary and writes to `/tmp`.
 pub const DEFAULT_RUN_AS_USER: i64 = 65534;
 
-/// JSON schema of [`Config`], reported by `describe`.
-pub const CONFIG_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "kubernetes provider entry",
-  "type": "object",
-  "additionalProperties": false,
-  "required": ["apiServer", "namespace"],
-  "properties": {
-    "apiServer": {"description": "API server base URL without path, e.g. https://kubernetes.default.svc; must match a grant.", "type": "string"},
-    "namespace": {"description": "Namespace the proxy pods are created in.", "type": "string"},
-    "image": {"description": "Container image of a proxy whose Proxy names no image.", "type": "string", "default": "ghcr.io/proxyfleet/tinyproxy:0.1.0"},
-    "images": {"description": "A Proxy's image key to the container image it runs.", "type": "object", "additionalProperties": {"type": "string"}},
-    "command": {"description": "The container's command; absent with args absent: the built-in tinyproxy launcher. $(PROXY_PORT) expands to the listening port.", "type": "array", "items": {"type": "string"}},
-    "args": {"description": "The container's args; see command.", "type": "array", "items": {"type": "string"}},
-    "port": {"description": "Port the image listens on whatever the Proxy's port; absent: the Proxy's port.", "type": "integer", "minimum": 1, "maximum": 65535},
-    "runAsUser": {"description": "Non-root user ID the container runs as.", "type": "integer", "minimum": 1, "default": 65534},
-    "millicpuPerCore": {"description": "CPU request, in millicpu, for each of a Proxy's cores (a proxy pod needs far less than a VM's vCPU).", "type": "integer", "minimum": 1, "maximum": 1000000, "default": 1000},
-    "imagePullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
-    "imagePullSecrets": {"description": "Names of Secrets in the namespace to pull the images with.", "type": "array", "items": {"type": "string"}},
-    "nodeSelector": {"description": "Node labels every proxy pod requires; a Proxy's placement adds to them.", "type": "object", "additionalProperties": {"type": "string"}},
-    "tolerations": {"description": "Taints every proxy pod tolerates.", "type": "array", "items": {"type": "object", "additionalProperties": false,
-      "properties": {"key": {"type": "string"}, "operator": {"enum": ["Equal", "Exists"]}, "value": {"type": "string"},
-        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]}, "tolerationSeconds": {"type": "integer"}}}}
-  }
-}"#;
+/// JSON schema of [`Config`], reported by `describe`: derived from the
+/// struct, so the two cannot drift.
+pub fn config_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(Config)).unwrap_or_default()
+}
 
 /// The parsed entry config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "kubernetes provider entry")]
 pub struct Config {
+    /// API server base URL without path, e.g.
+    /// https://kubernetes.default.svc; must match a grant.
     pub api_server: String,
+    /// Namespace the proxy pods are created in.
     pub namespace: String,
+    /// Container image of a proxy whose Proxy names no image.
     #[serde(default = "default_image")]
     pub image: String,
+    /// A Proxy's image key to the container image it runs.
     #[serde(default)]
     pub images: BTreeMap<String, String>,
+    /// The container's command; absent with args absent: the built-in
+    /// tinyproxy launcher. $(PROXY_PORT) expands to the listening port.
     #[serde(default)]
     pub command: Option<Vec<String>>,
+    /// The container's args; see command.
     #[serde(default)]
     pub args: Option<Vec<String>>,
+    /// Port the image listens on whatever the Proxy's port; absent: the
+    /// Proxy's port.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub port: Option<u16>,
+    /// Non-root user ID the container runs as.
     #[serde(default = "default_run_as_user")]
+    #[schemars(range(min = 1))]
     pub run_as_user: i64,
+    /// CPU request, in millicpu, for each of a Proxy's cores (a proxy pod
+    /// needs far less than a VM's vCPU).
     #[serde(default = "default_millicpu_per_core")]
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub millicpu_per_core: u32,
+    /// When the node pulls the image.
     #[serde(default)]
     pub image_pull_policy: Option<PullPolicy>,
+    /// Names of Secrets in the namespace to pull the images with.
     #[serde(default)]
     pub image_pull_secrets: Vec<String>,
+    /// Node labels every proxy pod requires; a Proxy's placement adds to
+    /// them.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints every proxy pod tolerates.
     #[serde(default)]
     pub tolerations: Vec<Toleration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// Kubernetes' `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 pub enum PullPolicy {
+    /// Pull on every start.
     Always,
+    /// Pull when the node lacks the image.
     IfNotPresent,
+    /// Never pull.
     Never,
 }
 
 /// A Kubernetes toleration, written into the pod as it is.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Toleration {
+    /// The taint key; none with operator Exists tolerates every taint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// How the value is compared; Equal when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<Operator>,
+    /// The taint value, for operator Equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// The effect tolerated; every effect when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<Effect>,
+    /// How long a NoExecute taint is tolerated, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toleration_seconds: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// A toleration's operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 pub enum Operator {
+    /// The taint's value must equal the toleration's.
     Equal,
+    /// Any value of the taint's key.
     Exists,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// A taint's effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 pub enum Effect {
+    /// Not scheduled onto the node.
     NoSchedule,
+    /// Scheduled onto the node only when nothing else fits.
     PreferNoSchedule,
+    /// Evicted from the node.
     NoExecute,
 }
 
@@ -337,5 +355,33 @@ mod tests {
             .problem(),
             None
         );
+    }
+
+    /// The schema is the struct's: derived, so a key added to one is in
+    /// the other, and its defaults are what the parser fills in.
+    #[test]
+    fn the_schema_is_derived_from_the_config_struct() {
+        let schema: serde_json::Value =
+            serde_json::from_str(&config_schema()).expect("schema parses");
+        assert_eq!(schema["title"], "kubernetes provider entry");
+        assert_eq!(schema["required"], serde_json::json!(["apiServer", "namespace"]));
+        assert_eq!(schema["properties"]["image"]["default"], DEFAULT_IMAGE);
+        assert_eq!(schema["properties"]["runAsUser"]["default"], DEFAULT_RUN_AS_USER);
+        assert_eq!(schema["properties"]["port"]["minimum"], 1);
+        let policies: Vec<&str> = schema["$defs"]["PullPolicy"]["oneOf"]
+            .as_array()
+            .expect("one schema per policy")
+            .iter()
+            .filter_map(|policy| policy["const"].as_str())
+            .collect();
+        assert_eq!(policies, ["Always", "IfNotPresent", "Never"]);
+    }
+
+    #[test]
+    fn the_config_schema_says_what_validate_config_accepts() {
+        proxyfleet_sdk_testkit::assert_config_schema::<crate::Kubernetes>(&serde_json::json!({
+            "apiServer": "https://kubernetes.default.svc",
+            "namespace": "proxies"
+        }));
     }
 }

@@ -32,7 +32,7 @@ use proxyfleet_sdk::{
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, Client};
-use crate::config::{CONFIG_SCHEMA, Config};
+use crate::config::{Config, config_schema};
 
 /// Pods per page of `list`.
 const LIST_PAGE: u32 = 250;
@@ -372,7 +372,7 @@ impl Provider for Kubernetes {
         PluginInfo::new(
             "kubernetes",
             env!("CARGO_PKG_VERSION"),
-            CONFIG_SCHEMA,
+            config_schema(),
             Capabilities::default(),
         )
     }

@@ -5,97 +5,92 @@
 use std::collections::BTreeMap;
 
 use proxyfleet_sdk::{ProviderError, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// JSON schema of [`Config`], reported by `describe`.
-pub const CONFIG_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "kvm provider entry",
-  "type": "object",
-  "additionalProperties": false,
-  "required": ["hosts", "images"],
-  "properties": {
-    "hosts": {"description": "Hypervisors proxies may run on; each must be granted under grants.libvirt. A Proxy's placement `host` picks one, otherwise the Proxy UID does.", "type": "array", "minItems": 1, "items": {
-      "type": "object", "additionalProperties": false, "required": ["name"],
-      "properties": {
-        "name": {"description": "The host as granted.", "type": "string"},
-        "pool": {"description": "Storage pool for base images, overlays and seeds on this host; the entry's `pool` when absent.", "type": "string"}
-      }}},
-    "pool": {"description": "Storage pool on every host without its own.", "type": "string", "default": "default"},
-    "images": {"description": "Proxy image key to a base image, downloaded once per host and pool through the HTTP capability.", "type": "object", "minProperties": 1, "additionalProperties": {
-      "type": "object", "additionalProperties": false, "required": ["url", "sha256"],
-      "properties": {
-        "url": {"description": "http(s) URL of the image; its host must be granted under grants.http.", "type": "string"},
-        "sha256": {"description": "Hex SHA-256 of the image file, checked while it streams.", "type": "string"},
-        "format": {"enum": ["qcow2", "raw"], "default": "qcow2"}
-      }}},
-    "interface": {"description": "Where the domain's one NIC attaches: a libvirt network or a host bridge.", "type": "object", "additionalProperties": false,
-      "properties": {
-        "network": {"description": "A libvirt network (DHCP leases can tell the address).", "type": "string"},
-        "bridge": {"description": "A host bridge.", "type": "string"},
-        "vlanBridges": {"description": "VLAN tag to the bridge that carries it untagged, for Proxies with a network VLAN tag on Linux bridges.", "type": "object", "additionalProperties": {"type": "string"}},
-        "openvswitch": {"description": "The bridge is an Open vSwitch bridge: a Proxy's VLAN tag is set on its port.", "type": "boolean", "default": false},
-        "model": {"description": "NIC model.", "type": "string", "default": "virtio"}
-      }, "default": {"network": "default"}},
-    "addressSources": {"description": "Where `get` reads addresses, in order of preference.", "type": "array", "items": {"enum": ["agent", "lease", "arp"]}, "default": ["agent", "lease", "arp"]},
-    "domainType": {"description": "libvirt domain type: kvm, or qemu for software emulation.", "type": "string", "default": "kvm"},
-    "arch": {"type": "string", "default": "x86_64"},
-    "cpuMode": {"description": "CPU mode, e.g. host-passthrough; libvirt's default when absent.", "type": "string"},
-    "namePrefix": {"description": "Prefix of domain and volume names.", "type": "string", "default": "pf"}
-  }
-}"#;
+/// JSON schema of [`Config`], reported by `describe`: derived from the
+/// struct, so the two cannot drift.
+pub fn config_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(Config)).unwrap_or_default()
+}
 
 /// Longest domain name the plugin derives: short enough for volume names
 /// built from it and for hostnames.
 pub const NAME_MAX: usize = 40;
 
 /// The parsed entry config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "kvm provider entry")]
 pub struct Config {
+    /// Hypervisors proxies may run on; each must be granted under
+    /// grants.libvirt. A Proxy's placement `host` picks one, otherwise the
+    /// Proxy UID does.
+    #[schemars(length(min = 1))]
     pub hosts: Vec<HostConfig>,
+    /// Storage pool on every host without its own.
     #[serde(default = "default_pool")]
     pub pool: String,
+    /// Proxy image key to a base image, downloaded once per host and pool
+    /// through the HTTP capability.
+    #[schemars(extend("minProperties" = 1))]
     pub images: BTreeMap<String, Image>,
+    /// Where the domain's one NIC attaches: a libvirt network or a host
+    /// bridge.
     #[serde(default)]
     pub interface: Interface,
+    /// Where `get` reads addresses, in order of preference.
     #[serde(default = "default_sources")]
     pub address_sources: Vec<AddressSourceName>,
+    /// libvirt domain type: kvm, or qemu for software emulation.
     #[serde(default = "default_domain_type")]
     pub domain_type: String,
+    /// The guest architecture.
     #[serde(default = "default_arch")]
     pub arch: String,
+    /// CPU mode, e.g. host-passthrough; libvirt's default when absent.
     #[serde(default)]
     pub cpu_mode: Option<String>,
+    /// Prefix of domain and volume names.
     #[serde(default = "default_prefix")]
     pub name_prefix: String,
 }
 
 /// One hypervisor.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostConfig {
+    /// The host as granted.
     pub name: String,
+    /// Storage pool for base images, overlays and seeds on this host; the
+    /// entry's `pool` when absent.
     #[serde(default)]
     pub pool: Option<String>,
 }
 
 /// A base image.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Image {
+    /// http(s) URL of the image; its host must be granted under
+    /// grants.http.
     pub url: String,
+    /// Hex SHA-256 of the image file, checked while it streams.
     pub sha256: String,
+    /// The image file's format.
     #[serde(default)]
     pub format: ImageFormat,
 }
 
 /// Disk image formats a base may have.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageFormat {
+    /// qcow2.
     #[default]
     Qcow2,
+    /// A raw disk image.
     Raw,
 }
 
@@ -109,17 +104,24 @@ impl ImageFormat {
 }
 
 /// Where a domain's NIC attaches.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Interface {
-    #[serde(default)]
+    /// A libvirt network (DHCP leases can tell the address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
-    #[serde(default)]
+    /// A host bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<String>,
+    /// VLAN tag to the bridge that carries it untagged, for Proxies with a
+    /// network VLAN tag on Linux bridges.
     #[serde(default)]
     pub vlan_bridges: BTreeMap<String, String>,
+    /// The bridge is an Open vSwitch bridge: a Proxy's VLAN tag is set on
+    /// its port.
     #[serde(default)]
     pub openvswitch: bool,
+    /// NIC model.
     #[serde(default = "default_model")]
     pub model: String,
 }
@@ -186,11 +188,14 @@ impl Interface {
 }
 
 /// Where addresses are read from (config spelling).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AddressSourceName {
+    /// The QEMU guest agent.
     Agent,
+    /// The libvirt network's DHCP leases.
     Lease,
+    /// The host's ARP table.
     Arp,
 }
 
@@ -427,5 +432,28 @@ mod tests {
             ovs.attachment(Some(7)).expect("valid"),
             Attachment::Bridge { bridge: "br0".into(), openvswitch: true, vlan: Some(7) }
         );
+    }
+
+    /// The schema is the struct's: derived, so a key added to one is in
+    /// the other, and its defaults are what the parser fills in.
+    #[test]
+    fn the_schema_is_derived_from_the_config_struct() {
+        let schema: serde_json::Value =
+            serde_json::from_str(&config_schema()).expect("schema parses");
+        assert_eq!(schema["title"], "kvm provider entry");
+        assert_eq!(schema["properties"]["images"]["minProperties"], 1);
+        let defaults = Config::parse(&config("")).expect("valid");
+        assert_eq!(schema["properties"]["interface"]["default"]["network"], "default");
+        assert_eq!(schema["properties"]["pool"]["default"], defaults.pool);
+        assert_eq!(
+            schema["properties"]["addressSources"]["default"],
+            serde_json::json!(["agent", "lease", "arp"])
+        );
+    }
+
+    #[test]
+    fn the_config_schema_says_what_validate_config_accepts() {
+        let valid = serde_json::from_str(&config("")).expect("JSON");
+        proxyfleet_sdk_testkit::assert_config_schema::<crate::Kvm>(&valid);
     }
 }

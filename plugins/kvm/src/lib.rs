@@ -29,7 +29,7 @@ use proxyfleet_sdk::{
     PluginInfo, Provider, ProviderError, ProxySpec, Result, export_provider, log,
 };
 
-use crate::config::{AddressSourceName, CONFIG_SCHEMA, Config, HostConfig, NAME_MAX};
+use crate::config::{AddressSourceName, Config, HostConfig, NAME_MAX, config_schema};
 use crate::image::Place;
 use crate::lease::Lease;
 
@@ -558,7 +558,7 @@ impl Provider for Kvm {
     fn describe() -> PluginInfo {
         // Image hosts come from the config, so the grants name them; the
         // libvirt hosts are the grants' too.
-        PluginInfo::new("kvm", env!("CARGO_PKG_VERSION"), CONFIG_SCHEMA, Capabilities::default())
+        PluginInfo::new("kvm", env!("CARGO_PKG_VERSION"), config_schema(), Capabilities::default())
     }
 
     fn validate_config(config: &str) -> Result<()> {

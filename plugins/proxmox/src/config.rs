@@ -5,58 +5,66 @@
 use std::collections::BTreeMap;
 
 use proxyfleet_sdk::{ProviderError, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// JSON schema of [`Config`], reported by `describe`.
-pub const CONFIG_SCHEMA: &str = r#"{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "title": "proxmox provider entry",
-  "type": "object",
-  "additionalProperties": false,
-  "required": ["url", "nodes", "templates", "isoStorage"],
-  "properties": {
-    "url": {"description": "API base URL without path, e.g. https://pve.lan:8006; must match a grant.", "type": "string"},
-    "nodes": {"description": "Nodes proxies are placed on; a Proxy's placement `node` picks one of them.", "type": "array", "minItems": 1, "items": {"type": "string"}},
-    "templates": {"description": "Proxy image key to the VMID of the template VM to clone.", "type": "object", "minProperties": 1, "additionalProperties": {"type": "integer", "minimum": 100}},
-    "isoStorage": {"description": "Storage (content type iso) for the cloud-init seed images, on every node.", "type": "string"},
-    "targetStorage": {"description": "Storage for the cloned disks; the template's storage when absent.", "type": "string"},
-    "pool": {"description": "Resource pool new VMs join.", "type": "string"},
-    "bridge": {"description": "Bridge of net0.", "type": "string", "default": "vmbr0"},
-    "bootDisk": {"description": "The template's boot disk, grown to the Proxy's diskGiB.", "type": "string", "default": "scsi0"},
-    "vmidRange": {"description": "VMIDs proxies may take, inclusive.", "type": "object", "additionalProperties": false, "required": ["first", "last"],
-      "properties": {"first": {"type": "integer", "minimum": 100}, "last": {"type": "integer", "maximum": 999999999}},
-      "default": {"first": 100000, "last": 199999}},
-    "taskPollMs": {"description": "How often a running PVE task is polled.", "type": "integer", "minimum": 50, "maximum": 60000, "default": 1000}
-  }
-}"#;
+/// JSON schema of [`Config`], reported by `describe`: derived from the
+/// struct, so the two cannot drift.
+pub fn config_schema() -> String {
+    serde_json::to_string(&schemars::schema_for!(Config)).unwrap_or_default()
+}
 
 /// The parsed entry config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "proxmox provider entry")]
 pub struct Config {
+    /// API base URL without path, e.g. https://pve.lan:8006; must match a
+    /// grant.
     pub url: String,
+    /// Nodes proxies are placed on; a Proxy's placement `node` picks one of
+    /// them.
+    #[schemars(length(min = 1))]
     pub nodes: Vec<String>,
+    /// Proxy image key to the VMID of the template VM to clone.
+    // schemars bounds arrays, not maps: the bounds are spelled out.
+    #[schemars(extend(
+        "minProperties" = 1,
+        "additionalProperties" = {"type": "integer", "minimum": 100, "maximum": 999_999_999}
+    ))]
     pub templates: BTreeMap<String, u32>,
+    /// Storage (content type iso) for the cloud-init seed images, on every
+    /// node.
     pub iso_storage: String,
+    /// Storage for the cloned disks; the template's storage when absent.
     #[serde(default)]
     pub target_storage: Option<String>,
+    /// Resource pool new VMs join.
     #[serde(default)]
     pub pool: Option<String>,
+    /// Bridge of net0.
     #[serde(default = "default_bridge")]
     pub bridge: String,
+    /// The template's boot disk, grown to the Proxy's diskGiB.
     #[serde(default = "default_boot_disk")]
     pub boot_disk: String,
+    /// VMIDs proxies may take, inclusive.
     #[serde(default)]
     pub vmid_range: VmidRange,
+    /// How often a running PVE task is polled, in milliseconds.
     #[serde(default = "default_task_poll_ms")]
+    #[schemars(range(min = 50, max = 60_000))]
     pub task_poll_ms: u64,
 }
 
 /// Inclusive VMID range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VmidRange {
+    /// The first VMID proxies may take.
+    #[schemars(range(min = 100))]
     pub first: u32,
+    /// The last VMID proxies may take.
+    #[schemars(range(max = 999_999_999))]
     pub last: u32,
 }
 
@@ -203,5 +211,28 @@ mod tests {
         );
         assert!(error(&with("taskPollMs", "5")).starts_with("config key `taskPollMs`"));
         assert!(error(&with("token", r#""secret""#)).contains("unknown field `token`"));
+    }
+
+    /// The schema is the struct's: derived, so a key added to one is in
+    /// the other, and its defaults are what the parser fills in.
+    #[test]
+    fn the_schema_is_derived_from_the_config_struct() {
+        let schema: serde_json::Value =
+            serde_json::from_str(&config_schema()).expect("schema parses");
+        assert_eq!(schema["title"], "proxmox provider entry");
+        assert_eq!(schema["properties"]["templates"]["minProperties"], 1);
+        assert_eq!(schema["properties"]["templates"]["additionalProperties"]["minimum"], 100);
+        let defaults = Config::parse(VALID).expect("valid");
+        assert_eq!(schema["properties"]["bridge"]["default"], defaults.bridge);
+        assert_eq!(
+            schema["properties"]["vmidRange"]["default"]["first"],
+            defaults.vmid_range.first
+        );
+    }
+
+    #[test]
+    fn the_config_schema_says_what_validate_config_accepts() {
+        let valid = serde_json::from_str(VALID).expect("JSON");
+        proxyfleet_sdk_testkit::assert_config_schema::<crate::Proxmox>(&valid);
     }
 }

@@ -43,7 +43,7 @@ use proxyfleet_sdk::{
 };
 use serde_json::Value;
 
-use crate::config::{CONFIG_SCHEMA, Config};
+use crate::config::{Config, config_schema};
 use crate::pve::{Client, Fault};
 use crate::vm::{TAG, VmEntry};
 
@@ -730,7 +730,7 @@ impl Provider for Proxmox {
         PluginInfo::new(
             "proxmox",
             env!("CARGO_PKG_VERSION"),
-            CONFIG_SCHEMA,
+            config_schema(),
             Capabilities::default(),
         )
     }

@@ -87,3 +87,58 @@ impl Provider for Static {
 }
 
 export_provider!(Static);
+
+/// The provider as the operator drives it, through the SDK's native host.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxyfleet_sdk::ProviderError;
+    use proxyfleet_sdk_testkit::{TestKit, spec, spec_with_auth};
+    use serde_json::json;
+
+    fn kit(endpoints: &[&str]) -> TestKit<Static> {
+        TestKit::new(&json!({ "endpoints": endpoints })).expect("a valid config")
+    }
+
+    #[test]
+    fn each_proxy_holds_its_own_endpoint_until_deleted() {
+        let kit = kit(&["192.0.2.1:3128", "192.0.2.2:3128"]);
+        let first = kit.create(&spec("web-1")).expect("assigned");
+        let second = kit.create(&spec_with_auth("web-2")).expect("assigned");
+        assert_ne!(first.provider_id, second.provider_id);
+        // A retry adopts the endpoint it was given.
+        assert_eq!(kit.create(&spec("web-1")).expect("adopted"), first);
+        assert!(matches!(kit.create(&spec("web-3")), Err(ProviderError::QuotaExceeded(_))));
+
+        let mut listed: Vec<String> =
+            kit.list().expect("listed").into_iter().map(|i| i.provider_id).collect();
+        listed.sort();
+        let mut expected = vec![first.provider_id.clone(), second.provider_id.clone()];
+        expected.sort();
+        assert_eq!(listed, expected);
+
+        kit.delete(&first.provider_id).expect("released");
+        kit.delete(&first.provider_id).expect("releasing twice is fine");
+        assert!(matches!(kit.get(&first.provider_id), Err(ProviderError::NotFound(_))));
+        assert_eq!(
+            kit.create(&spec("web-3")).expect("the freed endpoint").provider_id,
+            first.provider_id
+        );
+        assert!(kit.check().healthy);
+        kit.verify();
+    }
+
+    #[test]
+    fn the_config_schema_says_what_validate_config_accepts() {
+        proxyfleet_sdk_testkit::assert_config_schema::<Static>(
+            &json!({"endpoints": ["192.0.2.1:3128"]}),
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_before_any_call() {
+        let error = TestKit::<Static>::new(&json!({"endpoints": [], "endpoint": "x"}))
+            .expect_err("refused");
+        assert!(matches!(&error, ProviderError::InvalidConfig(m) if m.contains("endpoint")));
+    }
+}

@@ -1,27 +1,25 @@
 //! Response bodies as they arrive: read whole, capped, or streamed chunk
-//! by chunk; and request bodies written out.
+//! by chunk.
 
 use std::fmt;
 
-use wasip2::http::types::{self as wasi, ErrorCode, IncomingBody, IncomingResponse, OutgoingBody};
-use wasip2::io::streams::{InputStream, StreamError};
+use wasip2::http::types::ErrorCode;
 
 use super::classify::classify_transport;
 use super::failure::{Failure, FailureKind};
 use super::target::Target;
-use super::{Method, READ_CHUNK, WRITE_CHUNK};
+use super::transport::{Incoming, ReadError};
+use super::{Method, READ_CHUNK};
 use crate::ProviderError;
 
 /// How much of an error answer's body [`Request::send_streaming`] reads
 /// for the message.
 pub(super) const ERROR_BODY_BYTES: usize = 4096;
 
-/// A response whose body has not been read yet. Field order is drop order:
-/// the stream is a child of the body, the body of the response.
+/// A response whose body has not been read yet.
 pub(super) struct OpenResponse {
-    pub(super) stream: Option<InputStream>,
-    pub(super) body: Option<IncomingBody>,
-    pub(super) _response: IncomingResponse,
+    /// `None` once the body has been read or released.
+    pub(super) body: Option<Incoming>,
     pub(super) status: u16,
     pub(super) headers: Vec<(String, String)>,
     pub(super) method: Method,
@@ -42,23 +40,24 @@ impl OpenResponse {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
-        let Some(stream) = &self.stream else { return Ok(None) };
-        match stream.blocking_read(READ_CHUNK) {
-            Ok(chunk) => Ok(Some(chunk)),
-            Err(StreamError::Closed) => {
+        let Some(body) = &mut self.body else { return Ok(None) };
+        match body.read(READ_CHUNK) {
+            Ok(Some(chunk)) => Ok(Some(chunk)),
+            Ok(None) => {
                 self.finish();
                 Ok(None)
             }
-            Err(StreamError::LastOperationFailed(io_error)) => {
+            Err(read_error) => {
                 self.finish();
-                let error = match wasi::http_error_code(&io_error) {
-                    Some(code) => classify_transport(&code, self.method, &self.url, &self.target),
-                    None => Failure::new(
+                let error = match read_error {
+                    ReadError::Code(code) => {
+                        classify_transport(&code, self.method, &self.url, &self.target)
+                    }
+                    ReadError::Io(description) => Failure::new(
                         FailureKind::Connection,
                         ProviderError::Transient(format!(
-                            "{}: reading the response failed: {}",
+                            "{}: reading the response failed: {description}",
                             self.label,
-                            io_error.to_debug_string()
                         )),
                     ),
                 };
@@ -111,9 +110,8 @@ impl OpenResponse {
 
     /// Releases the body; trailers are not used.
     pub(super) fn finish(&mut self) {
-        drop(self.stream.take());
-        if let Some(body) = self.body.take() {
-            drop(IncomingBody::finish(body));
+        if let Some(mut body) = self.body.take() {
+            body.finish();
         }
     }
 }
@@ -163,41 +161,5 @@ impl BodyStream {
     /// [`ProviderError::Transient`], and so is every read after it.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure> {
         self.open.next_chunk()
-    }
-}
-
-/// Streams `body` out and finishes the outgoing body. A failure is returned
-/// but only reported after the response future, which carries the better
-/// error code when the connection broke.
-pub(super) fn write_body(
-    outgoing_body: OutgoingBody,
-    body: &[u8],
-) -> std::result::Result<(), ErrorCode> {
-    let stream_result = match outgoing_body.write() {
-        Ok(stream) => {
-            let mut result = Ok(());
-            for chunk in body.chunks(WRITE_CHUNK) {
-                if let Err(error) = stream.blocking_write_and_flush(chunk) {
-                    result = Err(stream_error_code(error));
-                    break;
-                }
-            }
-            // The stream is a child of the body and must go first.
-            drop(stream);
-            result
-        }
-        Err(()) => {
-            Err(ErrorCode::InternalError(Some("request body stream already taken".to_owned())))
-        }
-    };
-    let finish_result = OutgoingBody::finish(outgoing_body, None);
-    stream_result.and(finish_result)
-}
-
-pub(super) fn stream_error_code(error: StreamError) -> ErrorCode {
-    match error {
-        StreamError::LastOperationFailed(io_error) => wasi::http_error_code(&io_error)
-            .unwrap_or_else(|| ErrorCode::InternalError(Some(io_error.to_debug_string()))),
-        StreamError::Closed => ErrorCode::ConnectionTerminated,
     }
 }

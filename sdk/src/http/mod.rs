@@ -35,8 +35,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use wasip2::http::outgoing_handler;
-use wasip2::http::types::{self as wasi, Fields, OutgoingRequest, RequestOptions};
 
 use crate::{ProviderError, Result};
 
@@ -55,62 +53,9 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How many bytes of an error response's body go into the error message.
 const BODY_EXCERPT_CHARS: usize = 200;
-/// `blocking-write-and-flush` accepts at most 4096 bytes per call.
-const WRITE_CHUNK: usize = 4096;
 const READ_CHUNK: u64 = 64 * 1024;
 
-/// An HTTP method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Method {
-    /// `GET`
-    Get,
-    /// `HEAD`
-    Head,
-    /// `POST`
-    Post,
-    /// `PUT`
-    Put,
-    /// `PATCH`
-    Patch,
-    /// `DELETE`
-    Delete,
-    /// `OPTIONS`
-    Options,
-}
-
-impl Method {
-    /// Whether servers expect a body (and so a length) even when empty.
-    fn expects_body(self) -> bool {
-        matches!(self, Self::Post | Self::Put | Self::Patch)
-    }
-
-    fn as_wasi(self) -> wasi::Method {
-        match self {
-            Self::Get => wasi::Method::Get,
-            Self::Head => wasi::Method::Head,
-            Self::Post => wasi::Method::Post,
-            Self::Put => wasi::Method::Put,
-            Self::Patch => wasi::Method::Patch,
-            Self::Delete => wasi::Method::Delete,
-            Self::Options => wasi::Method::Options,
-        }
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Get => "GET",
-            Self::Head => "HEAD",
-            Self::Post => "POST",
-            Self::Put => "PUT",
-            Self::Patch => "PATCH",
-            Self::Delete => "DELETE",
-            Self::Options => "OPTIONS",
-        })
-    }
-}
+pub use crate::method::Method;
 
 /// An HTTP request being built; [`Request::send`] performs it.
 #[derive(Clone)]
@@ -328,57 +273,29 @@ impl Request {
             )
         })?;
         let label = format!("{} {}", self.method, self.url);
-        let fail = |what: &str| refused(&label, what);
 
-        let headers = Fields::new();
+        let mut headers = Vec::with_capacity(self.headers.len() + 1);
         // The whole body is known, so say how long it is: without this the
         // host streams it chunked, which some API servers do not read.
         let has_content_length =
             self.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-length"));
         if !has_content_length && (!self.body.is_empty() || self.method.expects_body()) {
-            let length = self.body.len().to_string();
-            headers.append("content-length", length.as_bytes()).map_err(|error| {
-                fail(&format!("header `content-length` refused by the host ({error:?})"))
-            })?;
+            headers.push(("content-length".to_owned(), self.body.len().to_string().into_bytes()));
         }
-        for (name, value) in &self.headers {
-            headers.append(name, value).map_err(|error| {
-                // The value is left out on purpose: it may be a credential.
-                fail(&format!("header `{name}` refused by the host ({error:?})"))
-            })?;
-        }
-        let request = OutgoingRequest::new(headers);
-        request
-            .set_method(&self.method.as_wasi())
-            .map_err(|()| fail("method refused by the host"))?;
-        request
-            .set_scheme(Some(&target.scheme.as_wasi()))
-            .map_err(|()| fail("scheme refused by the host"))?;
-        request
-            .set_authority(Some(&target.authority))
-            .map_err(|()| fail("authority refused by the host"))?;
-        request
-            .set_path_with_query(Some(&target.path_with_query))
-            .map_err(|()| fail("path refused by the host"))?;
-
-        let options = RequestOptions::new();
-        // An error only means the host does not support that timeout; its
-        // own limits and the call deadline then apply.
-        let nanos = |timeout: Duration| u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-        let _ = options.set_connect_timeout(Some(nanos(self.connect_timeout)));
-        let _ = options.set_first_byte_timeout(Some(nanos(self.first_byte_timeout)));
-        let _ = options.set_between_bytes_timeout(Some(nanos(self.between_bytes_timeout)));
-
-        let outgoing_body = request.body().map_err(|()| fail("request body already taken"))?;
-        let future_response = outgoing_handler::handle(request, Some(options))
-            .map_err(|code| classify_transport(&code, self.method, &self.url, &target))?;
-
-        // Written after `handle`, so that a body larger than the host's
-        // buffer streams out instead of blocking before the request starts.
-        let write_result = write_body(outgoing_body, &self.body);
+        headers.extend(self.headers);
+        let pending = transport::start(&Outgoing {
+            method: self.method,
+            url: &self.url,
+            target: &target,
+            label: &label,
+            headers: &headers,
+            body: &self.body,
+            connect_timeout: self.connect_timeout,
+            first_byte_timeout: self.first_byte_timeout,
+            between_bytes_timeout: self.between_bytes_timeout,
+        })?;
         Ok(Started {
-            future_response,
-            write_result,
+            pending,
             method: self.method,
             url: self.url,
             target,
@@ -390,8 +307,7 @@ impl Request {
 
 /// A request on its way: sent, its answer not awaited yet.
 struct Started {
-    future_response: wasi::FutureIncomingResponse,
-    write_result: std::result::Result<(), wasi::ErrorCode>,
+    pending: transport::Pending,
     method: Method,
     url: String,
     target: Target,
@@ -402,49 +318,24 @@ struct Started {
 impl Started {
     /// Waits for the response head.
     fn open(self) -> Result<OpenResponse, Failure> {
-        let label = self.label;
-        let fail = |what: &str| refused(&label, what);
-        let future_response = self.future_response;
-        future_response.subscribe().block();
-        let response = match future_response.get() {
-            Some(Ok(Ok(response))) => response,
-            // A broken upload usually shows here with the better code.
-            Some(Ok(Err(code))) => {
-                return Err(classify_transport(&code, self.method, &self.url, &self.target));
-            }
-            Some(Err(())) => return Err(fail("response already taken")),
-            None => {
-                return Err(Failure::new(
-                    FailureKind::Connection,
-                    ProviderError::Transient(format!("{label}: no response")),
-                ));
-            }
-        };
-        // A server may answer before reading the whole body (401, 413): its
-        // answer is what counts, so a failed upload is only reported when
-        // the status does not say more.
-        let upload_error = self.write_result.err();
-
-        let status = response.status();
-        let headers = response
-            .headers()
-            .entries()
-            .into_iter()
-            .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
-            .collect();
-        let incoming_body = response.consume().map_err(|()| fail("response body already taken"))?;
-        let stream = incoming_body.stream().map_err(|()| fail("body stream already taken"))?;
+        let head = self.pending.open(&Sent {
+            method: self.method,
+            url: &self.url,
+            target: &self.target,
+            label: &self.label,
+        })?;
         Ok(OpenResponse {
-            stream: Some(stream),
-            body: Some(incoming_body),
-            _response: response,
-            status,
-            headers,
+            body: Some(head.body),
+            status: head.status,
+            headers: head.headers,
             method: self.method,
             url: self.url,
             target: self.target,
-            label,
-            upload_error,
+            label: self.label,
+            // A server may answer before reading the whole body (401, 413):
+            // its answer is what counts, so a failed upload is only reported
+            // when the status does not say more.
+            upload_error: head.upload_error,
             failed: None,
         })
     }
@@ -458,12 +349,6 @@ impl Started {
         }
         Ok(response)
     }
-}
-
-/// A request the host or the SDK would not make as written: `label` is
-/// `METHOD URL`.
-fn refused(label: &str, what: &str) -> Failure {
-    Failure::new(FailureKind::Request, ProviderError::Permanent(format!("{label}: {what}")))
 }
 
 /// The failure for an answer of 400 or more, classified by
@@ -582,10 +467,12 @@ mod failure;
 mod target;
 #[cfg(test)]
 mod tests;
+mod transport;
 
 pub use body::BodyStream;
-use body::{ERROR_BODY_BYTES, OpenResponse, write_body};
+use body::{ERROR_BODY_BYTES, OpenResponse};
+use classify::excerpt;
 pub use classify::{REASON_PHRASE_HEADER, classify_answer, classify_status};
-use classify::{classify_transport, excerpt};
 pub use failure::{Failure, FailureKind, HOST_REFUSAL_HEADER, HostRefusal};
 use target::{Target, redact_userinfo};
+use transport::{Outgoing, Sent};

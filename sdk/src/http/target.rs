@@ -1,8 +1,6 @@
 //! A request's URL as the host will see it: scheme, authority and path,
 //! and the URL as errors may show it.
 
-use wasip2::http::types as wasi;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scheme {
     Http,
@@ -10,13 +8,6 @@ pub(super) enum Scheme {
 }
 
 impl Scheme {
-    pub(super) fn as_wasi(self) -> wasi::Scheme {
-        match self {
-            Self::Http => wasi::Scheme::Http,
-            Self::Https => wasi::Scheme::Https,
-        }
-    }
-
     pub(super) fn default_port(self) -> u16 {
         match self {
             Self::Http => 80,

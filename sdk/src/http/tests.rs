@@ -1,5 +1,6 @@
-use wasip2::http::types::ErrorCode;
+use wasip2::http::types::{self as wasi, ErrorCode};
 
+use super::classify::classify_transport;
 use super::target::Scheme;
 use super::*;
 use crate::HealthReason;

@@ -1,0 +1,174 @@
+//! The host a plugin talks to when it runs natively, in its own unit tests.
+//!
+//! On `wasm32` the SDK's [`crate::kv`], [`crate::http`] and [`crate::log`]
+//! calls go to the operator through the component's imports. Off wasm those
+//! imports do not exist, so the same calls go to a [`Host`] installed for
+//! the current thread instead: a plugin's logic can then be tested as it
+//! is, through its [`crate::Provider`] functions, with `cargo test`.
+//!
+//! Plugin authors rarely implement [`Host`] themselves: the
+//! `proxyfleet-sdk-testkit` crate provides one with an in-memory store,
+//! declared HTTP exchanges and captured logs. This module is what such a
+//! kit builds on; it exists only off wasm.
+//!
+//! ```
+//! use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
+//! use proxyfleet_sdk::log::Level;
+//! use proxyfleet_sdk::native::{self, ErrorCode, Host, HttpRequest, HttpResponse};
+//!
+//! /// A host with an empty store that refuses every request.
+//! struct Empty;
+//!
+//! impl Host for Empty {
+//!     fn kv_get(&self, _: &str) -> Result<Option<KvEntry>, KvError> {
+//!         Ok(None)
+//!     }
+//!     fn kv_compare_and_swap(
+//!         &self,
+//!         key: &str,
+//!         _: Option<u64>,
+//!         _: Option<&[u8]>,
+//!     ) -> Result<CasOutcome, KvError> {
+//!         Err(KvError::Unavailable(format!("read-only: {key}")))
+//!     }
+//!     fn kv_list(&self, _: &str) -> Result<Vec<KvEntry>, KvError> {
+//!         Ok(Vec::new())
+//!     }
+//!     fn http(&self, _: &HttpRequest) -> Result<HttpResponse, ErrorCode> {
+//!         Err(ErrorCode::HttpRequestDenied)
+//!     }
+//!     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+//! }
+//!
+//! let answer = native::with_host(std::rc::Rc::new(Empty), || proxyfleet_sdk::kv::get("proxy/a"));
+//! assert_eq!(answer, Ok(None));
+//! ```
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::bindings::proxyfleet::provider::kv::{CasOutcome, KvEntry};
+use crate::bindings::proxyfleet::provider::log::Level;
+use crate::kv_error::KvError;
+use crate::method::Method;
+
+/// How a transport failure is reported: the `wasi:http` error code the
+/// operator would give (`ConnectionRefused`, `HttpRequestDenied` for a
+/// destination the entry does not grant, ...).
+pub use wasip2::http::types::ErrorCode;
+
+/// What the plugin's imports do, off wasm.
+pub trait Host {
+    /// `kv::get`.
+    fn kv_get(&self, key: &str) -> Result<Option<KvEntry>, KvError>;
+
+    /// `kv::compare_and_swap`: write (or delete, for `None`) only when the
+    /// key's version is `expected` (`None`: absent).
+    fn kv_compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        value: Option<&[u8]>,
+    ) -> Result<CasOutcome, KvError>;
+
+    /// `kv::list`: the entries whose key starts with `prefix`.
+    fn kv_list(&self, prefix: &str) -> Result<Vec<KvEntry>, KvError>;
+
+    /// One HTTP exchange. The request is what the operator would send,
+    /// `content-length` included; an `Err` is a transport failure.
+    fn http(&self, request: &HttpRequest) -> Result<HttpResponse, ErrorCode>;
+
+    /// One log record.
+    fn log(&self, level: Level, message: &str, fields: &[(String, String)]);
+}
+
+/// A request as the plugin sent it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// The method.
+    pub method: Method,
+    /// The whole URL, as the plugin wrote it.
+    pub url: String,
+    /// Header fields in the order the plugin added them.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The whole body.
+    pub body: Vec<u8>,
+    /// The connect timeout the plugin asked for.
+    pub connect_timeout: Duration,
+    /// The first-byte timeout the plugin asked for.
+    pub first_byte_timeout: Duration,
+    /// The between-bytes timeout the plugin asked for.
+    pub between_bytes_timeout: Duration,
+}
+
+/// Lists header names only: values may be credentials.
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("HttpRequest")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("header_names", &names)
+            .field("body_len", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpRequest {
+    /// The first value of header `name`, compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_slice())
+    }
+}
+
+/// An answer for the plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// Header fields.
+    pub headers: Vec<(String, String)>,
+    /// The whole body; the plugin reads it in chunks as it would a stream.
+    pub body: Vec<u8>,
+}
+
+thread_local! {
+    /// The host of the calls running on this thread, set by [`with_host`].
+    static CURRENT: RefCell<Option<Rc<dyn Host>>> = const { RefCell::new(None) };
+}
+
+/// Runs `call` with `host` answering this thread's kv, http and log calls,
+/// and restores whatever host was installed before, also when `call`
+/// panics.
+pub fn with_host<R>(host: Rc<dyn Host>, call: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Rc<dyn Host>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CURRENT.with(|current| *current.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(CURRENT.with(|current| current.borrow_mut().replace(host)));
+    call()
+}
+
+/// Calls `f` with the installed host.
+///
+/// # Panics
+///
+/// When no host is installed: a plugin function was called natively
+/// outside [`with_host`] (for instance directly, not through a test kit).
+pub(crate) fn host<R>(f: impl FnOnce(&dyn Host) -> R) -> R {
+    // A clone, so that the host may itself call into the SDK.
+    let Some(host) = CURRENT.with(|current| current.borrow().clone()) else {
+        panic!(
+            "proxyfleet-sdk: no host for kv, http or log calls off wasm; run the plugin's \
+             functions inside proxyfleet_sdk::native::with_host (proxyfleet-sdk-testkit does)"
+        )
+    };
+    f(host.as_ref())
+}
