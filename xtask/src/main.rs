@@ -35,6 +35,7 @@ mod manifest;
 mod modules;
 mod node;
 mod packages;
+mod plugin_template;
 mod plugins;
 mod process;
 mod python;
@@ -63,6 +64,8 @@ commands:
   links              check the links between the Markdown files git tracks
   python-provider    build examples/python-provider (componentize-py from PyPI)
                      into target/plugins/examples/python-static.wasm
+  plugin-template    what `proxyfleet plugin new` makes: formatted, lint-clean, tested,
+                     built as a component, passing the conformance suite (part of test)
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
   lint               rustfmt and clippy over both workspaces, no module cycles
@@ -96,6 +99,7 @@ fn run(args: &[String]) -> Result<()> {
     match args.as_slice() {
         ["plugins"] => plugins::build(&repo),
         ["python-provider"] => python::build(&repo),
+        ["plugin-template"] => plugin_template::check(&repo),
         ["links"] => links::check(&repo),
         ["book"] => book::build(&repo),
         ["sync-wit"] => wit::sync(&repo, false),

@@ -50,8 +50,71 @@ const LEAKY_ENV: &[&str] = &[
 pub fn build(repo: &Repo) -> Result<()> {
     let started = Instant::now();
     let target_dir = cache::wasm_target()?;
+    let mut build = wasm_build(repo)?;
+    build
+        .arg("--manifest-path")
+        .arg(repo.plugins_manifest())
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .current_dir(repo.plugins());
+    eprintln!(
+        "xtask plugins: building {} into {} (a first build also compiles std: minutes)",
+        repo.plugins_manifest().display(),
+        target_dir.display()
+    );
+    process::run(&mut build)?;
+    eprintln!("xtask plugins: compiled in {}", elapsed(started));
+
+    let artifacts = target_dir.join(WASM_TARGET).join("release");
+    let outputs = repo.plugin_outputs();
+    fs::create_dir_all(outputs.join("fixtures"))
+        .with_context(|| format!("creating {}", outputs.display()))?;
+    for plugin in crates(repo)? {
+        let built = artifacts.join(format!("{}.wasm", plugin.crate_name.replace('-', "_")));
+        let output = outputs.join(&plugin.output);
+        fs::copy(&built, &output)
+            .with_context(|| format!("copying {} to {}", built.display(), output.display()))?;
+        let size = fs::metadata(&output).map(|meta| meta.len()).unwrap_or(0);
+        eprintln!(
+            "xtask plugins: {} -> target/plugins/{} ({} KiB)",
+            plugin.crate_name,
+            plugin.output,
+            size.div_ceil(1024)
+        );
+    }
+    eprintln!("xtask plugins: done in {}", elapsed(started));
+    Ok(())
+}
+
+/// Builds the plugin project in `dir` (a crate of its own, as `proxyfleet
+/// plugin new` makes) for `wasm32-wasip2` with the toolchain the plugins
+/// workspace builds with, into `target_dir`; returns the component.
+pub fn build_project(repo: &Repo, dir: &Path, target_dir: &Path) -> Result<PathBuf> {
+    let manifest = dir.join("Cargo.toml");
+    let text =
+        fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
+    let crate_name = manifest::value(&text, "package", "name")
+        .with_context(|| format!("no package name in {}", manifest.display()))?;
+    let mut build = wasm_build(repo)?;
+    build
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(dir);
+    process::run(&mut build)?;
+    let built = target_dir
+        .join(WASM_TARGET)
+        .join("release")
+        .join(format!("{}.wasm", crate_name.replace('-', "_")));
+    ensure!(built.is_file(), "{} missing after the build", built.display());
+    Ok(built)
+}
+
+/// `cargo build --release` for `wasm32-wasip2` with the plugins'
+/// toolchain: rustup's when it has the target, else Debian's with
+/// `-Zbuild-std`; no manifest or target directory set yet.
+fn wasm_build(repo: &Repo) -> Result<Command> {
     let rust = repo.plugins_rust_version()?;
-    let mut build = match toolchain::prepare(&rust)? {
+    let build = match toolchain::prepare(&rust)? {
         Toolchain::Rustup { version } => {
             eprintln!(
                 "xtask plugins: toolchain: rustup rustc {version}, target {WASM_TARGET} installed"
@@ -87,38 +150,7 @@ pub fn build(repo: &Repo) -> Result<()> {
             build
         }
     };
-    build
-        .arg("--manifest-path")
-        .arg(repo.plugins_manifest())
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .current_dir(repo.plugins());
-    eprintln!(
-        "xtask plugins: building {} into {} (a first build also compiles std: minutes)",
-        repo.plugins_manifest().display(),
-        target_dir.display()
-    );
-    process::run(&mut build)?;
-    eprintln!("xtask plugins: compiled in {}", elapsed(started));
-
-    let artifacts = target_dir.join(WASM_TARGET).join("release");
-    let outputs = repo.plugin_outputs();
-    fs::create_dir_all(outputs.join("fixtures"))
-        .with_context(|| format!("creating {}", outputs.display()))?;
-    for plugin in crates(repo)? {
-        let built = artifacts.join(format!("{}.wasm", plugin.crate_name.replace('-', "_")));
-        let output = outputs.join(&plugin.output);
-        fs::copy(&built, &output)
-            .with_context(|| format!("copying {} to {}", built.display(), output.display()))?;
-        let size = fs::metadata(&output).map(|meta| meta.len()).unwrap_or(0);
-        eprintln!(
-            "xtask plugins: {} -> target/plugins/{} ({} KiB)",
-            plugin.crate_name,
-            plugin.output,
-            size.div_ceil(1024)
-        );
-    }
-    eprintln!("xtask plugins: done in {}", elapsed(started));
-    Ok(())
+    Ok(build)
 }
 
 pub struct PluginCrate {

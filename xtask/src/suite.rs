@@ -15,6 +15,9 @@ pub fn test(repo: &Repo) -> Result<()> {
     step("chart: helm lint, rendered manifests", || chart::render(repo, true))?;
     step("plugins", || plugins::build(repo))?;
     step("the provider in Python", || python::build(repo))?;
+    step("a plugin project as `proxyfleet plugin new` makes it", || {
+        crate::plugin_template::check(repo)
+    })?;
     step("docs site (mdBook, the SDK's rustdoc)", || crate::book::build(repo))?;
     // Builds Kubernetes 1.20 from Debian's source once (cached outside the
     // repo), then starts etcd, kube-apiserver and kube-controller-manager

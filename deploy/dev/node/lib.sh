@@ -26,9 +26,12 @@ SERVICE_CIDR="${PROXYFLEET_SERVICE_CIDR:-10.213.72.0/24}"
 # The node's control plane has ports of its own, so that it runs next to the
 # test suite's (../kube-apiserver/start.sh on 23790, 23800, 16443, 16457). The
 # test suite's variables (PROXYFLEET_ETCD_PORT, ...) do not apply here: set
-# in a shell for the test suite, they would make the two collide.
-NODE_ETCD_PORT="${PROXYFLEET_NODE_ETCD_PORT:-33790}"
-NODE_ETCD_PEER_PORT="${PROXYFLEET_NODE_ETCD_PEER_PORT:-33800}"
+# in a shell for the test suite, they would make the two collide. Every
+# default is below the kernel's ephemeral range (32768 and up), where a
+# client connection of any process may hold the port at the moment a
+# server here binds it.
+NODE_ETCD_PORT="${PROXYFLEET_NODE_ETCD_PORT:-26790}"
+NODE_ETCD_PEER_PORT="${PROXYFLEET_NODE_ETCD_PEER_PORT:-26800}"
 NODE_APISERVER_PORT="${PROXYFLEET_NODE_APISERVER_PORT:-26443}"
 NODE_KCM_PORT="${PROXYFLEET_NODE_KCM_PORT:-26457}"
 SCHEDULER_PORT="${PROXYFLEET_SCHEDULER_PORT:-26459}"

@@ -16,7 +16,7 @@
 # Environment (all optional; see README.md):
 #   PROXYFLEET_KUBE_CACHE        binaries (default ~/.cache/proxyfleet/kube)
 #   PROXYFLEET_NODE_STATE        state dir (default $PROXYFLEET_KUBE_CACHE/node)
-#   PROXYFLEET_NODE_ETCD_PORT, PROXYFLEET_NODE_ETCD_PEER_PORT  etcd on 127.0.0.1 (33790, 33800)
+#   PROXYFLEET_NODE_ETCD_PORT, PROXYFLEET_NODE_ETCD_PEER_PORT  etcd on 127.0.0.1 (26790, 26800)
 #   PROXYFLEET_NODE_APISERVER_PORT  kube-apiserver on the node IP (26443)
 #   PROXYFLEET_NODE_KCM_PORT     kube-controller-manager's secure port on 127.0.0.1 (26457)
 #   PROXYFLEET_SCHEDULER_PORT    kube-scheduler's secure port on 127.0.0.1 (26459)

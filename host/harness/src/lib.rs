@@ -24,6 +24,7 @@
 //! scripted answer gets a `501` naming it, so a missing script is obvious.
 
 mod binder;
+mod declared;
 mod scripted;
 mod spec;
 
@@ -36,6 +37,7 @@ use proxyfleet_runtime::config::{EntryConfig, Grants, HttpGrant, Limits};
 use proxyfleet_runtime::{LoadError, PluginProvider, Runtime, RuntimeError, RuntimeOptions};
 
 pub use binder::EntryBinder;
+pub use declared::{DeclaredBackend, DeclaredError};
 pub use scripted::{RecordedRequest, ScriptedHttp, ScriptedResponse};
 pub use spec::SpecBuilder;
 

@@ -2,6 +2,7 @@
 
 mod fleet_args;
 mod plugin_fields;
+mod plugin_new;
 mod plugin_test;
 mod registry_args;
 mod shutdown;
@@ -203,12 +204,36 @@ enum PluginCommand {
         /// Proxies ask for; a Proxy's defaults without it.
         #[arg(long)]
         spec: Option<PathBuf>,
+        /// Answer the plugin's HTTP requests from the backend declared in
+        /// this YAML file (collections that keep what is created in them,
+        /// fixed exchanges) instead of the network; the entry's grants
+        /// still apply.
+        #[arg(long)]
+        backend: Option<PathBuf>,
         /// Also write the report as JUnit XML here.
         #[arg(long)]
         junit: Option<PathBuf>,
         /// How long a deleted instance may take to be gone.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         delete_wait: Duration,
+    },
+    /// Makes a provider plugin project NAME (a new directory): a Rust
+    /// crate that builds as it is, its native unit tests, an entry and a
+    /// declared backend that `plugin test --backend` runs the conformance
+    /// suite against (docs/writing-a-plugin.md).
+    New {
+        /// The plugin's name: lowercase letters, digits and `-`.
+        name: String,
+        /// What the provider speaks to.
+        #[arg(long, value_enum, default_value_t = plugin_new::Backend::Http)]
+        backend: plugin_new::Backend,
+        /// Where the project's directory is made.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Depend on the SDK and its test kit in this proxyfleet checkout
+        /// instead of their crates.io releases.
+        #[arg(long)]
+        sdk: Option<PathBuf>,
     },
     /// Publishes a component to a registry in the Wasm OCI layout (as
     /// wasm-pkg-tools does) and prints its digests; an entry then names it
@@ -353,8 +378,24 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             validate(&file, &config).await
         }
         Command::Plugin {
-            command: PluginCommand::Test { file, config, spec, junit, delete_wait },
-        } => plugin_test::run(&file, &config, spec.as_deref(), junit, delete_wait).await,
+            command: PluginCommand::Test { file, config, spec, backend, junit, delete_wait },
+        } => {
+            let files = plugin_test::Files {
+                component: &file,
+                entry: &config,
+                spec: spec.as_deref(),
+                backend: backend.as_deref(),
+            };
+            plugin_test::run(files, junit, delete_wait).await
+        }
+        Command::Plugin { command: PluginCommand::New { name, backend, dir, sdk } } => {
+            let project = plugin_new::run(&name, backend, &dir, sdk.as_deref())?;
+            print_text(&format!(
+                "made {backend} provider plugin {name} in {}; next: its README.md\n",
+                project.display()
+            ));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugin { command: PluginCommand::Push { file, reference, registry } } => {
             println_json(&registry_args::push(&file, &reference, registry).await?);
             Ok(ExitCode::SUCCESS)

@@ -1,7 +1,8 @@
 //! `proxyfleet plugin test`: the conformance suite (`proxyfleet-conformance`)
 //! against one component bound as one provider entry, the way the operator
 //! binds it, on the backend the entry names (a simulator or a backend set
-//! aside for tests). The entry's key-value store is in memory.
+//! aside for tests) or on one declared in a file (`--backend`). The
+//! entry's key-value store is in memory.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use proxyfleet_conformance::Options;
 use proxyfleet_core::ProxySpec;
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::proxy::ProxyMeta;
-use proxyfleet_harness::EntryBinder;
+use proxyfleet_harness::{DeclaredBackend, EntryBinder};
 use proxyfleet_runtime::config::{EntryConfig, ProvidersConfig};
 use proxyfleet_runtime::{Runtime, RuntimeOptions};
 use proxyfleet_standalone::desired;
@@ -59,21 +60,37 @@ pub fn read_entry(file: &Path) -> anyhow::Result<EntryConfig> {
     config.entries.into_iter().next().context("the file holds no entry")
 }
 
+/// The files a run reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Files<'a> {
+    /// The `.wasm` component.
+    pub component: &'a Path,
+    /// The provider entry.
+    pub entry: &'a Path,
+    /// A Proxy manifest for the suite's specs.
+    pub spec: Option<&'a Path>,
+    /// A declared backend answering the plugin's HTTP requests.
+    pub backend: Option<&'a Path>,
+}
+
 /// Runs the suite and prints its report; writes the JUnit XML to `junit`
 /// when given. Fails when a case failed.
 pub async fn run(
-    file: &Path,
-    entry_file: &Path,
-    spec_file: Option<&Path>,
+    files: Files<'_>,
     junit: Option<PathBuf>,
     delete_wait: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
-    let entry = read_entry(entry_file)?;
-    let mut options = Options::new(entry.config.clone(), suite_spec(spec_file)?);
+    let entry = read_entry(files.entry)?;
+    let mut options = Options::new(entry.config.clone(), suite_spec(files.spec)?);
     options.call_timeout = entry.limits.call_timeout;
     options.delete_wait = delete_wait;
-    let runtime = Runtime::new(RuntimeOptions::default())?;
-    let revision = runtime.load_plugin(file).await?;
+    let mut runtime_options = RuntimeOptions::default();
+    if let Some(backend) = files.backend {
+        let backend = DeclaredBackend::load(backend).context("--backend")?;
+        runtime_options.http_transport = Some(Arc::new(backend));
+    }
+    let runtime = Runtime::new(runtime_options)?;
+    let revision = runtime.load_plugin(files.component).await?;
     let binder = EntryBinder::new(runtime, entry.clone(), revision, Arc::new(MemoryKv::new()));
     let provider = binder
         .bind_own()

@@ -199,6 +199,32 @@ async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
     assert!(xml.contains("tests=\"11\"") && xml.contains("failures=\"0\""), "{xml}");
 }
 
+/// A backend file is checked before anything runs, naming the field.
+#[test]
+fn plugin_test_refuses_a_bad_backend_file_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = dir.path().join("entry.yaml");
+    std::fs::write(
+        &entry,
+        "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128'] }\n",
+    )
+    .unwrap();
+    let backend = dir.path().join("backend.yaml");
+    std::fs::write(&backend, "resources:\n  - { path: v1/instances, key: name }\n").unwrap();
+    let output = proxyfleet(&[
+        "plugin",
+        "test",
+        &path("static"),
+        "--config",
+        entry.to_str().unwrap(),
+        "--backend",
+        backend.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--backend") && stderr.contains("resources[0].path"), "{stderr}");
+}
+
 /// `noop` keeps nothing: it takes any config, answers every `get` without
 /// a mark and lists nothing. The suite names each rule it breaks and
 /// fails.

@@ -1,0 +1,166 @@
+//! `proxyfleet plugin new NAME`: a provider plugin project that builds as
+//! it is and passes the conformance suite against the backend it declares
+//! (`backend.yaml`), for a plugin author to change into theirs.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail, ensure};
+use proxyfleet_runtime::CONTRACT_VERSION;
+
+/// The kind of backend the project's provider speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// A REST API over the HTTP capability.
+    Http,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Http => "http",
+        })
+    }
+}
+
+/// The files of a project for `backend`: path in the project, template.
+fn templates(backend: Backend) -> &'static [(&'static str, &'static str)] {
+    match backend {
+        Backend::Http => &[
+            ("Cargo.toml", include_str!("../templates/plugin-http/Cargo.toml")),
+            ("README.md", include_str!("../templates/plugin-http/README.md")),
+            (".gitignore", include_str!("../templates/plugin-http/gitignore")),
+            ("entry.yaml", include_str!("../templates/plugin-http/entry.yaml")),
+            ("backend.yaml", include_str!("../templates/plugin-http/backend.yaml")),
+            ("src/lib.rs", include_str!("../templates/plugin-http/src/lib.rs")),
+            ("src/api.rs", include_str!("../templates/plugin-http/src/api.rs")),
+            ("src/config.rs", include_str!("../templates/plugin-http/src/config.rs")),
+        ],
+    }
+}
+
+/// Longest plugin name: it also names the crate and the entry.
+const NAME_MAX: usize = 40;
+
+/// Checks a plugin name: lowercase letters, digits and `-`, starting with a
+/// letter, as plugin names and crate names both allow.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let valid = name.len() <= NAME_MAX
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    ensure!(
+        valid,
+        "NAME `{name}`: use 1 to {NAME_MAX} lowercase letters, digits and `-`, starting with a \
+         letter and not ending with `-` (it names the plugin and its crate)"
+    );
+    Ok(())
+}
+
+/// The dependency lines for the SDK and its test kit: path dependencies on
+/// a proxyfleet checkout, or the crates.io versions for this operator's
+/// contract.
+fn dependencies(checkout: Option<&Path>) -> anyhow::Result<(String, String)> {
+    let Some(checkout) = checkout else {
+        let minor = CONTRACT_VERSION.rsplit_once('.').map_or(CONTRACT_VERSION, |(minor, _)| minor);
+        let version = format!("\"{minor}\"");
+        return Ok((version.clone(), version));
+    };
+    let checkout = std::path::absolute(checkout)
+        .with_context(|| format!("--sdk {}: cannot resolve it", checkout.display()))?;
+    let path = |dir: &str| -> anyhow::Result<String> {
+        let crate_dir = checkout.join(dir);
+        ensure!(
+            crate_dir.join("Cargo.toml").is_file(),
+            "--sdk {}: no {dir}/Cargo.toml there; give the root of a proxyfleet checkout",
+            checkout.display()
+        );
+        // TOML basic strings: backslashes and quotes escaped.
+        let text = crate_dir.display().to_string().replace('\\', "\\\\").replace('"', "\\\"");
+        Ok(format!("{{ path = \"{text}\" }}"))
+    };
+    Ok((path("sdk")?, path("sdk-testkit")?))
+}
+
+/// Makes the project `NAME` in `parent` (a new directory `parent/NAME`)
+/// and returns its directory.
+///
+/// # Errors
+/// A bad name, a directory that exists, a `--sdk` that is not a checkout,
+/// or a file that cannot be written.
+pub fn run(
+    name: &str,
+    backend: Backend,
+    parent: &Path,
+    checkout: Option<&Path>,
+) -> anyhow::Result<PathBuf> {
+    check_name(name)?;
+    let (sdk, testkit) = dependencies(checkout)?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        bail!("{} exists: choose another NAME or --dir", dir.display());
+    }
+    let crate_name = name.replace('-', "_");
+    for (path, template) in templates(backend) {
+        let text = template
+            .replace("{{name}}", name)
+            .replace("{{crate}}", &crate_name)
+            .replace("{{sdk}}", &sdk)
+            .replace("{{testkit}}", &testkit);
+        let file = dir.join(path);
+        if let Some(folder) = file.parent() {
+            std::fs::create_dir_all(folder)
+                .with_context(|| format!("cannot create {}", folder.display()))?;
+        }
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plugin_and_crate_names() {
+        for good in ["example", "my-cloud2", "a"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "Example", "9lives", "my_cloud", "trailing-", &"x".repeat(41)] {
+            let error = check_name(bad).expect_err(bad).to_string();
+            assert!(error.starts_with("NAME `"), "{error}");
+        }
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let dir = run("example", Backend::Http, parent.path(), None).expect("made");
+        for (path, _) in templates(Backend::Http) {
+            let text = std::fs::read_to_string(dir.join(path)).expect("written");
+            assert!(!text.contains("{{"), "{path} keeps a placeholder");
+        }
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("written");
+        let minor = CONTRACT_VERSION.rsplit_once('.').map(|(minor, _)| minor).expect("x.y.z");
+        assert!(manifest.contains(&format!("proxyfleet-sdk = \"{minor}\"")), "{manifest}");
+        assert!(dir.join(".gitignore").is_file());
+    }
+
+    #[test]
+    fn an_existing_directory_is_left_alone() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        std::fs::create_dir(parent.path().join("example")).expect("made");
+        let error = run("example", Backend::Http, parent.path(), None).expect_err("refused");
+        assert!(error.to_string().contains("exists"), "{error}");
+    }
+
+    #[test]
+    fn a_checkout_gives_path_dependencies() {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let (sdk, testkit) = dependencies(Some(&checkout)).expect("the repository is a checkout");
+        assert!(sdk.starts_with("{ path = \"") && sdk.ends_with("/sdk\" }"), "{sdk}");
+        assert!(testkit.ends_with("/sdk-testkit\" }"), "{testkit}");
+        let elsewhere = tempfile::tempdir().expect("a temporary directory");
+        assert!(dependencies(Some(elsewhere.path())).is_err());
+    }
+}
