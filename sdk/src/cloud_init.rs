@@ -29,6 +29,19 @@ use crate::types::ProxyAuth;
 
 /// Where the instance finds the proxy credential: one line,
 /// `username:password`.
+///
+/// ```
+/// use proxyfleet_sdk::ProxyAuth;
+/// use proxyfleet_sdk::cloud_init::{PROXY_AUTH_PATH, user_data};
+///
+/// // The proxy's own setup reads the credential that the second part writes.
+/// let script = format!("#!/bin/sh\nIFS=: read -r user pass < {PROXY_AUTH_PATH}\n");
+/// assert!(script.contains("< /etc/proxyfleet/proxy-auth"));
+///
+/// let auth = ProxyAuth { username: "crawler".into(), password: "s3cret".into() };
+/// let data = user_data(script.as_bytes(), Some(&auth)).expect("a script combines");
+/// assert!(data.starts_with(b"Content-Type: multipart/mixed"));
+/// ```
 pub const PROXY_AUTH_PATH: &str = "/etc/proxyfleet/proxy-auth";
 
 /// Cannot appear in a part: every part is base64, whose lines never start
@@ -36,6 +49,17 @@ pub const PROXY_AUTH_PATH: &str = "/etc/proxyfleet/proxy-auth";
 const BOUNDARY: &str = "==proxyfleet-user-data==";
 
 /// Why user-data cannot carry the credential.
+///
+/// It converts into [`crate::ProviderError::InvalidSpec`] with `?`:
+///
+/// ```
+/// use proxyfleet_sdk::ProviderError;
+/// use proxyfleet_sdk::cloud_init::CloudInitError;
+///
+/// let error = ProviderError::from(CloudInitError::Compressed);
+/// assert!(matches!(error, ProviderError::InvalidSpec(_)));
+/// assert!(error.message().starts_with("userData:"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CloudInitError {
@@ -65,6 +89,18 @@ impl From<CloudInitError> for crate::ProviderError {
 /// credential, else `user_data` and the credential's cloud-config as a
 /// MIME multipart document (either part may be missing: empty user-data
 /// gives the credential's part alone).
+///
+/// ```
+/// use proxyfleet_sdk::ProxyAuth;
+/// use proxyfleet_sdk::cloud_init::{CloudInitError, user_data};
+///
+/// let auth = ProxyAuth { username: "crawler".into(), password: "s3cret".into() };
+/// let data = user_data(b"#!/bin/sh\napt-get install -y tinyproxy\n", Some(&auth))
+///     .expect("a script combines");
+/// assert!(data.starts_with(b"Content-Type: multipart/mixed"));
+/// // gzip-compressed user-data cannot take a second part.
+/// assert_eq!(user_data(&[0x1f, 0x8b, 8, 0], Some(&auth)), Err(CloudInitError::Compressed));
+/// ```
 pub fn user_data(user_data: &[u8], auth: Option<&ProxyAuth>) -> Result<Vec<u8>, CloudInitError> {
     let Some(auth) = auth else {
         return Ok(user_data.to_vec());

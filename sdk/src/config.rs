@@ -12,6 +12,24 @@ use crate::ProviderError;
 /// so that a person can fix the entry without reading the plugin's source.
 /// String values quoted in serde's messages (`invalid type: string "…"`) are
 /// left out, since a misplaced value may be a credential.
+///
+/// ```
+/// use proxyfleet_sdk::{ProviderError, parse_config};
+///
+/// #[derive(serde::Deserialize)]
+/// #[serde(deny_unknown_fields)]
+/// struct Config {
+///     endpoint: String,
+///     port: u16,
+/// }
+///
+/// let config: Config = parse_config(r#"{"endpoint":"pve.example","port":8006}"#)?;
+/// assert_eq!((config.endpoint.as_str(), config.port), ("pve.example", 8006));
+///
+/// let error = parse_config::<Config>(r#"{"endpoint":"pve.example","port":"8006"}"#);
+/// assert!(matches!(error, Err(ProviderError::InvalidConfig(m)) if m.starts_with("config key `port`")));
+/// # Ok::<(), ProviderError>(())
+/// ```
 pub fn parse_config<T: DeserializeOwned>(json: &str) -> Result<T, ProviderError> {
     let deserializer = &mut serde_json::Deserializer::from_str(json);
     let parsed: T = serde_path_to_error::deserialize(&mut *deserializer).map_err(|error| {

@@ -3,11 +3,28 @@
 use crate::bindings::proxyfleet::provider::types as wit;
 
 /// Result of a provider operation.
+///
+/// ```
+/// use proxyfleet_sdk::{ProviderError, Result};
+///
+/// fn vmid(text: &str) -> Result<u32> {
+///     text.parse().map_err(|_| ProviderError::Permanent(format!("not a VMID: {text}")))
+/// }
+/// assert_eq!(vmid("4711"), Ok(4711));
+/// assert!(matches!(vmid("pve"), Err(ProviderError::Permanent(_))));
+/// ```
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
 /// Errors a provider returns. The variant decides what the host does (retry
 /// soon, give up, mark the instance gone, report a config problem); the
 /// message is for people and must not contain secrets.
+///
+/// ```
+/// use proxyfleet_sdk::ProviderError;
+///
+/// let error = ProviderError::NotFound("vm 101".into());
+/// assert_eq!(error.to_string(), "not found: vm 101");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProviderError {
@@ -39,6 +56,14 @@ pub enum ProviderError {
 
 impl ProviderError {
     /// The message without the class prefix that `Display` adds.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::ProviderError;
+    ///
+    /// let error = ProviderError::Conflict("vm 101 is locked".into());
+    /// assert_eq!(error.message(), "vm 101 is locked");
+    /// assert_eq!(error.to_string(), "conflict: vm 101 is locked");
+    /// ```
     pub fn message(&self) -> &str {
         match self {
             Self::NotFound(message)

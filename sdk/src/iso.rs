@@ -34,9 +34,31 @@ const RECORD_DATE: [u8; 7] = [100, 1, 1, 0, 0, 0, 0];
 const VOLUME_DATE: &[u8; 16] = b"2000010100000000";
 
 /// Volume label cloud-init's NoCloud datasource looks for.
+///
+/// ```
+/// use proxyfleet_sdk::iso::{IsoBuilder, NOCLOUD_LABEL};
+///
+/// let image = IsoBuilder::new(NOCLOUD_LABEL)?
+///     .file("user-data", "#cloud-config\n")?
+///     .file("meta-data", "instance-id: pf-1\n")?
+///     .build()?;
+/// assert_eq!(image.len() % 2048, 0);
+/// # Ok::<(), proxyfleet_sdk::iso::IsoError>(())
+/// ```
 pub const NOCLOUD_LABEL: &str = "cidata";
 
 /// Why an image cannot be built.
+///
+/// It converts into [`crate::ProviderError::InvalidSpec`] with `?`.
+///
+/// ```
+/// use proxyfleet_sdk::ProviderError;
+/// use proxyfleet_sdk::iso::{IsoBuilder, IsoError};
+///
+/// let error = IsoBuilder::new("cidata").and_then(|iso| iso.file("user data", "x"));
+/// assert_eq!(error.expect_err("a space"), IsoError::InvalidName("user data".into()));
+/// assert!(matches!(ProviderError::from(IsoError::TooLarge), ProviderError::InvalidSpec(_)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IsoError {
@@ -63,6 +85,22 @@ impl From<IsoError> for crate::ProviderError {
 }
 
 /// Builds an image from files in its root directory.
+///
+/// ```
+/// use proxyfleet_sdk::iso::IsoBuilder;
+///
+/// let image = IsoBuilder::new("config_2")?
+///     .file("meta_data.json", r#"{"uuid":"pf-1"}"#)?
+///     .file("user_data", "#cloud-config\n")?
+///     .build()?;
+/// // The same files give the same bytes.
+/// let again = IsoBuilder::new("config_2")?
+///     .file("user_data", "#cloud-config\n")?
+///     .file("meta_data.json", r#"{"uuid":"pf-1"}"#)?
+///     .build()?;
+/// assert_eq!(image, again);
+/// # Ok::<(), proxyfleet_sdk::iso::IsoError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct IsoBuilder {
     label: String,
@@ -71,6 +109,16 @@ pub struct IsoBuilder {
 
 impl IsoBuilder {
     /// An empty image labelled `label` (e.g. [`NOCLOUD_LABEL`]).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::iso::{IsoBuilder, IsoError};
+    ///
+    /// assert!(IsoBuilder::new("cidata").is_ok());
+    /// assert_eq!(
+    ///     IsoBuilder::new("cloud-init seed").expect_err("spaces and dashes"),
+    ///     IsoError::InvalidLabel("cloud-init seed".into())
+    /// );
+    /// ```
     pub fn new(label: &str) -> Result<Self, IsoError> {
         let valid = !label.is_empty()
             && label.len() <= 16
@@ -82,6 +130,17 @@ impl IsoBuilder {
     }
 
     /// Adds (or replaces) the root file `name`.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::iso::IsoBuilder;
+    ///
+    /// let once = IsoBuilder::new("cidata")?.file("meta-data", "instance-id: pf-2\n")?;
+    /// let replaced = IsoBuilder::new("cidata")?
+    ///     .file("meta-data", "instance-id: pf-1\n")?
+    ///     .file("meta-data", "instance-id: pf-2\n")?;
+    /// assert_eq!(once.build()?, replaced.build()?);
+    /// # Ok::<(), proxyfleet_sdk::iso::IsoError>(())
+    /// ```
     pub fn file(mut self, name: &str, content: impl Into<Vec<u8>>) -> Result<Self, IsoError> {
         let valid = !name.is_empty()
             && name.len() <= JOLIET_NAME_MAX
@@ -96,6 +155,16 @@ impl IsoBuilder {
     }
 
     /// The image bytes, a whole number of 2048-byte sectors.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::iso::IsoBuilder;
+    ///
+    /// let image = IsoBuilder::new("cidata")?.file("user-data", vec![0u8; 5000])?.build()?;
+    /// assert_eq!(image.len() % 2048, 0);
+    /// // The primary volume descriptor sits in sector 16.
+    /// assert_eq!(&image[16 * 2048 + 1..][..5], b"CD001");
+    /// # Ok::<(), proxyfleet_sdk::iso::IsoError>(())
+    /// ```
     pub fn build(&self) -> Result<Vec<u8>, IsoError> {
         // Layout: descriptors (primary, Joliet, terminator), four path
         // tables (L and M for each tree), the two root directories, then the
@@ -175,6 +244,16 @@ impl IsoBuilder {
 
 /// A NoCloud seed: label `cidata`, files `user-data`, `meta-data` and, when
 /// given, `network-config`.
+///
+/// ```
+/// let image = proxyfleet_sdk::iso::nocloud_seed(
+///     b"#cloud-config\npackages: [tinyproxy]\n",
+///     b"instance-id: pf-1\nlocal-hostname: pf-1\n",
+///     None,
+/// )?;
+/// assert_eq!(image.len() % 2048, 0);
+/// # Ok::<(), proxyfleet_sdk::iso::IsoError>(())
+/// ```
 pub fn nocloud_seed(
     user_data: &[u8],
     meta_data: &[u8],

@@ -6,6 +6,19 @@ use crate::ProviderError;
 use crate::bindings::proxyfleet::provider::kv as wit;
 
 /// Why the store could not serve a request.
+///
+/// It converts into a [`ProviderError`] with `?`: an unreachable store is
+/// transient, a refused key or value the entry's config to fix.
+///
+/// ```
+/// use proxyfleet_sdk::ProviderError;
+/// use proxyfleet_sdk::kv::KvError;
+///
+/// let error = ProviderError::from(KvError::Unavailable("timed out".into()));
+/// assert_eq!(error, ProviderError::Transient("key-value store unavailable: timed out".into()));
+/// let error = ProviderError::from(KvError::Invalid("key too long".into()));
+/// assert!(matches!(error, ProviderError::InvalidConfig(_)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KvError {

@@ -6,6 +6,20 @@
 //! Errors convert into [`ProviderError`] with `?`: a lost connection or a
 //! budget overrun is `transient`, a refused host key or login
 //! `unauthorized`, a host outside the grants `unauthorized` too.
+//!
+//! ```no_run
+//! use proxyfleet_sdk::libvirt::{self, DomainState, LibvirtError};
+//! # fn example() -> proxyfleet_sdk::Result<()> {
+//! match libvirt::get_domain("kvm1.example", "pf-6f1c2a9e0b7d") {
+//!     Ok(domain) if domain.state == DomainState::Running => {}
+//!     Ok(_) => libvirt::start_domain("kvm1.example", "pf-6f1c2a9e0b7d")?,
+//!     // Another reading than the default: gone is fine here.
+//!     Err(LibvirtError::NotFound(_)) => {}
+//!     Err(error) => return Err(error.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::ProviderError;
 use crate::bindings::proxyfleet::provider::libvirt as wit;
@@ -19,6 +33,15 @@ pub use wit::{
 
 impl LibvirtError {
     /// The message, whatever the variant.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::ProviderError;
+    /// use proxyfleet_sdk::libvirt::LibvirtError;
+    ///
+    /// let error = LibvirtError::Exists("domain pf-1 already exists".into());
+    /// assert_eq!(error.message(), "domain pf-1 already exists");
+    /// assert!(matches!(ProviderError::from(error), ProviderError::Conflict(_)));
+    /// ```
     pub fn message(&self) -> &str {
         match self {
             Self::NotGranted(m)

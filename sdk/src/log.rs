@@ -22,6 +22,17 @@ use crate::bindings::proxyfleet::provider::log as wit;
 pub use wit::Level;
 
 /// Sends one record to the host. Fields are formatted with `Display`.
+///
+/// ```
+/// use std::fmt::Display;
+/// use proxyfleet_sdk::log::{self, Level};
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let (vmid, node) = (4711, "pve-2");
+/// let fields: [(&str, &dyn Display); 2] = [("vmid", &vmid), ("node", &node)];
+/// log::log(Level::Info, "cloned template", &fields);
+/// # });
+/// ```
 pub fn log(level: Level, message: &str, fields: &[(&str, &dyn Display)]) {
     let fields: Vec<(String, String)> =
         fields.iter().map(|(key, value)| ((*key).to_owned(), value.to_string())).collect();
@@ -32,26 +43,71 @@ pub fn log(level: Level, message: &str, fields: &[(&str, &dyn Display)]) {
 }
 
 /// Logs at [`Level::Trace`].
+///
+/// ```
+/// use proxyfleet_sdk::log;
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let upid = "UPID:pve1:0002D6C1:task";
+/// log::trace("polling task", &[("upid", &upid)]);
+/// # });
+/// ```
 pub fn trace(message: &str, fields: &[(&str, &dyn Display)]) {
     log(Level::Trace, message, fields);
 }
 
 /// Logs at [`Level::Debug`].
+///
+/// ```
+/// use proxyfleet_sdk::log;
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let (vmid, node) = (4711, "pve-2");
+/// log::debug("found the template", &[("vmid", &vmid), ("node", &node)]);
+/// # });
+/// ```
 pub fn debug(message: &str, fields: &[(&str, &dyn Display)]) {
     log(Level::Debug, message, fields);
 }
 
 /// Logs at [`Level::Info`].
+///
+/// ```
+/// use proxyfleet_sdk::log;
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let vmid = 4711;
+/// log::info("started the VM", &[("vmid", &vmid)]);
+/// # });
+/// ```
 pub fn info(message: &str, fields: &[(&str, &dyn Display)]) {
     log(Level::Info, message, fields);
 }
 
 /// Logs at [`Level::Warn`].
+///
+/// ```
+/// use proxyfleet_sdk::log;
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let attempt = 3;
+/// log::warn("VMID taken, trying the next", &[("attempt", &attempt)]);
+/// # });
+/// ```
 pub fn warn(message: &str, fields: &[(&str, &dyn Display)]) {
     log(Level::Warn, message, fields);
 }
 
 /// Logs at [`Level::Error`].
+///
+/// ```
+/// use proxyfleet_sdk::log;
+///
+/// # proxyfleet_sdk::native::doc_host::run(|| {
+/// let status = 500;
+/// log::error("the backend refused the delete", &[("status", &status)]);
+/// # });
+/// ```
 pub fn error(message: &str, fields: &[(&str, &dyn Display)]) {
     log(Level::Error, message, fields);
 }

@@ -32,6 +32,21 @@ const LABEL_CREATED_AT: &str = "proxyfleet-created-at";
 
 /// The label keys [`OwnershipMark::to_labels`] writes, e.g. to filter a
 /// backend's listing down to instances that carry a mark.
+///
+/// ```
+/// use proxyfleet_sdk::{MARK_LABEL_KEYS, OwnershipMark};
+///
+/// let mark = OwnershipMark {
+///     installation: "3f9a0c21d4e7".into(),
+///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+///     namespace: "egress".into(),
+///     name: "proxy-a".into(),
+///     created_at: 1_767_225_600,
+/// };
+/// let labels = mark.to_labels().expect("the mark fits in labels");
+/// let keys: Vec<&str> = labels.iter().map(|(key, _)| key.as_str()).collect();
+/// assert_eq!(keys, MARK_LABEL_KEYS);
+/// ```
 pub const MARK_LABEL_KEYS: [&str; 5] =
     [LABEL_INSTALLATION, LABEL_UID, LABEL_NAMESPACE, LABEL_NAME, LABEL_CREATED_AT];
 
@@ -43,6 +58,21 @@ const LABEL_MAX: usize = 63;
 const NAME_HASH_HEX: usize = 10;
 
 /// A mark field that cannot be stored as a label value without losing it.
+///
+/// It converts into [`ProviderError::InvalidSpec`] with `?`.
+///
+/// ```
+/// use proxyfleet_sdk::{LabelError, OwnershipMark};
+///
+/// let mark = OwnershipMark {
+///     installation: "3f9a0c21d4e7".into(),
+///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+///     namespace: "Egress Proxies".into(),
+///     name: "proxy-a".into(),
+///     created_at: 1_767_225_600,
+/// };
+/// assert_eq!(mark.to_labels(), Err(LabelError::Namespace("Egress Proxies".into())));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LabelError {
@@ -72,6 +102,31 @@ impl From<LabelError> for ProviderError {
 impl OwnershipMark {
     /// The mark for an instance created for `spec` at `created_at` (seconds
     /// since the Unix epoch, e.g. [`crate::now_unix`]).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::{Network, OwnershipMark, ProxySpec};
+    ///
+    /// let spec = ProxySpec {
+    ///     installation: "3f9a0c21d4e7".into(),
+    ///     name: "proxy-a".into(),
+    ///     namespace: "egress".into(),
+    ///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+    /// #   cores: 1,
+    /// #   memory_mib: 512,
+    /// #   disk_gib: 4,
+    /// #   image: "debian-12".into(),
+    /// #   placement: Vec::new(),
+    /// #   network: Network { vlan_tag: None },
+    /// #   port: 3128,
+    /// #   user_data: Vec::new(),
+    /// #   labels: Vec::new(),
+    /// #   proxy_auth: None,
+    ///     // ...
+    /// };
+    /// let mark = OwnershipMark::for_spec(&spec, 1_767_225_600);
+    /// assert_eq!((mark.uid.as_str(), mark.name.as_str()), (spec.uid.as_str(), "proxy-a"));
+    /// assert_eq!(mark.installation, "3f9a0c21d4e7");
+    /// ```
     pub fn for_spec(spec: &ProxySpec, created_at: u64) -> Self {
         Self {
             installation: spec.installation.clone(),
@@ -93,6 +148,21 @@ impl OwnershipMark {
     ///
     /// Kubernetes UIDs, namespaces and names contain no whitespace or `/`
     /// (the namespace), which is what keeps this decodable.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let mark = OwnershipMark {
+    ///     installation: "3f9a0c21d4e7".into(),
+    ///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+    ///     namespace: "egress".into(),
+    ///     name: "proxy-a".into(),
+    ///     created_at: 1_767_225_600,
+    /// };
+    /// let notes = format!("Managed by proxyfleet.\n{}", mark.to_text());
+    /// assert!(notes.contains("proxyfleet.io/owner: egress/proxy-a"));
+    /// assert_eq!(OwnershipMark::from_text(&notes), Some(mark));
+    /// ```
     pub fn to_text(&self) -> String {
         format!(
             "{TEXT_INSTALLATION} {}\n{TEXT_UID} {}\n{TEXT_OWNER} {}/{}\n{TEXT_CREATED_AT} {}",
@@ -105,6 +175,21 @@ impl OwnershipMark {
     /// indentation), `\r\n` line ends, and the lines in any order. The first
     /// occurrence of each key wins. `None` when the UID, owner or creation
     /// time is missing or malformed; a missing installation reads as empty.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let description = concat!(
+    ///     "web proxy\r\n",
+    ///     "# proxyfleet.io/owner: egress/proxy-a\r\n",
+    ///     "# proxyfleet.io/uid: 0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11\r\n",
+    ///     "# proxyfleet.io/created-at: 1767225600\r\n",
+    /// );
+    /// let mark = OwnershipMark::from_text(description).expect("a mark");
+    /// assert_eq!(mark.namespace, "egress");
+    /// assert_eq!(mark.installation, "", "written before marks carried one");
+    /// assert_eq!(OwnershipMark::from_text("a VM of someone else's"), None);
+    /// ```
     pub fn from_text(text: &str) -> Option<Self> {
         let uid = text_value(text, TEXT_UID).filter(|uid| !uid.contains(char::is_whitespace))?;
         let installation = text_value(text, TEXT_INSTALLATION)
@@ -133,6 +218,21 @@ impl OwnershipMark {
     /// to 253 characters: dots become underscores (reversed on decode), and
     /// a name still too long is cut and given a hash suffix, so it comes back
     /// shortened. Compare marks by UID.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let mark = OwnershipMark {
+    ///     installation: "3f9a0c21d4e7".into(),
+    ///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+    ///     namespace: "egress".into(),
+    ///     name: "proxy.eu-west".into(),
+    ///     created_at: 1_767_225_600,
+    /// };
+    /// let labels = mark.to_labels()?;
+    /// assert!(labels.contains(&("proxyfleet-name".into(), "proxy_eu-west".into())));
+    /// # Ok::<(), proxyfleet_sdk::LabelError>(())
+    /// ```
     pub fn to_labels(&self) -> Result<Vec<(String, String)>, LabelError> {
         if !is_label_value(&self.installation) {
             return Err(LabelError::Installation(self.installation.clone()));
@@ -157,6 +257,25 @@ impl OwnershipMark {
     /// a missing installation label reads as empty.
     ///
     /// For a slice of pairs pass `labels.iter().map(|(k, v)| (k, v))`.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let mark = OwnershipMark {
+    ///     installation: "3f9a0c21d4e7".into(),
+    ///     uid: "0b5bd7c4-5a54-4b7e-9d0c-1f3b8f3e2a11".into(),
+    ///     namespace: "egress".into(),
+    ///     name: "proxy.eu-west".into(),
+    ///     created_at: 1_767_225_600,
+    /// };
+    /// // Labels as a backend returns them, with some of the user's own.
+    /// let mut labels: HashMap<String, String> = mark.to_labels()?.into_iter().collect();
+    /// labels.insert("team".into(), "crawl".into());
+    /// assert_eq!(OwnershipMark::from_labels(&labels), Some(mark));
+    /// assert_eq!(OwnershipMark::from_labels([("team", "crawl")]), None);
+    /// # Ok::<(), proxyfleet_sdk::LabelError>(())
+    /// ```
     pub fn from_labels<K, V>(labels: impl IntoIterator<Item = (K, V)>) -> Option<Self>
     where
         K: AsRef<str>,

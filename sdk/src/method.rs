@@ -4,6 +4,14 @@
 use std::fmt;
 
 /// An HTTP method.
+///
+/// ```
+/// use proxyfleet_sdk::http::{Method, Request};
+///
+/// let request = Request::new(Method::Options, "https://api.example/v1/instances");
+/// assert!(format!("{request:?}").contains("method: Options"));
+/// assert_eq!(Method::Patch.to_string(), "PATCH");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Method {

@@ -101,6 +101,11 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// Seconds since the Unix epoch, by the host's wall clock.
+///
+/// ```
+/// let now = proxyfleet_sdk::now_unix();
+/// assert!(now > 1_700_000_000, "after November 2023");
+/// ```
 pub fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
 }

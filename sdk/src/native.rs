@@ -53,12 +53,52 @@ use crate::bindings::proxyfleet::provider::log::Level;
 use crate::kv_error::KvError;
 use crate::method::Method;
 
+#[doc(hidden)]
+pub mod doc_host;
+
 /// How a transport failure is reported: the `wasi:http` error code the
 /// operator would give (`ConnectionRefused`, `HttpRequestDenied` for a
 /// destination the entry does not grant, ...).
 pub use wasip2::http::types::ErrorCode;
 
 /// What the plugin's imports do, off wasm.
+///
+/// ```
+/// use std::rc::Rc;
+/// use proxyfleet_sdk::http::Request;
+/// use proxyfleet_sdk::native::{self, ErrorCode, Host, HttpRequest, HttpResponse};
+/// # use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
+/// # use proxyfleet_sdk::log::Level;
+///
+/// /// Answers every request with `204 No Content`.
+/// struct NoContent;
+///
+/// impl Host for NoContent {
+///     fn http(&self, _: &HttpRequest) -> Result<HttpResponse, ErrorCode> {
+///         Ok(HttpResponse { status: 204, headers: Vec::new(), body: Vec::new() })
+///     }
+///     // kv_get, kv_compare_and_swap, kv_list and log as in the module's example.
+/// #     fn kv_get(&self, _: &str) -> Result<Option<KvEntry>, KvError> {
+/// #         Ok(None)
+/// #     }
+/// #     fn kv_compare_and_swap(
+/// #         &self,
+/// #         _: &str,
+/// #         _: Option<u64>,
+/// #         _: Option<&[u8]>,
+/// #     ) -> Result<CasOutcome, KvError> {
+/// #         Err(KvError::Unavailable("no store".into()))
+/// #     }
+/// #     fn kv_list(&self, _: &str) -> Result<Vec<KvEntry>, KvError> {
+/// #         Ok(Vec::new())
+/// #     }
+/// #     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+/// }
+///
+/// let url = "https://api.example/v1/instances/pf-1";
+/// let answer = native::with_host(Rc::new(NoContent), || Request::delete(url).send());
+/// assert_eq!(answer.expect("an answer").status, 204);
+/// ```
 pub trait Host {
     /// `kv::get`.
     fn kv_get(&self, key: &str) -> Result<Option<KvEntry>, KvError>;
@@ -84,6 +124,46 @@ pub trait Host {
 }
 
 /// A request as the plugin sent it.
+///
+/// ```
+/// use std::rc::Rc;
+/// use proxyfleet_sdk::http::{Method, Request};
+/// use proxyfleet_sdk::native::{self, ErrorCode, Host, HttpRequest, HttpResponse};
+/// # use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
+/// # use proxyfleet_sdk::log::Level;
+///
+/// /// Answers `201 Created` with the body it was sent.
+/// struct Echo;
+///
+/// impl Host for Echo {
+///     fn http(&self, request: &HttpRequest) -> Result<HttpResponse, ErrorCode> {
+///         assert_eq!(request.method, Method::Post);
+///         assert_eq!(request.url, "https://api.example/v1/instances");
+///         Ok(HttpResponse { status: 201, headers: Vec::new(), body: request.body.clone() })
+///     }
+///     // kv_get, kv_compare_and_swap, kv_list and log as in the module's example.
+/// #     fn kv_get(&self, _: &str) -> Result<Option<KvEntry>, KvError> {
+/// #         Ok(None)
+/// #     }
+/// #     fn kv_compare_and_swap(
+/// #         &self,
+/// #         _: &str,
+/// #         _: Option<u64>,
+/// #         _: Option<&[u8]>,
+/// #     ) -> Result<CasOutcome, KvError> {
+/// #         Err(KvError::Unavailable("no store".into()))
+/// #     }
+/// #     fn kv_list(&self, _: &str) -> Result<Vec<KvEntry>, KvError> {
+/// #         Ok(Vec::new())
+/// #     }
+/// #     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+/// }
+///
+/// let sent = native::with_host(Rc::new(Echo), || {
+///     Request::post("https://api.example/v1/instances").body("text/plain", "pf-1").send()
+/// });
+/// assert_eq!(sent.expect("an answer").text(), "pf-1");
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
     /// The method.
@@ -117,6 +197,50 @@ impl std::fmt::Debug for HttpRequest {
 
 impl HttpRequest {
     /// The first value of header `name`, compared case-insensitively.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use proxyfleet_sdk::http::Request;
+    /// use proxyfleet_sdk::native::{self, ErrorCode, Host, HttpRequest, HttpResponse};
+    /// # use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
+    /// # use proxyfleet_sdk::log::Level;
+    ///
+    /// /// Refuses requests without a credential.
+    /// struct NeedsToken;
+    ///
+    /// impl Host for NeedsToken {
+    ///     fn http(&self, request: &HttpRequest) -> Result<HttpResponse, ErrorCode> {
+    ///         let status = match request.header("Authorization") {
+    ///             Some(b"Bearer t0ken") => 200,
+    ///             _ => 401,
+    ///         };
+    ///         Ok(HttpResponse { status, headers: Vec::new(), body: Vec::new() })
+    ///     }
+    ///     // kv_get, kv_compare_and_swap, kv_list and log as in the module's example.
+    /// #     fn kv_get(&self, _: &str) -> Result<Option<KvEntry>, KvError> {
+    /// #         Ok(None)
+    /// #     }
+    /// #     fn kv_compare_and_swap(
+    /// #         &self,
+    /// #         _: &str,
+    /// #         _: Option<u64>,
+    /// #         _: Option<&[u8]>,
+    /// #     ) -> Result<CasOutcome, KvError> {
+    /// #         Err(KvError::Unavailable("no store".into()))
+    /// #     }
+    /// #     fn kv_list(&self, _: &str) -> Result<Vec<KvEntry>, KvError> {
+    /// #         Ok(Vec::new())
+    /// #     }
+    /// #     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+    /// }
+    ///
+    /// let status = |request: Request| request.send_any_status().map(|response| response.status);
+    /// native::with_host(Rc::new(NeedsToken), || {
+    ///     let url = "https://api.example/v1/instances";
+    ///     assert_eq!(status(Request::get(url)), Ok(401));
+    ///     assert_eq!(status(Request::get(url).bearer_auth("t0ken")), Ok(200));
+    /// });
+    /// ```
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
@@ -126,6 +250,48 @@ impl HttpRequest {
 }
 
 /// An answer for the plugin.
+///
+/// ```
+/// use std::rc::Rc;
+/// use proxyfleet_sdk::http::Request;
+/// use proxyfleet_sdk::native::{self, ErrorCode, Host, HttpRequest, HttpResponse};
+/// # use proxyfleet_sdk::kv::{CasOutcome, KvEntry, KvError};
+/// # use proxyfleet_sdk::log::Level;
+///
+/// /// A backend with no instances.
+/// struct Empty;
+///
+/// impl Host for Empty {
+///     fn http(&self, _: &HttpRequest) -> Result<HttpResponse, ErrorCode> {
+///         Ok(HttpResponse {
+///             status: 200,
+///             headers: vec![("content-type".into(), "application/json".into())],
+///             body: br#"{"items":[]}"#.to_vec(),
+///         })
+///     }
+///     // kv_get, kv_compare_and_swap, kv_list and log as in the module's example.
+/// #     fn kv_get(&self, _: &str) -> Result<Option<KvEntry>, KvError> {
+/// #         Ok(None)
+/// #     }
+/// #     fn kv_compare_and_swap(
+/// #         &self,
+/// #         _: &str,
+/// #         _: Option<u64>,
+/// #         _: Option<&[u8]>,
+/// #     ) -> Result<CasOutcome, KvError> {
+/// #         Err(KvError::Unavailable("no store".into()))
+/// #     }
+/// #     fn kv_list(&self, _: &str) -> Result<Vec<KvEntry>, KvError> {
+/// #         Ok(Vec::new())
+/// #     }
+/// #     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+/// }
+///
+/// let listed = native::with_host(Rc::new(Empty), || -> proxyfleet_sdk::Result<serde_json::Value> {
+///     Request::get("https://api.example/v1/instances").send()?.json()
+/// });
+/// assert_eq!(listed.expect("a list")["items"], serde_json::json!([]));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
     /// The status code.
@@ -144,6 +310,21 @@ thread_local! {
 /// Runs `call` with `host` answering this thread's kv, http and log calls,
 /// and restores whatever host was installed before, also when `call`
 /// panics.
+///
+/// ```
+/// use std::rc::Rc;
+/// use proxyfleet_sdk::http::Request;
+/// use proxyfleet_sdk::native;
+/// # use proxyfleet_sdk::native::doc_host::{DocHost, answer};
+/// # let fixed = DocHost::new(|_| answer(200, &[], "8.2.4"));
+///
+/// // `fixed` answers every request with `8.2.4`.
+/// let version = native::with_host(Rc::new(fixed), || -> proxyfleet_sdk::Result<String> {
+///     Ok(Request::get("https://pve.example:8006/api2/json/version").send()?.text())
+/// })?;
+/// assert_eq!(version, "8.2.4");
+/// # Ok::<(), proxyfleet_sdk::ProviderError>(())
+/// ```
 pub fn with_host<R>(host: Rc<dyn Host>, call: impl FnOnce() -> R) -> R {
     struct Restore(Option<Rc<dyn Host>>);
     impl Drop for Restore {

@@ -15,6 +15,43 @@ use crate::{CallContext, Health, Instance, PluginInfo, ProxySpec, Result};
 /// must be safe to repeat: keep state in the backend (or the [`crate::kv`]
 /// store), never in memory between calls. Errors are classified by their
 /// [`crate::ProviderError`] variant, which decides what the host does next.
+///
+/// ```
+/// use proxyfleet_sdk::{
+///     CallContext, Capabilities, Health, Instance, PluginInfo, Provider, ProviderError, ProxySpec,
+///     Result,
+/// };
+///
+/// /// A backend with no room: it never has an instance.
+/// struct Full;
+///
+/// impl Provider for Full {
+///     fn describe() -> PluginInfo {
+///         PluginInfo::new("full", "0.1.0", r#"{"type":"object"}"#, Capabilities::default())
+///     }
+///     fn validate_config(config: &str) -> Result<()> {
+///         proxyfleet_sdk::parse_config::<serde_json::Map<String, serde_json::Value>>(config).map(drop)
+///     }
+///     fn create(_: &CallContext, spec: &ProxySpec) -> Result<Instance> {
+///         Err(ProviderError::QuotaExceeded(format!("no room for {}", spec.name)))
+///     }
+///     fn get(_: &CallContext, provider_id: &str) -> Result<Instance> {
+///         Err(ProviderError::NotFound(format!("no instance {provider_id}")))
+///     }
+///     fn delete(_: &CallContext, _: &str) -> Result<()> {
+///         Ok(()) // Already gone counts as deleted.
+///     }
+///     fn list(_: &CallContext) -> Result<Vec<Instance>> {
+///         Ok(Vec::new())
+///     }
+///     fn check(_: &CallContext) -> Health {
+///         Health::healthy()
+///     }
+/// }
+///
+/// assert_eq!(Full::validate_config("{}"), Ok(()));
+/// assert!(matches!(Full::validate_config("[]"), Err(ProviderError::InvalidConfig(_))));
+/// ```
 pub trait Provider {
     /// Name, version, contract version, config schema and the HTTP
     /// destinations the plugin needs. Called once when the plugin loads.

@@ -16,16 +16,50 @@ pub use wit::{
 /// against, read from the WIT's package line at build time;
 /// [`PluginInfo::new`] reports it, and the host refuses a plugin of another
 /// breaking version.
+///
+/// ```
+/// use proxyfleet_sdk::{CONTRACT_VERSION, Capabilities, PluginInfo};
+///
+/// let info = PluginInfo::new("fixed", "1.0.0", "{}", Capabilities::default());
+/// assert_eq!(info.contract_version, CONTRACT_VERSION);
+/// assert_eq!(CONTRACT_VERSION.split('.').count(), 3, "major.minor.patch");
+/// ```
 pub const CONTRACT_VERSION: &str = env!("PROXYFLEET_CONTRACT_VERSION");
 
 impl CallContext {
     /// Parses the entry's JSON config into `T`; see [`crate::parse_config`].
     /// Errors are [`crate::ProviderError::InvalidConfig`] naming the key.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::CallContext;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Config {
+    ///     node: String,
+    /// }
+    ///
+    /// let ctx = CallContext {
+    ///     entry: "pve-lab".into(),
+    ///     config: r#"{"node":"pve1"}"#.into(),
+    ///     deadline_ms: 30_000,
+    /// };
+    /// let config: Config = ctx.config()?;
+    /// assert_eq!(config.node, "pve1");
+    /// # Ok::<(), proxyfleet_sdk::ProviderError>(())
+    /// ```
     pub fn config<T: DeserializeOwned>(&self) -> crate::Result<T> {
         crate::parse_config(&self.config)
     }
 
     /// Time left before the host stops the call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use proxyfleet_sdk::CallContext;
+    ///
+    /// let ctx = CallContext { entry: "pve-lab".into(), config: "{}".into(), deadline_ms: 1500 };
+    /// assert_eq!(ctx.deadline(), Duration::from_millis(1500));
+    /// ```
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms)
     }
@@ -34,6 +68,19 @@ impl CallContext {
 impl PluginInfo {
     /// Describes a plugin built against this SDK's [`CONTRACT_VERSION`].
     /// `config_schema` is the JSON schema of the entry config.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::{Capabilities, HttpDestination, PluginInfo};
+    ///
+    /// let info = PluginInfo::new(
+    ///     "proxmox",
+    ///     "0.3.0",
+    ///     r#"{"type":"object","required":["endpoint"]}"#,
+    ///     Capabilities { http: vec![HttpDestination::https("pve.example", Some(8006))] },
+    /// );
+    /// assert_eq!(info.name, "proxmox");
+    /// assert_eq!(info.contract_version, proxyfleet_sdk::CONTRACT_VERSION);
+    /// ```
     pub fn new(
         name: impl Into<String>,
         version: impl Into<String>,
@@ -59,11 +106,26 @@ impl Default for Capabilities {
 
 impl HttpDestination {
     /// An `https` destination; `port` none means 443.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::HttpDestination;
+    ///
+    /// let api = HttpDestination::https("compute.googleapis.com", None);
+    /// assert_eq!((api.scheme.as_str(), api.port), ("https", None));
+    /// ```
     pub fn https(host: impl Into<String>, port: Option<u16>) -> Self {
         Self { scheme: "https".to_owned(), host: host.into(), port }
     }
 
     /// An `http` destination; `port` none means 80.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::HttpDestination;
+    ///
+    /// let metadata = HttpDestination::http("169.254.169.254", Some(80));
+    /// assert_eq!(metadata.scheme, "http");
+    /// assert_eq!(metadata.host, "169.254.169.254");
+    /// ```
     pub fn http(host: impl Into<String>, port: Option<u16>) -> Self {
         Self { scheme: "http".to_owned(), host: host.into(), port }
     }
@@ -71,17 +133,40 @@ impl HttpDestination {
 
 impl Health {
     /// Healthy, with no issues.
+    ///
+    /// ```
+    /// let health = proxyfleet_sdk::Health::healthy();
+    /// assert!(health.healthy);
+    /// assert!(health.issues.is_empty());
+    /// ```
     pub fn healthy() -> Self {
         Self { healthy: true, issues: Vec::new() }
     }
 
     /// Not healthy, for `reason`.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::{Health, HealthReason};
+    ///
+    /// let health = Health::unhealthy(HealthReason::StorageNotFound, "pool `vmdata` not found");
+    /// assert!(!health.healthy);
+    /// assert_eq!(health.issues[0].reason, HealthReason::StorageNotFound);
+    /// ```
     pub fn unhealthy(reason: HealthReason, message: impl Into<String>) -> Self {
         Self { healthy: false, issues: vec![HealthIssue { reason, message: message.into() }] }
     }
 
     /// Adds an issue without changing `healthy`: on a healthy result it is a
     /// warning.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::{Health, HealthReason};
+    ///
+    /// let health = Health::healthy()
+    ///     .with_issue(HealthReason::TemplateNotFound, "template `debian-12` missing on pve2");
+    /// assert!(health.healthy, "a warning only");
+    /// assert_eq!(health.issues.len(), 1);
+    /// ```
     #[must_use]
     pub fn with_issue(mut self, reason: HealthReason, message: impl Into<String>) -> Self {
         self.issues.push(HealthIssue { reason, message: message.into() });

@@ -43,7 +43,13 @@ pub fn plugin_dir() -> PathBuf {
 /// When it has not been built: these tests need the real components.
 pub fn plugin(name: &str) -> PathBuf {
     let path = plugin_dir().join(format!("{name}.wasm"));
-    let build = if name.starts_with("examples/") { "python-provider" } else { "plugins" };
+    let build = if name.starts_with("examples/template-") {
+        "plugin-template"
+    } else if name.starts_with("examples/") {
+        "python-provider"
+    } else {
+        "plugins"
+    };
     assert!(
         path.is_file(),
         "{} is missing: run `cargo xtask {build}` (or the README's test command) first",

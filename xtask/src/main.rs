@@ -64,8 +64,9 @@ commands:
   links              check the links between the Markdown files git tracks
   python-provider    build examples/python-provider (componentize-py from PyPI)
                      into target/plugins/examples/python-static.wasm
-  plugin-template    what `proxyfleet plugin new` makes: formatted, lint-clean, tested,
-                     built as a component, passing the conformance suite (part of test)
+  plugin-template    what `proxyfleet plugin new` makes, for each backend: formatted,
+                     lint-clean, tested, built into target/plugins/examples/template-*.wasm;
+                     the http one passes the conformance suite (part of test)
   sync-wit [--check] copy wit/*.wit into sdk/wit/ (--check: only report drift)
   test               install what the tests need, then run every test
   lint               rustfmt and clippy over both workspaces, no module cycles

@@ -218,9 +218,10 @@ enum PluginCommand {
         delete_wait: Duration,
     },
     /// Makes a provider plugin project NAME (a new directory): a Rust
-    /// crate that builds as it is, its native unit tests, an entry and a
-    /// declared backend that `plugin test --backend` runs the conformance
-    /// suite against (docs/writing-a-plugin.md).
+    /// crate that builds as it is, its native unit tests and an entry; for
+    /// an HTTP backend also a declared backend that `plugin test
+    /// --backend` runs the conformance suite against
+    /// (docs/writing-a-plugin.md).
     New {
         /// The plugin's name: lowercase letters, digits and `-`.
         name: String,

@@ -13,12 +13,15 @@ use proxyfleet_runtime::CONTRACT_VERSION;
 pub enum Backend {
     /// A REST API over the HTTP capability.
     Http,
+    /// libvirt domains on a hypervisor, over the libvirt capability.
+    Libvirt,
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Http => "http",
+            Self::Libvirt => "libvirt",
         })
     }
 }
@@ -35,6 +38,15 @@ fn templates(backend: Backend) -> &'static [(&'static str, &'static str)] {
             ("src/lib.rs", include_str!("../templates/plugin-http/src/lib.rs")),
             ("src/api.rs", include_str!("../templates/plugin-http/src/api.rs")),
             ("src/config.rs", include_str!("../templates/plugin-http/src/config.rs")),
+        ],
+        Backend::Libvirt => &[
+            ("Cargo.toml", include_str!("../templates/plugin-libvirt/Cargo.toml")),
+            ("README.md", include_str!("../templates/plugin-libvirt/README.md")),
+            (".gitignore", include_str!("../templates/plugin-libvirt/gitignore")),
+            ("entry.yaml", include_str!("../templates/plugin-libvirt/entry.yaml")),
+            ("src/lib.rs", include_str!("../templates/plugin-libvirt/src/lib.rs")),
+            ("src/domain.rs", include_str!("../templates/plugin-libvirt/src/domain.rs")),
+            ("src/config.rs", include_str!("../templates/plugin-libvirt/src/config.rs")),
         ],
     }
 }
@@ -135,11 +147,15 @@ mod tests {
     #[test]
     fn every_placeholder_is_filled() {
         let parent = tempfile::tempdir().expect("a temporary directory");
-        let dir = run("example", Backend::Http, parent.path(), None).expect("made");
-        for (path, _) in templates(Backend::Http) {
-            let text = std::fs::read_to_string(dir.join(path)).expect("written");
-            assert!(!text.contains("{{"), "{path} keeps a placeholder");
+        for backend in [Backend::Http, Backend::Libvirt] {
+            let dir =
+                run(&format!("example-{backend}"), backend, parent.path(), None).expect("made");
+            for (path, _) in templates(backend) {
+                let text = std::fs::read_to_string(dir.join(path)).expect("written");
+                assert!(!text.contains("{{"), "{backend}: {path} keeps a placeholder");
+            }
         }
+        let dir = parent.path().join("example-http");
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("written");
         let minor = CONTRACT_VERSION.rsplit_once('.').map(|(minor, _)| minor).expect("x.y.z");
         assert!(manifest.contains(&format!("proxyfleet-sdk = \"{minor}\"")), "{manifest}");

@@ -123,6 +123,21 @@ impl Drop for OpenResponse {
 }
 
 /// A response body read chunk by chunk, from [`Request::send_streaming`](super::Request::send_streaming).
+///
+/// ```
+/// use proxyfleet_sdk::http::Request;
+///
+/// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+/// # serve(|_| answer(200, &[("content-type", "application/octet-stream"), ("content-length", "150000")], vec![7u8; 150_000]), || -> proxyfleet_sdk::Result<()> {
+/// let mut download = Request::get("https://images.example/debian-12.raw").send_streaming()?;
+/// let mut sizes = Vec::new();
+/// while let Some(chunk) = download.next_chunk()? {
+///     sizes.push(chunk.len());
+/// }
+/// assert_eq!(sizes, [65_536, 65_536, 18_928]);
+/// # Ok(())
+/// # }).expect("the example runs");
+/// ```
 pub struct BodyStream {
     pub(super) open: OpenResponse,
 }
@@ -138,11 +153,35 @@ impl fmt::Debug for BodyStream {
 
 impl BodyStream {
     /// The status code (below 400).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(206, &[("content-range", "bytes 0-99/150000")], vec![0u8; 100]), || -> proxyfleet_sdk::Result<()> {
+    /// let part = Request::get("https://images.example/debian-12.raw")
+    ///     .header("range", "bytes=0-99")
+    ///     .send_streaming()?;
+    /// assert_eq!(part.status(), 206);
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn status(&self) -> u16 {
         self.open.status
     }
 
     /// The first value of header `name`, compared case-insensitively.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-type", "application/octet-stream"), ("content-length", "150000")], vec![7u8; 150_000]), || -> proxyfleet_sdk::Result<()> {
+    /// let download = Request::get("https://images.example/debian-12.raw").send_streaming()?;
+    /// assert_eq!(download.header("Content-Type"), Some("application/octet-stream"));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn header(&self, name: &str) -> Option<&str> {
         self.open
             .headers
@@ -152,6 +191,18 @@ impl BodyStream {
     }
 
     /// The announced body length (`Content-Length`), when there is one.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-type", "application/octet-stream"), ("content-length", "150000")], vec![7u8; 150_000]), || -> proxyfleet_sdk::Result<()> {
+    /// let download = Request::get("https://images.example/debian-12.raw").send_streaming()?;
+    /// // Size the upload before the first byte arrives.
+    /// assert_eq!(download.content_length(), Some(150_000));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn content_length(&self) -> Option<u64> {
         self.header("content-length").and_then(|value| value.trim().parse().ok())
     }
@@ -159,6 +210,22 @@ impl BodyStream {
     /// The next chunk of the body (at most 64 KiB); `None` at its end. A
     /// connection lost part way is a [`Failure`] classified
     /// [`ProviderError::Transient`], and so is every read after it.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[], b"#cloud-config\n"), || -> proxyfleet_sdk::Result<()> {
+    /// let mut download = Request::get("https://seeds.example/pf-1/user-data").send_streaming()?;
+    /// let mut data = Vec::new();
+    /// while let Some(chunk) = download.next_chunk()? {
+    ///     data.extend_from_slice(&chunk);
+    /// }
+    /// assert_eq!(data, b"#cloud-config\n");
+    /// assert_eq!(download.next_chunk()?, None, "still at the end");
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, Failure> {
         self.open.next_chunk()
     }

@@ -12,6 +12,21 @@ use crate::ProviderError;
 /// reason phrase when it is not the standard one for the code: `wasi:http`
 /// has no field for it, and some backends (Proxmox VE before 8.4) put their
 /// error text only there. The host sets it and drops one the backend sent.
+///
+/// ```
+/// use proxyfleet_sdk::http::{REASON_PHRASE_HEADER, Request};
+///
+/// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+/// # serve(|_| answer(500, &[(REASON_PHRASE_HEADER, "VM 101 is locked (clone)")], br#"{"data":null}"#), || -> proxyfleet_sdk::Result<()> {
+/// let url = "https://pve.example:8006/api2/json/nodes/pve1/qemu/101/config";
+/// let response = Request::put(url).send_any_status()?;
+/// assert_eq!(response.header(REASON_PHRASE_HEADER), Some("VM 101 is locked (clone)"));
+/// // `send` puts it in the error's message.
+/// let failure = Request::put(url).send().expect_err("HTTP 500");
+/// assert!(failure.error().message().contains("HTTP 500 VM 101 is locked (clone)"));
+/// # Ok(())
+/// # }).expect("the example runs");
+/// ```
 pub const REASON_PHRASE_HEADER: &str = "proxyfleet-reason-phrase";
 
 /// The error for an HTTP `status`, or `None` below 400.
@@ -20,6 +35,17 @@ pub const REASON_PHRASE_HEADER: &str = "proxyfleet-reason-phrase";
 /// Transient, other 4xx → Permanent. The message holds the method, URL,
 /// status and a short excerpt of the body. [`classify_answer`] adds the
 /// reason phrase.
+///
+/// ```
+/// use proxyfleet_sdk::ProviderError;
+/// use proxyfleet_sdk::http::{Method, classify_status};
+///
+/// let url = "https://compute.googleapis.com/compute/v1/projects/p/zones/z/instances";
+/// let error = classify_status(Method::Post, url, 429, b"rate limited").expect("an error");
+/// assert!(matches!(error, ProviderError::Transient(_)));
+/// assert_eq!(error.message(), format!("POST {url}: HTTP 429: rate limited"));
+/// assert_eq!(classify_status(Method::Get, url, 304, b""), None);
+/// ```
 pub fn classify_status(
     method: Method,
     url: &str,

@@ -39,16 +39,48 @@ use serde::de::DeserializeOwned;
 use crate::{ProviderError, Result};
 
 /// Connect timeout unless the request sets its own.
+///
+/// ```
+/// use proxyfleet_sdk::http::{DEFAULT_CONNECT_TIMEOUT, Request};
+///
+/// // A request that sets no timeout of its own has the default.
+/// let shown = format!("{:?}", Request::get("https://api.example/v1/instances"));
+/// assert!(shown.contains(&format!("connect_timeout: {DEFAULT_CONNECT_TIMEOUT:?}")));
+/// ```
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed from sending the request to the first byte of the response,
 /// unless the request sets its own. Backends that run a task before
 /// answering (cloning a VM) need it generous.
+///
+/// ```
+/// use proxyfleet_sdk::http::{DEFAULT_FIRST_BYTE_TIMEOUT, Request};
+///
+/// // A request that sets no timeout of its own has the default.
+/// let shown = format!("{:?}", Request::get("https://api.example/v1/instances"));
+/// assert!(shown.contains(&format!("first_byte_timeout: {DEFAULT_FIRST_BYTE_TIMEOUT:?}")));
+/// ```
 pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest pause between two chunks of the response body, unless the
 /// request sets its own.
+///
+/// ```
+/// use proxyfleet_sdk::http::{DEFAULT_BETWEEN_BYTES_TIMEOUT, Request};
+///
+/// // A request that sets no timeout of its own has the default.
+/// let shown = format!("{:?}", Request::get("https://api.example/v1/instances"));
+/// assert!(shown.contains(&format!("between_bytes_timeout: {DEFAULT_BETWEEN_BYTES_TIMEOUT:?}")));
+/// ```
 pub const DEFAULT_BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body read unless the request sets its own limit; a
 /// larger one fails with [`ProviderError::Permanent`].
+///
+/// ```
+/// use proxyfleet_sdk::http::{DEFAULT_MAX_RESPONSE_BYTES, Request};
+///
+/// // A request that sets no limit of its own has the default.
+/// let shown = format!("{:?}", Request::get("https://api.example/v1/instances"));
+/// assert!(shown.contains(&format!("max_response_bytes: {DEFAULT_MAX_RESPONSE_BYTES}")));
+/// ```
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How many bytes of an error response's body go into the error message.
@@ -58,6 +90,18 @@ const READ_CHUNK: u64 = 64 * 1024;
 pub use crate::method::Method;
 
 /// An HTTP request being built; [`Request::send`] performs it.
+///
+/// ```
+/// use proxyfleet_sdk::http::Request;
+///
+/// let request = Request::post("https://api.example/v1/instances")
+///     .bearer_auth("s3cret-token")
+///     .json(&serde_json::json!({ "name": "pf-6f1c2a9e0b7d", "size": "small" }));
+/// // `Debug` names the headers but never shows their values.
+/// let shown = format!("{request:?}");
+/// assert!(shown.contains(r#"header_names: ["authorization", "content-type"]"#));
+/// assert!(!shown.contains("s3cret-token"));
+/// ```
 #[derive(Clone)]
 pub struct Request {
     method: Method,
@@ -92,6 +136,13 @@ impl fmt::Debug for Request {
 
 impl Request {
     /// A request with no headers or body and the default timeouts.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::{Method, Request};
+    ///
+    /// let request = Request::new(Method::Options, "https://api.example/v1/instances");
+    /// assert!(format!("{request:?}").contains("method: Options"));
+    /// ```
     pub fn new(method: Method, url: impl Into<String>) -> Self {
         Self {
             method,
@@ -107,31 +158,75 @@ impl Request {
     }
 
     /// A `GET` request.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://api.example/v1/instances/pf-1");
+    /// assert!(format!("{request:?}").contains("method: Get"));
+    /// ```
     pub fn get(url: impl Into<String>) -> Self {
         Self::new(Method::Get, url)
     }
 
     /// A `POST` request.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::post("https://api.example/v1/instances");
+    /// assert!(format!("{request:?}").contains("method: Post"));
+    /// ```
     pub fn post(url: impl Into<String>) -> Self {
         Self::new(Method::Post, url)
     }
 
     /// A `PUT` request.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::put("https://api.example/v1/instances/pf-1/labels");
+    /// assert!(format!("{request:?}").contains("method: Put"));
+    /// ```
     pub fn put(url: impl Into<String>) -> Self {
         Self::new(Method::Put, url)
     }
 
     /// A `PATCH` request.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::patch("https://api.example/v1/instances/pf-1");
+    /// assert!(format!("{request:?}").contains("method: Patch"));
+    /// ```
     pub fn patch(url: impl Into<String>) -> Self {
         Self::new(Method::Patch, url)
     }
 
     /// A `DELETE` request.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::delete("https://api.example/v1/instances/pf-1");
+    /// assert!(format!("{request:?}").contains("method: Delete"));
+    /// ```
     pub fn delete(url: impl Into<String>) -> Self {
         Self::new(Method::Delete, url)
     }
 
     /// Adds a header; repeated names are sent as repeated fields.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://pve.example:8006/api2/json/nodes")
+    ///     .header("authorization", "PVEAPIToken=fleet@pve!plugin=0b5b")
+    ///     .header("accept", "application/json");
+    /// assert!(format!("{request:?}").contains(r#"header_names: ["authorization", "accept"]"#));
+    /// ```
     #[must_use]
     pub fn header(mut self, name: impl Into<String>, value: impl AsRef<[u8]>) -> Self {
         self.headers.push((name.into(), value.as_ref().to_vec()));
@@ -139,12 +234,29 @@ impl Request {
     }
 
     /// Adds `authorization: Bearer <token>`.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://compute.googleapis.com/compute/v1/projects/p/zones")
+    ///     .bearer_auth("ya29.token");
+    /// assert!(format!("{request:?}").contains(r#"header_names: ["authorization"]"#));
+    /// ```
     #[must_use]
     pub fn bearer_auth(self, token: &str) -> Self {
         self.header("authorization", format!("Bearer {token}"))
     }
 
     /// Sets a raw body and its content type.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::post("https://pve.example:8006/api2/json/nodes/pve1/qemu/101/config")
+    ///     .body("application/x-www-form-urlencoded", "cores=2&memory=2048");
+    /// let shown = format!("{request:?}");
+    /// assert!(shown.contains(r#"header_names: ["content-type"]"#) && shown.contains("body_len: 19"));
+    /// ```
     #[must_use]
     pub fn body(mut self, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
         self.body = body.into();
@@ -154,6 +266,20 @@ impl Request {
 
     /// Sets `value` serialised as JSON as the body, with
     /// `content-type: application/json`.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct CloneVm {
+    ///     newid: u32,
+    ///     name: String,
+    /// }
+    ///
+    /// let request = Request::post("https://pve.example:8006/api2/json/nodes/pve1/qemu/9000/clone")
+    ///     .json(&CloneVm { newid: 4711, name: "pf-6f1c2a9e0b7d".into() });
+    /// assert!(format!("{request:?}").contains(r#"header_names: ["content-type"]"#));
+    /// ```
     #[must_use]
     pub fn json<T: Serialize + ?Sized>(mut self, value: &T) -> Self {
         match serde_json::to_vec(value) {
@@ -178,6 +304,15 @@ impl Request {
     }
 
     /// Time allowed to establish the connection.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://pve.example:8006/api2/json/version")
+    ///     .connect_timeout(Duration::from_secs(3));
+    /// assert!(format!("{request:?}").contains("connect_timeout: 3s"));
+    /// ```
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -185,6 +320,16 @@ impl Request {
     }
 
     /// Time allowed from sending the request to the first response byte.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// // The clone answers only once it is done.
+    /// let request = Request::post("https://pve.example:8006/api2/json/nodes/pve1/qemu/9000/clone")
+    ///     .first_byte_timeout(Duration::from_secs(300));
+    /// assert!(format!("{request:?}").contains("first_byte_timeout: 300s"));
+    /// ```
     #[must_use]
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = timeout;
@@ -192,6 +337,15 @@ impl Request {
     }
 
     /// Longest pause allowed between two chunks of the response body.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://images.example/debian-12.qcow2")
+    ///     .between_bytes_timeout(Duration::from_secs(120));
+    /// assert!(format!("{request:?}").contains("between_bytes_timeout: 120s"));
+    /// ```
     #[must_use]
     pub fn between_bytes_timeout(mut self, timeout: Duration) -> Self {
         self.between_bytes_timeout = timeout;
@@ -199,12 +353,38 @@ impl Request {
     }
 
     /// Sets all three timeouts to `timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// let request = Request::get("https://api.example/healthz").timeout(Duration::from_secs(5));
+    /// let shown = format!("{request:?}");
+    /// assert!(shown.contains("connect_timeout: 5s") && shown.contains("first_byte_timeout: 5s"));
+    /// assert!(shown.contains("between_bytes_timeout: 5s"));
+    /// ```
     #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         self.connect_timeout(timeout).first_byte_timeout(timeout).between_bytes_timeout(timeout)
     }
 
     /// Largest response body to read; a larger one fails as permanent.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::ProviderError;
+    /// use proxyfleet_sdk::http::{FailureKind, Request};
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-type", "application/json")], vec![b' '; 4096]), || -> proxyfleet_sdk::Result<()> {
+    /// let failure = Request::get("https://api.example/v1/instances")
+    ///     .max_response_bytes(1024)
+    ///     .send()
+    ///     .expect_err("the body is over 1 KiB");
+    /// assert_eq!(failure.kind(), FailureKind::TooLarge);
+    /// assert!(matches!(failure.error(), ProviderError::Permanent(_)));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     #[must_use]
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.max_response_bytes = limit;
@@ -216,6 +396,28 @@ impl Request {
     /// A status of 400 or more is returned as the error [`classify_status`]
     /// gives; any other status (including 3xx: redirects are not followed)
     /// as `Ok`.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::ProviderError;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|request| if request.url.ends_with("/version") {
+    /// #     answer(200, &[("content-type", "application/json")], br#"{"data":{"version":"8.2.4"}}"#)
+    /// # } else {
+    /// #     answer(404, &[], b"no such node")
+    /// # }, || -> proxyfleet_sdk::Result<()> {
+    /// let version = Request::get("https://pve.example:8006/api2/json/version").send()?;
+    /// let body: serde_json::Value = version.json()?;
+    /// assert_eq!(body["data"]["version"], "8.2.4");
+    ///
+    /// let failure = Request::get("https://pve.example:8006/api2/json/nodes/pve9/status")
+    ///     .send()
+    ///     .expect_err("HTTP 404");
+    /// assert!(matches!(failure.error(), ProviderError::NotFound(_)));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn send(self) -> Result<Response, Failure> {
         self.start()?.answer()
     }
@@ -227,6 +429,25 @@ impl Request {
     /// For APIs whose error answers say more than their status, such as
     /// Kubernetes `Status` objects or a `Retry-After` header: the plugin
     /// classifies them itself (falling back on [`classify_status`]).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::{Failure, Method, Request, classify_status};
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(409, &[("content-type", "application/json")], br#"{"kind":"Status","reason":"AlreadyExists"}"#), || -> proxyfleet_sdk::Result<()> {
+    /// let url = "https://k8s.example:6443/api/v1/namespaces/egress/pods";
+    /// let response = Request::post(url).json(&serde_json::json!({"kind": "Pod"})).send_any_status()?;
+    /// let status: serde_json::Value = response.json()?;
+    /// let adopt = response.status == 409 && status["reason"] == "AlreadyExists";
+    /// if !adopt {
+    ///     if let Some(error) = classify_status(Method::Post, url, response.status, &response.body) {
+    ///         return Err(Failure::of_answer(&response, error).into());
+    ///     }
+    /// }
+    /// assert!(adopt, "an earlier attempt made the pod");
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn send_any_status(self) -> Result<Response, Failure> {
         let limit = self.max_response_bytes;
         read_response(self.open()?, limit)
@@ -236,6 +457,22 @@ impl Request {
     /// downloads too large to hold in memory (a disk image). A status of
     /// 400 or more is the error [`classify_status`] gives, as with
     /// [`Request::send`]; the response size limit does not apply.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-length", "200000")], vec![0u8; 200_000]), || -> proxyfleet_sdk::Result<()> {
+    /// let mut image = Request::get("https://images.example/debian-12.qcow2").send_streaming()?;
+    /// let mut copied = 0;
+    /// while let Some(chunk) = image.next_chunk()? {
+    ///     copied += chunk.len(); // hand the chunk on, e.g. to a libvirt upload
+    /// }
+    /// assert_eq!(image.content_length(), Some(200_000));
+    /// assert_eq!(copied, 200_000);
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn send_streaming(self) -> Result<BodyStream, Failure> {
         let mut open = self.open()?;
         if open.status >= 400 {
@@ -394,6 +631,19 @@ pub fn send_all(requests: Vec<Request>) -> Vec<Result<Response, Failure>> {
 }
 
 /// A complete HTTP response.
+///
+/// ```
+/// use proxyfleet_sdk::http::Request;
+///
+/// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+/// # serve(|_| answer(201, &[("location", "/v1/instances/pf-1")], br#"{"id":"pf-1"}"#), || -> proxyfleet_sdk::Result<()> {
+/// let response = Request::post("https://api.example/v1/instances").send()?;
+/// assert_eq!(response.status, 201);
+/// assert_eq!(response.headers, [("location".to_owned(), "/v1/instances/pf-1".to_owned())]);
+/// assert_eq!(response.body, br#"{"id":"pf-1"}"#);
+/// # Ok(())
+/// # }).expect("the example runs");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     /// The status code.
@@ -408,6 +658,19 @@ pub struct Response {
 
 impl Response {
     /// The first value of header `name`, compared case-insensitively.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("Content-Type", "application/json"), ("ETag", "\"7\"")], b"{}"), || -> proxyfleet_sdk::Result<()> {
+    /// let response = Request::get("https://api.example/v1/instances/pf-1").send()?;
+    /// assert_eq!(response.header("content-type"), Some("application/json"));
+    /// assert_eq!(response.header("etag"), Some("\"7\""));
+    /// assert_eq!(response.header("retry-after"), None);
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -417,11 +680,35 @@ impl Response {
 
     /// The status line's reason phrase, when it was not the standard one
     /// for the code ([`REASON_PHRASE_HEADER`]).
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(500, &[(proxyfleet_sdk::http::REASON_PHRASE_HEADER, "VM 101 is locked (clone)")], br#"{"data":null}"#), || -> proxyfleet_sdk::Result<()> {
+    /// let url = "https://pve.example:8006/api2/json/nodes/pve1/qemu/101/config";
+    /// let response = Request::put(url).send_any_status()?;
+    /// assert_eq!(response.status, 500);
+    /// assert_eq!(response.reason_phrase(), Some("VM 101 is locked (clone)"));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn reason_phrase(&self) -> Option<&str> {
         self.header(REASON_PHRASE_HEADER)
     }
 
     /// The body as text, with invalid UTF-8 replaced.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-type", "text/plain")], b"ok\xff"), || -> proxyfleet_sdk::Result<()> {
+    /// let response = Request::get("https://api.example/healthz").send()?;
+    /// assert_eq!(response.text(), "ok\u{FFFD}");
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -429,6 +716,28 @@ impl Response {
     /// Parses the body as JSON. A body that does not parse is
     /// [`ProviderError::Permanent`]: the backend answered, but not in the
     /// shape this plugin understands.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::ProviderError;
+    /// use proxyfleet_sdk::http::Request;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Instance {
+    ///     id: String,
+    ///     status: String,
+    /// }
+    ///
+    /// # use proxyfleet_sdk::native::doc_host::{answer, serve};
+    /// # serve(|_| answer(200, &[("content-type", "application/json")], br#"{"id":"pf-1","status":"RUNNING"}"#), || -> proxyfleet_sdk::Result<()> {
+    /// let response = Request::get("https://api.example/v1/instances/pf-1").send()?;
+    /// let instance: Instance = response.json()?;
+    /// assert_eq!((instance.id.as_str(), instance.status.as_str()), ("pf-1", "RUNNING"));
+    /// // Another shape than expected is permanent: retrying will not change it.
+    /// let list = response.json::<Vec<Instance>>();
+    /// assert!(matches!(list, Err(ProviderError::Permanent(_))));
+    /// # Ok(())
+    /// # }).expect("the example runs");
+    /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.body).map_err(|error| {
             ProviderError::Permanent(format!(

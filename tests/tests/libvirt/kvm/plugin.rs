@@ -486,3 +486,50 @@ async fn the_plugin_passes_the_conformance_suite() {
         site.volumes().into_iter().filter(|name| !name.starts_with("base-")).collect();
     assert!(volumes.is_empty(), "volumes left behind: {volumes:?}");
 }
+
+/// The project `proxyfleet plugin new --backend libvirt` makes passes the
+/// conformance suite on the private libvirtd as made, and leaves only the
+/// base volume it was given (`cargo xtask plugin-template` builds it).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_libvirt_template_passes_the_conformance_suite() {
+    let site = Site::new("template");
+    qcow2_image(&site.pool_dir, "template-base.qcow2", 16);
+    let mut conn = Libvirtd::shared().direct(STORAGE_URI);
+    virt::storage_pool::StoragePool::lookup_by_name(&conn, &site.pool)
+        .expect("the site's pool")
+        .refresh(0)
+        .expect("refreshed");
+    let _ = conn.close();
+    // A short call timeout: what a stopped create was doing ends within it.
+    let yaml = format!(
+        "providers:\n  - name: lab\n    plugin: example-libvirt\n    config:\n      \
+         host: 127.0.0.1\n      pool: {pool}\n      \
+         images: {{ debian-12: template-base.qcow2 }}\n      domainType: test\n      \
+         namePrefix: tmpl\n    \
+         limits: {{ timeout: 10s }}\n    grants:\n      libvirt:\n        \
+         - {{ host: 127.0.0.1, port: {port}, user: root, keyFile: '{key}', \
+         knownHostsFile: '{known}', socket: '{socket}', uri: '{TEST_URI}', \
+         pools: [{pool}], networks: [default], storageUri: '{STORAGE_URI}', callTimeout: 10s }}\n",
+        pool = site.pool,
+        port = site.sshd.port,
+        key = site.sshd.user_key.display(),
+        known = site.sshd.known_hosts.display(),
+        socket = Libvirtd::shared().socket.display(),
+    );
+    let entry = ProvidersConfig::parse(&yaml).expect("providers config").entries.remove(0);
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let template = proxyfleet_tests::plugin("examples/template-libvirt");
+    let revision = runtime.load_plugin(&template).await.expect("loads");
+    let spec = SpecBuilder::new("conformance").build();
+    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);
+    options.call_timeout = entry.limits.call_timeout;
+    let kv: Arc<dyn KvStore> = site.kv.clone();
+    let binder = proxyfleet_harness::EntryBinder::new(runtime, entry, revision, kv);
+    let provider = binder.bind_own().await.expect("the entry binds");
+    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
+    assert!(report.passed(), "{}", report.text());
+    let ours: Vec<String> =
+        domain_names().into_iter().filter(|name| name.starts_with("tmpl-")).collect();
+    assert!(ours.is_empty(), "domains left behind: {ours:?}");
+    assert_eq!(site.volumes(), ["template-base.qcow2"], "volumes left behind");
+}
