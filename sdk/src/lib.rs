@@ -132,6 +132,7 @@ mod naming;
 pub mod native;
 mod provider;
 mod types;
+pub mod xml;
 
 pub use config::parse_config;
 pub use error::{ProviderError, Result};

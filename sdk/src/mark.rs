@@ -2,15 +2,17 @@
 //! read back from it, so the host's orphan collection can tell our instances
 //! (and which Proxy owns each) from anyone else's.
 //!
-//! Two encodings, for the two kinds of place a backend offers:
+//! Three encodings, for the kinds of place a backend offers:
 //!
 //! - text, for a free-text field such as a VM description or notes: four
 //!   `proxyfleet.io/<key>: <value>` lines, found again by
 //!   [`OwnershipMark::from_text`] wherever they sit in the field;
 //! - labels, for backends that only take restricted key/value labels (GCP,
-//!   Kubernetes): lowercase `[a-z0-9_-]`, at most 63 characters each.
+//!   Kubernetes): lowercase `[a-z0-9_-]`, at most 63 characters each;
+//! - XML attributes, with the owning entry, for an element in a libvirt
+//!   domain's `<metadata>`.
 //!
-//! Both carry the installation that created the instance
+//! All carry the installation that created the instance
 //! (`ProxySpec::installation`): the host collects only its own
 //! installation's orphans. A mark read back without one (written before
 //! marks carried it) has an empty installation and is never collected.
@@ -250,6 +252,65 @@ impl OwnershipMark {
             (LABEL_NAME.to_owned(), name_label(&self.name)),
             (LABEL_CREATED_AT.to_owned(), self.created_at.to_string()),
         ])
+    }
+
+    /// The mark as the attributes of an element in a libvirt domain's
+    /// `<metadata>`, with the provider entry that owns the domain (several
+    /// entries may share a hypervisor). Values are escaped.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let mark = OwnershipMark {
+    ///     installation: "3f9a0c21d4e7".into(),
+    ///     uid: "0b5bd7c4".into(),
+    ///     namespace: "egress".into(),
+    ///     name: "proxy-1".into(),
+    ///     created_at: 1_767_225_600,
+    /// };
+    /// let element = format!("<pf:owner xmlns:pf='urn:example' {}/>", mark.to_xml_attributes("lab"));
+    /// assert!(element.contains(r#"entry="lab" installation="3f9a0c21d4e7" uid="0b5bd7c4""#));
+    /// ```
+    pub fn to_xml_attributes(&self, entry: &str) -> String {
+        use crate::xml::escape;
+        format!(
+            "entry=\"{}\" installation=\"{}\" uid=\"{}\" namespace=\"{}\" name=\"{}\" created-at=\"{}\"",
+            escape(entry),
+            escape(&self.installation),
+            escape(&self.uid),
+            escape(&self.namespace),
+            escape(&self.name),
+            self.created_at
+        )
+    }
+
+    /// The entry and mark of an element written with
+    /// [`Self::to_xml_attributes`], as libvirt hands it back (its own
+    /// quotes and namespace prefix); `None` when it is not a complete mark.
+    /// A missing installation reads as empty.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::OwnershipMark;
+    ///
+    /// let element = "<owner xmlns='urn:example' entry='lab' installation='i' uid='u' \
+    ///                namespace='egress' name='proxy-1' created-at='7'/>";
+    /// let (entry, mark) = OwnershipMark::from_xml_attributes(element).expect("a mark");
+    /// assert_eq!((entry.as_str(), mark.uid.as_str(), mark.created_at), ("lab", "u", 7));
+    /// assert_eq!(OwnershipMark::from_xml_attributes("<owner entry='lab'/>"), None);
+    /// ```
+    pub fn from_xml_attributes(xml: &str) -> Option<(String, Self)> {
+        use crate::xml::attribute;
+        let entry = attribute(xml, "entry")?;
+        let mark = Self {
+            installation: attribute(xml, "installation").unwrap_or_default(),
+            uid: attribute(xml, "uid")?,
+            namespace: attribute(xml, "namespace")?,
+            name: attribute(xml, "name")?,
+            created_at: attribute(xml, "created-at")?.parse().ok()?,
+        };
+        let complete =
+            [&entry, &mark.uid, &mark.namespace, &mark.name].iter().all(|v| !v.is_empty());
+        complete.then_some((entry, mark))
     }
 
     /// Reads a mark back from labels written by [`Self::to_labels`]; other
@@ -525,5 +586,22 @@ mod tests {
             ("proxyfleet-created-at", "x"),
         ];
         assert_eq!(OwnershipMark::from_labels(bad_time), None);
+    }
+
+    #[test]
+    fn an_xml_mark_survives_libvirts_rewriting_and_escapes() {
+        let element = format!("<owner {}/>", mark().to_xml_attributes("kvm&lab"));
+        assert_eq!(
+            OwnershipMark::from_xml_attributes(&element),
+            Some(("kvm&lab".to_owned(), mark()))
+        );
+        // libvirt hands the element back with its namespace and its own quoting.
+        let single = "<owner xmlns='https://proxyfleet.io/xmlns/kvm/1' entry='a&amp;b' \
+                      uid='u' namespace='n' name='x' created-at='7'/>";
+        let (entry, parsed) = OwnershipMark::from_xml_attributes(single).expect("valid");
+        assert_eq!((entry.as_str(), parsed.uid.as_str(), parsed.created_at), ("a&b", "u", 7));
+        assert_eq!(parsed.installation, "", "marked before installations");
+        let incomplete = "<owner entry='e' uid='' namespace='n' name='x' created-at='1'/>";
+        assert_eq!(OwnershipMark::from_xml_attributes(incomplete), None);
     }
 }

@@ -105,6 +105,10 @@ pub struct GatewayArgs {
     /// holds its proxy, from its first request.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub gateway_session_ttl: Duration,
+    /// How long a CONNECT tunnel may carry nothing either way before the
+    /// gateway closes it.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub gateway_tunnel_idle_timeout: Duration,
 }
 
 /// The validated settings and the bound API listener.
@@ -228,12 +232,16 @@ impl GatewayArgs {
         if self.gateway_response_timeout.is_zero() {
             anyhow::bail!("--gateway-response-timeout: 0s; give a budget such as 60s");
         }
+        if self.gateway_tunnel_idle_timeout.is_zero() {
+            anyhow::bail!("--gateway-tunnel-idle-timeout: 0s; give a time such as 5m");
+        }
         Ok(GatewaySettings {
             retries: self.gateway_retries,
             connect_timeout: self.gateway_connect_timeout,
             response_timeout: self.gateway_response_timeout,
             ban_statuses,
             session_ttl: self.gateway_session_ttl,
+            tunnel_idle_timeout: self.gateway_tunnel_idle_timeout,
             healthy_after: health.healthy_after,
             unhealthy_after: health.unhealthy_after,
         })

@@ -99,9 +99,9 @@ fn pool_on<'a>(config: &'a Config, host: &str) -> &'a str {
 /// another entry's.
 fn read_mark(host: &str, name: &str, entry: &str) -> Result<Option<OwnershipMark>> {
     match libvirt::get_metadata(host, name, xml::MARK_NAMESPACE) {
-        Ok(element) => {
-            Ok(xml::parse_mark(&element).filter(|(owner, _)| owner == entry).map(|(_, mark)| mark))
-        }
+        Ok(element) => Ok(OwnershipMark::from_xml_attributes(&element)
+            .filter(|(owner, _)| owner == entry)
+            .map(|(_, mark)| mark)),
         Err(LibvirtError::NotFound(_)) => Ok(None),
         Err(error) => Err(error.into()),
     }

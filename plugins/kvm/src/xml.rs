@@ -1,8 +1,9 @@
 //! The XML the plugin hands libvirt (domains, volumes) and the ownership
-//! mark it keeps in a domain's metadata. Values are escaped on the way out;
-//! on the way in only the mark's attributes are read, in either quote
-//! style, since libvirt re-serialises what it stores.
+//! mark it keeps in a domain's metadata (the SDK's XML-attribute encoding,
+//! which libvirt hands back in its own quoting). Values are escaped on the
+//! way out.
 
+use proxyfleet_sdk::xml::escape;
 use proxyfleet_sdk::{OwnershipMark, ProxySpec};
 
 use crate::config::{Attachment, Config, ImageFormat};
@@ -11,94 +12,6 @@ use crate::config::{Attachment, Config, ImageFormat};
 pub const MARK_NAMESPACE: &str = "https://proxyfleet.io/xmlns/kvm/1";
 /// Prefix the mark element is written with.
 pub const MARK_PREFIX: &str = "proxyfleet";
-
-/// Escapes text for an attribute value or element content.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn unescape(text: &str) -> Option<String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find('&') {
-        out.push_str(&rest[..start]);
-        let end = rest[start..].find(';')? + start;
-        out.push(match &rest[start + 1..end] {
-            "amp" => '&',
-            "lt" => '<',
-            "gt" => '>',
-            "apos" => '\'',
-            "quot" => '"',
-            _ => return None,
-        });
-        rest = &rest[end + 1..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-/// The value of attribute `name` on the first element of `xml`.
-fn attribute(xml: &str, name: &str) -> Option<String> {
-    let head_end = xml.find('>')?;
-    let head = &xml[..head_end];
-    let mut search = 0;
-    while let Some(found) = head[search..].find(name) {
-        let at = search + found;
-        search = at + name.len();
-        let preceded = head[..at].ends_with(char::is_whitespace);
-        let rest = head[search..].trim_start();
-        let Some(rest) = rest.strip_prefix('=') else { continue };
-        if !preceded {
-            continue;
-        }
-        let rest = rest.trim_start();
-        let quote = rest.chars().next().filter(|q| matches!(q, '"' | '\''))?;
-        let value = &rest[1..];
-        let end = value.find(quote)?;
-        return unescape(&value[..end]);
-    }
-    None
-}
-
-/// The attributes that carry entry `entry`'s mark.
-fn mark_attributes(entry: &str, mark: &OwnershipMark) -> String {
-    format!(
-        "entry=\"{}\" installation=\"{}\" uid=\"{}\" namespace=\"{}\" name=\"{}\" created-at=\"{}\"",
-        escape(entry),
-        escape(&mark.installation),
-        escape(&mark.uid),
-        escape(&mark.namespace),
-        escape(&mark.name),
-        mark.created_at
-    )
-}
-
-/// The entry and mark a domain's metadata element holds, as libvirt hands
-/// the element back; `None` when it is not a complete mark.
-pub fn parse_mark(xml: &str) -> Option<(String, OwnershipMark)> {
-    let entry = attribute(xml, "entry")?;
-    let mark = OwnershipMark {
-        // Domains marked before marks carried an installation read as empty.
-        installation: attribute(xml, "installation").unwrap_or_default(),
-        uid: attribute(xml, "uid")?,
-        namespace: attribute(xml, "namespace")?,
-        name: attribute(xml, "name")?,
-        created_at: attribute(xml, "created-at")?.parse().ok()?,
-    };
-    let complete = [&entry, &mark.uid, &mark.namespace, &mark.name].iter().all(|v| !v.is_empty());
-    complete.then_some((entry, mark))
-}
 
 /// A volume of `capacity` bytes in `format`, optionally an overlay on
 /// `backing` (a path and its format).
@@ -181,7 +94,7 @@ pub fn domain(config: &Config, spec: &ProxySpec, parts: &DomainParts<'_>) -> Str
          </devices></domain>",
         domain_type = escape(&config.domain_type),
         name = escape(parts.name),
-        mark = mark_attributes(parts.entry, parts.mark),
+        mark = parts.mark.to_xml_attributes(parts.entry),
         memory = spec.memory_mib.max(128),
         cores = spec.cores.max(1),
         arch = escape(&config.arch),
@@ -205,31 +118,6 @@ mod tests {
             name: "p-1".into(),
             created_at: 1_767_225_600,
         }
-    }
-
-    #[test]
-    fn a_mark_survives_either_quote_style_and_escapes() {
-        let element = format!("<owner {}/>", mark_attributes("kvm-lab", &mark()));
-        assert_eq!(parse_mark(&element), Some(("kvm-lab".to_owned(), mark())));
-        // libvirt hands the element back with its namespace and its own quoting.
-        let single = "<owner xmlns='https://proxyfleet.io/xmlns/kvm/1' entry='a&amp;b' \
-                      uid='u' namespace='n' name='x' created-at='7'/>";
-        let (entry, parsed) = parse_mark(single).expect("valid");
-        assert_eq!((entry.as_str(), parsed.uid.as_str(), parsed.created_at), ("a&b", "u", 7));
-        // `name` must not match the tail of `namespace` or `xname`.
-        let tricky = "<owner xname=\"no\" entry=\"e\" uid=\"u\" namespace=\"n\" name=\"yes\" \
-                      created-at=\"1\"/>";
-        assert_eq!(parse_mark(tricky).expect("valid").1.name, "yes");
-        assert_eq!(
-            parse_mark(tricky).expect("valid").1.installation,
-            "",
-            "marked before installations"
-        );
-        assert_eq!(parse_mark("<owner entry=\"e\" uid=\"u\"/>"), None);
-        assert_eq!(
-            parse_mark("<owner entry='e' uid='' namespace='n' name='x' created-at='1'/>"),
-            None
-        );
     }
 
     #[test]

@@ -5,7 +5,10 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -25,18 +28,44 @@ pub(super) fn counted_body(body: Incoming, count: impl Fn(u64) + Send + Sync + '
     .boxed()
 }
 
+/// When bytes last passed through a [`Counted`] stream, in milliseconds
+/// since the clock was made: shared with whoever watches the stream for
+/// idleness.
+#[derive(Debug, Clone)]
+pub(super) struct Activity {
+    start: Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Activity {
+    pub(super) fn new() -> Self {
+        Self { start: Instant::now(), last_ms: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// When bytes last passed (the clock's start when none have).
+    pub(super) fn last(&self) -> Instant {
+        self.start + std::time::Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
 /// `inner`, with what is read from it added to `read` and what is written
-/// to it added to `written`.
+/// to it added to `written`, and every transfer noted in `activity`.
 #[derive(Debug)]
 pub(super) struct Counted<S> {
     inner: S,
     read: Counter,
     written: Counter,
+    activity: Activity,
 }
 
 impl<S> Counted<S> {
-    pub(super) fn new(inner: S, read: Counter, written: Counter) -> Self {
-        Self { inner, read, written }
+    pub(super) fn new(inner: S, read: Counter, written: Counter, activity: Activity) -> Self {
+        Self { inner, read, written, activity }
     }
 }
 
@@ -50,6 +79,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
             self.read.inc_by((buf.filled().len() - before) as u64);
+            self.activity.touch();
         }
         polled
     }
@@ -64,6 +94,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(written)) = polled {
             self.written.inc_by(written as u64);
+            self.activity.touch();
         }
         polled
     }

@@ -22,6 +22,9 @@ pub struct GatewaySettings {
     pub ban_statuses: Vec<StatusCode>,
     /// How long a sticky session holds its proxy, from its first request.
     pub session_ttl: Duration,
+    /// How long a CONNECT tunnel may carry no byte either way before the
+    /// gateway closes it, freeing both connections.
+    pub tunnel_idle_timeout: Duration,
     /// The health engine's thresholds, for the failures the gateway
     /// reports.
     pub healthy_after: u32,
@@ -37,6 +40,7 @@ impl Default for GatewaySettings {
             response_timeout: Duration::from_secs(60),
             ban_statuses: vec![StatusCode::FORBIDDEN, StatusCode::TOO_MANY_REQUESTS],
             session_ttl: Duration::from_secs(600),
+            tunnel_idle_timeout: Duration::from_secs(300),
             healthy_after: 2,
             unhealthy_after: 3,
         }

@@ -280,6 +280,53 @@ async fn a_connect_tunnel_carries_bytes_both_ways() {
     drop(stream);
 }
 
+/// A tunnel that carries nothing for the idle timeout is closed; one that
+/// keeps talking stays open past it.
+#[tokio::test]
+async fn an_idle_tunnel_is_closed_and_a_busy_one_is_not() {
+    let (a, _a) = upstream("a").await;
+    let settings = GatewaySettings {
+        connect_timeout: Duration::from_secs(2),
+        // Ten times the busy tunnel's pause, so a slow machine does not
+        // close that one.
+        tunnel_idle_timeout: Duration::from_secs(1),
+        ..GatewaySettings::default()
+    };
+    let setup = gateway_with(vec![MemberBuilder::new(1).endpoint(a).build()], settings).await;
+    let open = || async {
+        let mut stream = TcpStream::connect(setup.addr).await.unwrap();
+        let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
+        let head = format!(
+            "CONNECT site.test:443 HTTP/1.1\r\nHost: site.test:443\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed: {answer:?}");
+            answer.push(byte[0]);
+        }
+        stream
+    };
+    let mut busy = open().await;
+    let mut idle = open().await;
+    // Echoes every 100 ms for 2.5 s: two and a half idle timeouts' worth.
+    for _ in 0..25 {
+        busy.write_all(b"ping").await.unwrap();
+        let mut echoed = [0u8; 4];
+        busy.read_exact(&mut echoed).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The idle one was closed by the gateway meanwhile: its read ends.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), idle.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the idle tunnel is still open: {read:?}");
+    busy.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    busy.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping", "the busy tunnel is still open");
+}
+
 #[tokio::test]
 async fn an_origin_form_request_is_told_this_is_a_proxy() {
     let setup = gateway(Vec::new()).await;

@@ -4,7 +4,8 @@
 //! A proxy that cannot be reached, or that closes or fails before
 //! answering the CONNECT, is reported and another one asked. A proxy that
 //! answers with a refusal (the target is unreachable from it, say) is not:
-//! the crawler gets that status, with the proxy's ID.
+//! the crawler gets that status, with the proxy's ID. A tunnel that carries
+//! nothing either way for the gateway's tunnel idle timeout is closed.
 
 use std::time::Instant;
 
@@ -16,7 +17,7 @@ use proxyfleet_metrics::gateway::Kind;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use super::counted::Counted;
+use super::counted::{Activity, Counted};
 use super::{
     Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
     site_of_authority,
@@ -111,6 +112,7 @@ pub(super) async fn open(
         &picked.name,
         Kind::Connect,
     );
+    let idle_timeout = gateway.settings.tunnel_idle_timeout;
     tokio::spawn(async move {
         let upgraded = match hyper::upgrade::on(request).await {
             Ok(upgraded) => upgraded,
@@ -126,10 +128,30 @@ pub(super) async fn open(
             }
             counters.received.inc_by(leftover.len() as u64);
         }
-        // What comes from the proxy goes to the crawler, and the other way.
-        let mut upstream = Counted::new(stream, counters.received, counters.sent);
-        if let Err(err) = tokio::io::copy_bidirectional(&mut crawler, &mut upstream).await {
-            tracing::debug!("gateway: tunnel ended: {err}");
+        // What comes from the proxy goes to the crawler, and the other way:
+        // every byte either way passes the upstream side, which notes it.
+        let activity = Activity::new();
+        let mut upstream = Counted::new(stream, counters.received, counters.sent, activity.clone());
+        let copy = tokio::io::copy_bidirectional(&mut crawler, &mut upstream);
+        tokio::pin!(copy);
+        loop {
+            let deadline = tokio::time::Instant::from_std(activity.last() + idle_timeout);
+            tokio::select! {
+                ended = &mut copy => {
+                    if let Err(err) = ended {
+                        tracing::debug!("gateway: tunnel ended: {err}");
+                    }
+                    break;
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    // Bytes may have passed meanwhile: only a silence of the
+                    // whole timeout closes the tunnel.
+                    if activity.last() + idle_timeout <= Instant::now() {
+                        tracing::debug!("gateway: tunnel idle for {idle_timeout:?}: closed");
+                        break;
+                    }
+                }
+            }
         }
     });
     gateway.fleet.metrics().gateway().observe_added(added(started, upstream_took));

@@ -455,6 +455,23 @@ async fn the_plugin_behind_a_wrong_host_key_is_unauthorized() {
     assert_eq!(err.class, ErrorClass::Unauthorized, "{err}");
 }
 
+/// Runs the conformance suite on the one entry of `yaml` served by the
+/// component `plugin`, storing into the site's key-value store, and fails
+/// the test with its report when a case failed.
+async fn assert_conformance(site: &Site, yaml: &str, plugin: &Path) {
+    let entry = ProvidersConfig::parse(yaml).expect("providers config").entries.remove(0);
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let revision = runtime.load_plugin(plugin).await.expect("loads");
+    let spec = SpecBuilder::new("conformance").build();
+    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);
+    options.call_timeout = entry.limits.call_timeout;
+    let kv: Arc<dyn KvStore> = site.kv.clone();
+    let binder = proxyfleet_harness::EntryBinder::new(runtime, entry, revision, kv);
+    let provider = binder.bind_own().await.expect("the entry binds");
+    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
+    assert!(report.passed(), "{}", report.text());
+}
+
 /// The plugin passes the conformance suite (`proxyfleet plugin test`'s) on
 /// the private libvirtd, and leaves no domain and no volume of its own.
 #[tokio::test(flavor = "multi_thread")]
@@ -464,23 +481,15 @@ async fn the_plugin_passes_the_conformance_suite() {
     let server = TestServer::http(Canned { status: 200, body: image }).await;
     let url = format!("http://{}/images/debian-12.qcow2", server.addr);
     // A short call timeout: a lock the suite's stopped create left lasts
-    // that long.
+    // that long. A name prefix of its own, to find what it leaves among
+    // the other tests' domains.
     let yaml = site
         .providers("lab", &url, &sha256, &site.sshd.known_hosts, "")
-        .replace("timeout: 60s", "timeout: 10s");
-    let entry = ProvidersConfig::parse(&yaml).expect("providers config").entries.remove(0);
-    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
-    let revision = runtime.load_plugin(&proxyfleet_tests::plugin("kvm")).await.expect("loads");
-    let spec = SpecBuilder::new("conformance").build();
-    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);
-    options.call_timeout = entry.limits.call_timeout;
-    let kv: Arc<dyn KvStore> = site.kv.clone();
-    let binder = proxyfleet_harness::EntryBinder::new(runtime, entry, revision, kv);
-    let provider = binder.bind_own().await.expect("the entry binds");
-    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
-    assert!(report.passed(), "{}", report.text());
+        .replace("timeout: 60s", "timeout: 10s")
+        .replace("domainType: test", "domainType: test\n      namePrefix: kvmconf");
+    assert_conformance(&site, &yaml, &proxyfleet_tests::plugin("kvm")).await;
     let ours: Vec<String> =
-        domain_names().into_iter().filter(|name| name.contains("conformance")).collect();
+        domain_names().into_iter().filter(|name| name.starts_with("kvmconf-")).collect();
     assert!(ours.is_empty(), "domains left behind: {ours:?}");
     let volumes: Vec<String> =
         site.volumes().into_iter().filter(|name| !name.starts_with("base-")).collect();
@@ -516,18 +525,8 @@ async fn the_libvirt_template_passes_the_conformance_suite() {
         known = site.sshd.known_hosts.display(),
         socket = Libvirtd::shared().socket.display(),
     );
-    let entry = ProvidersConfig::parse(&yaml).expect("providers config").entries.remove(0);
-    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
     let template = proxyfleet_tests::plugin("examples/template-libvirt");
-    let revision = runtime.load_plugin(&template).await.expect("loads");
-    let spec = SpecBuilder::new("conformance").build();
-    let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);
-    options.call_timeout = entry.limits.call_timeout;
-    let kv: Arc<dyn KvStore> = site.kv.clone();
-    let binder = proxyfleet_harness::EntryBinder::new(runtime, entry, revision, kv);
-    let provider = binder.bind_own().await.expect("the entry binds");
-    let report = proxyfleet_conformance::run(provider, &binder, &options).await;
-    assert!(report.passed(), "{}", report.text());
+    assert_conformance(&site, &yaml, &template).await;
     let ours: Vec<String> =
         domain_names().into_iter().filter(|name| name.starts_with("tmpl-")).collect();
     assert!(ours.is_empty(), "domains left behind: {ours:?}");

@@ -1,8 +1,8 @@
-//! The XML this plugin hands libvirt (volumes, the domain) and the
-//! ownership mark it keeps in a domain's metadata. Values are escaped on
-//! the way out; on the way in only the mark's attributes are read, in
-//! either quote style, since libvirt writes back what it stores its own way.
+//! The XML this plugin hands libvirt: volumes, and the domain with the
+//! ownership mark in its metadata (the SDK's XML-attribute encoding, read
+//! back with `OwnershipMark::from_xml_attributes`). Values are escaped.
 
+use proxyfleet_sdk::xml::escape;
 use proxyfleet_sdk::{OwnershipMark, ProxySpec};
 
 use crate::config::Config;
@@ -56,102 +56,13 @@ pub fn domain(
          </devices></domain>",
         domain_type = escape(&config.domain_type),
         name = escape(name),
-        mark = mark_attributes(entry, mark),
+        mark = mark.to_xml_attributes(entry),
         memory = spec.memory_mib.max(128),
         cores = spec.cores.max(1),
         overlay = escape(overlay),
         seed = escape(seed),
         network = escape(&config.network),
     )
-}
-
-/// The attributes that carry entry `entry`'s mark.
-fn mark_attributes(entry: &str, mark: &OwnershipMark) -> String {
-    format!(
-        "entry=\"{}\" installation=\"{}\" uid=\"{}\" namespace=\"{}\" name=\"{}\" created-at=\"{}\"",
-        escape(entry),
-        escape(&mark.installation),
-        escape(&mark.uid),
-        escape(&mark.namespace),
-        escape(&mark.name),
-        mark.created_at
-    )
-}
-
-/// The entry and mark a metadata element holds, as libvirt hands it back;
-/// `None` when it is not a complete mark.
-pub fn parse_mark(xml: &str) -> Option<(String, OwnershipMark)> {
-    let entry = attribute(xml, "entry")?;
-    let mark = OwnershipMark {
-        installation: attribute(xml, "installation")?,
-        uid: attribute(xml, "uid")?,
-        namespace: attribute(xml, "namespace")?,
-        name: attribute(xml, "name")?,
-        created_at: attribute(xml, "created-at")?.parse().ok()?,
-    };
-    let complete = [&entry, &mark.uid, &mark.namespace, &mark.name]
-        .iter()
-        .all(|v| !v.is_empty());
-    complete.then_some((entry, mark))
-}
-
-/// Escapes text for an attribute value or element content.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn unescape(text: &str) -> Option<String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find('&') {
-        out.push_str(&rest[..start]);
-        let end = rest[start..].find(';')? + start;
-        out.push(match &rest[start + 1..end] {
-            "amp" => '&',
-            "lt" => '<',
-            "gt" => '>',
-            "apos" => '\'',
-            "quot" => '"',
-            _ => return None,
-        });
-        rest = &rest[end + 1..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-/// The value of attribute `name` on the first element of `xml`.
-fn attribute(xml: &str, name: &str) -> Option<String> {
-    let head = &xml[..xml.find('>')?];
-    let mut search = 0;
-    while let Some(found) = head[search..].find(name) {
-        let at = search + found;
-        search = at + name.len();
-        // Whole attribute names only: `name` is also the tail of `namespace`.
-        let preceded = head[..at].ends_with(char::is_whitespace);
-        let Some(rest) = head[search..].trim_start().strip_prefix('=') else {
-            continue;
-        };
-        if !preceded {
-            continue;
-        }
-        let rest = rest.trim_start();
-        let quote = rest.chars().next().filter(|q| matches!(q, '"' | '\''))?;
-        let value = &rest[1..];
-        return unescape(&value[..value.find(quote)?]);
-    }
-    None
 }
 
 #[cfg(test)]
@@ -166,20 +77,6 @@ mod tests {
             name: "p-1".into(),
             created_at: 1_767_225_600,
         }
-    }
-
-    #[test]
-    fn a_mark_survives_libvirts_rewriting() {
-        let element = format!("<owner {}/>", mark_attributes("lab&co", &mark()));
-        assert_eq!(parse_mark(&element), Some(("lab&co".to_owned(), mark())));
-        let rewritten = "<owner xmlns='x' entry='e' installation='i' uid='u' namespace='n' \
-                         name='x' created-at='7'/>";
-        let (entry, parsed) = parse_mark(rewritten).expect("a mark");
-        assert_eq!(
-            (entry.as_str(), parsed.name.as_str(), parsed.created_at),
-            ("e", "x", 7)
-        );
-        assert_eq!(parse_mark("<owner entry='e' uid='u'/>"), None);
     }
 
     #[test]

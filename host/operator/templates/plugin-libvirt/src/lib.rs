@@ -223,7 +223,7 @@ fn make_disks(
 /// none, or another entry's.
 fn read_mark(config: &Config, name: &str, entry: &str) -> Result<Option<OwnershipMark>> {
     match libvirt::get_metadata(&config.host, name, domain::MARK_NAMESPACE) {
-        Ok(element) => Ok(domain::parse_mark(&element)
+        Ok(element) => Ok(OwnershipMark::from_xml_attributes(&element)
             .filter(|(owner, _)| owner == entry)
             .map(|(_, mark)| mark)),
         Err(LibvirtError::NotFound(_)) => Ok(None),
