@@ -245,11 +245,10 @@ async fn an_unreachable_proxy_is_reported_and_the_request_goes_to_another() {
     assert!(text.contains(r#"proxyfleet_gateway_retries_total{pool=""}"#), "{text}");
 }
 
-#[tokio::test]
-async fn a_connect_tunnel_carries_bytes_both_ways() {
-    let (a, _a) = upstream("a").await;
-    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
-    let mut stream = TcpStream::connect(setup.addr).await.unwrap();
+/// A CONNECT to `site.test:443` through the gateway at `addr` with the
+/// token `s3cret`: the connection and the answer's head.
+async fn open_tunnel(addr: SocketAddr) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
     let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
     let head = format!(
         "CONNECT site.test:443 HTTP/1.1\r\nHost: site.test:443\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
@@ -261,7 +260,14 @@ async fn a_connect_tunnel_carries_bytes_both_ways() {
         assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed: {answer:?}");
         answer.push(byte[0]);
     }
-    let answer = String::from_utf8(answer).unwrap();
+    (stream, String::from_utf8(answer).unwrap())
+}
+
+#[tokio::test]
+async fn a_connect_tunnel_carries_bytes_both_ways() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
+    let (mut stream, answer) = open_tunnel(setup.addr).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("x-proxyfleet-proxy: uid-1"), "{answer}");
     stream.write_all(b"hello through the tunnel").await.unwrap();
@@ -293,23 +299,8 @@ async fn an_idle_tunnel_is_closed_and_a_busy_one_is_not() {
         ..GatewaySettings::default()
     };
     let setup = gateway_with(vec![MemberBuilder::new(1).endpoint(a).build()], settings).await;
-    let open = || async {
-        let mut stream = TcpStream::connect(setup.addr).await.unwrap();
-        let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
-        let head = format!(
-            "CONNECT site.test:443 HTTP/1.1\r\nHost: site.test:443\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        let mut byte = [0u8; 1];
-        while !answer.ends_with(b"\r\n\r\n") {
-            assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed: {answer:?}");
-            answer.push(byte[0]);
-        }
-        stream
-    };
-    let mut busy = open().await;
-    let mut idle = open().await;
+    let (mut busy, _) = open_tunnel(setup.addr).await;
+    let (mut idle, _) = open_tunnel(setup.addr).await;
     // Echoes every 100 ms for 2.5 s: two and a half idle timeouts' worth.
     for _ in 0..25 {
         busy.write_all(b"ping").await.unwrap();
