@@ -205,7 +205,8 @@ impl<P: Provider> TestKit<P> {
     ///
     /// The plugin's.
     pub fn create(&self, spec: &ProxySpec) -> Result<Instance, ProviderError> {
-        if let Some(auth) = &spec.proxy_auth {
+        // An empty password is no secret to look for: every text holds it.
+        if let Some(auth) = spec.proxy_auth.as_ref().filter(|auth| !auth.password.is_empty()) {
             let mut secrets = self.secrets.borrow_mut();
             secrets.push(auth.password.clone());
             secrets.push(format!("{}:{}", auth.username, auth.password));
@@ -264,8 +265,8 @@ impl<P: Provider> TestKit<P> {
         problems.extend(http.unanswered.iter().map(|label| format!("unanswered request: {label}")));
         problems.extend(http.unused().into_iter().map(|line| format!("unused exchange: {line}")));
         drop(http);
-        self.scan_logs();
         problems.extend(self.leaks.borrow().iter().cloned());
+        problems.extend(self.log_leaks());
         assert!(problems.is_empty(), "the test kit found problems:\n  {}", problems.join("\n  "));
     }
 
@@ -291,18 +292,20 @@ impl<P: Provider> TestKit<P> {
         result
     }
 
-    fn scan_logs(&self) {
+    /// The log records that hold a Proxy credential, as problems.
+    fn log_leaks(&self) -> Vec<String> {
         let secrets = self.secrets.borrow();
+        let mut leaks = Vec::new();
         for (index, record) in self.host.logs.borrow().iter().enumerate() {
             let fields = record.fields.iter().flat_map(|(key, value)| [key, value]);
             let leaked = std::iter::once(&record.message)
                 .chain(fields)
                 .any(|text| secrets.iter().any(|secret| text.contains(secret.as_str())));
             if leaked {
-                self.leaks
-                    .borrow_mut()
+                leaks
                     .push(format!("a Proxy credential in log record {index} ({:?})", record.level));
             }
         }
+        leaks
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! - [`TestKit::new`] runs `validate_config` on the entry's config first;
 //! - the key-value store ([`MemoryKv`]) is in memory, with the operator's
-//!   versions, compare-and-swap and limits;
+//!   versions, compare-and-swap and key and value size limits (not the
+//!   entry's `limits` on key count, total size or writes per call);
 //! - HTTP requests are answered by declared [`Exchange`]s or a route
 //!   closure, and a request to a destination the plugin's `describe` does
 //!   not name is refused as the operator refuses it;

@@ -42,6 +42,9 @@ pub fn escape(text: &str) -> String {
 /// assert_eq!(attribute(element, "uid"), None);
 /// ```
 pub fn attribute(xml: &str, name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
     let head = &xml[..xml.find('>')?];
     let mut search = 0;
     while let Some(found) = head[search..].find(name) {
@@ -93,6 +96,7 @@ mod tests {
         assert_eq!(attribute(element, "other").as_deref(), Some("x < y"));
         assert_eq!(attribute("<a b='&bogus;'/>", "b"), None);
         assert_eq!(attribute("<a/><b c='d'/>", "c"), None, "the first element only");
+        assert_eq!(attribute("<a b='c'/>", ""), None, "an empty name ends the search");
     }
 
     #[test]

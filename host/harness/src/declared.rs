@@ -135,7 +135,8 @@ impl DeclaredBackend {
     ///
     /// # Errors
     /// Unknown keys, a path that does not start with `/` or holds a query,
-    /// an empty key field, an unknown method, or a status outside 100-599.
+    /// an empty key field or a `fill` that sets it, an unknown method, or a
+    /// status outside 200-599.
     pub fn parse(text: &str) -> Result<Self, DeclaredError> {
         let raw: RawFile = yaml_serde::from_str(text)
             .map_err(|err| DeclaredError::Invalid(format!("not a backend declaration: {err}")))?;
@@ -157,6 +158,12 @@ impl DeclaredBackend {
                     "name the field that names a resource, e.g. `name`",
                 ));
             }
+            if resource.fill.contains_key(&resource.key) {
+                return Err(invalid(
+                    format!("resources[{index}].fill"),
+                    "must not set the key field: it names the resource the request made",
+                ));
+            }
             collections.push(Collection {
                 path,
                 key: resource.key,
@@ -175,8 +182,9 @@ impl DeclaredBackend {
                     "give an HTTP method such as GET or POST",
                 ));
             }
-            if !(100..=599).contains(&exchange.status) {
-                return Err(invalid(format!("exchanges[{index}].status"), "give 100 to 599"));
+            // A final answer: 1xx are interim and never end an exchange.
+            if !(200..=599).contains(&exchange.status) {
+                return Err(invalid(format!("exchanges[{index}].status"), "give 200 to 599"));
             }
             exchanges.push(Exchange {
                 method,
@@ -215,10 +223,14 @@ impl DeclaredBackend {
         {
             return (exchange.status, exchange.body.clone());
         }
+        // A collection itself before any collection's member: `/v1` and
+        // `/v1/instances` may both be declared.
+        if let Some(collection) =
+            state.collections.iter_mut().find(|collection| collection.path == path)
+        {
+            return collection.on_collection(method, body);
+        }
         for collection in &mut state.collections {
-            if path == collection.path {
-                return collection.on_collection(method, body);
-            }
             if let Some(key) = path
                 .strip_prefix(collection.path.as_str())
                 .and_then(|rest| rest.strip_prefix('/'))
@@ -364,6 +376,19 @@ exchanges:
         assert!(body.expect("an error")["error"].as_str().expect("text").contains("GET /v2/else"));
     }
 
+    /// A collection nested in another is reached, not read as a member.
+    #[test]
+    fn a_nested_collection_is_not_a_member_of_its_parent() {
+        let backend = DeclaredBackend::parse(
+            "resources: [{path: /v1, key: id}, {path: /v1/instances, key: name}]",
+        )
+        .expect("valid");
+        backend.answer("POST", "/v1/instances", br#"{"name":"a"}"#);
+        assert_eq!(backend.members("/v1/instances").len(), 1);
+        assert!(backend.members("/v1").is_empty());
+        assert_eq!(backend.answer("GET", "/v1/instances", b"").0, 200);
+    }
+
     #[test]
     fn keys_are_percent_decoded() {
         let backend = DeclaredBackend::parse(FILE).expect("valid");
@@ -384,5 +409,9 @@ exchanges:
                 .starts_with("exchanges[0].status")
         );
         assert!(message("resource: []").contains("unknown field `resource`"));
+        let interim = message("exchanges: [{method: GET, path: /, status: 101}]");
+        assert!(interim.starts_with("exchanges[0].status"), "{interim}");
+        let renaming = message("resources: [{path: /v1, key: name, fill: {name: x}}]");
+        assert!(renaming.starts_with("resources[0].fill"), "{renaming}");
     }
 }

@@ -232,8 +232,13 @@ impl GatewayArgs {
         if self.gateway_response_timeout.is_zero() {
             anyhow::bail!("--gateway-response-timeout: 0s; give a budget such as 60s");
         }
-        if self.gateway_tunnel_idle_timeout.is_zero() {
-            anyhow::bail!("--gateway-tunnel-idle-timeout: 0s; give a time such as 5m");
+        if self.gateway_tunnel_idle_timeout.is_zero()
+            || self.gateway_tunnel_idle_timeout > Duration::from_secs(24 * 3600)
+        {
+            anyhow::bail!(
+                "--gateway-tunnel-idle-timeout: {:?} must be above zero and at most 24h; give a time such as 5m",
+                self.gateway_tunnel_idle_timeout
+            );
         }
         Ok(GatewaySettings {
             retries: self.gateway_retries,

@@ -6,7 +6,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail, ensure};
-use proxyfleet_runtime::CONTRACT_VERSION;
 
 /// The kind of backend the project's provider speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,6 +50,11 @@ fn templates(backend: Backend) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// The SDK (and test kit) release the templates are written against: the
+/// contract's minor, and no older patch, since they use what it added.
+/// A test holds it to `sdk/Cargo.toml`.
+const SDK_VERSION: &str = "0.4.1";
+
 /// Longest plugin name: it also names the crate and the entry.
 const NAME_MAX: usize = 40;
 
@@ -70,12 +74,10 @@ fn check_name(name: &str) -> anyhow::Result<()> {
 }
 
 /// The dependency lines for the SDK and its test kit: path dependencies on
-/// a proxyfleet checkout, or the crates.io versions for this operator's
-/// contract.
+/// a proxyfleet checkout, or the crates.io release the templates need.
 fn dependencies(checkout: Option<&Path>) -> anyhow::Result<(String, String)> {
     let Some(checkout) = checkout else {
-        let minor = CONTRACT_VERSION.rsplit_once('.').map_or(CONTRACT_VERSION, |(minor, _)| minor);
-        let version = format!("\"{minor}\"");
+        let version = format!("\"{SDK_VERSION}\"");
         return Ok((version.clone(), version));
     };
     let checkout = std::path::absolute(checkout)
@@ -131,6 +133,8 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
+    use proxyfleet_runtime::CONTRACT_VERSION;
+
     use super::*;
 
     #[test]
@@ -157,8 +161,7 @@ mod tests {
         }
         let dir = parent.path().join("example-http");
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("written");
-        let minor = CONTRACT_VERSION.rsplit_once('.').map(|(minor, _)| minor).expect("x.y.z");
-        assert!(manifest.contains(&format!("proxyfleet-sdk = \"{minor}\"")), "{manifest}");
+        assert!(manifest.contains(&format!("proxyfleet-sdk = \"{SDK_VERSION}\"")), "{manifest}");
         assert!(dir.join(".gitignore").is_file());
     }
 
@@ -178,5 +181,18 @@ mod tests {
         assert!(testkit.ends_with("/sdk-testkit\" }"), "{testkit}");
         let elsewhere = tempfile::tempdir().expect("a temporary directory");
         assert!(dependencies(Some(elsewhere.path())).is_err());
+    }
+
+    /// The release the templates ask for is the SDK's own version, whose
+    /// minor is the contract's.
+    #[test]
+    fn the_sdk_version_is_the_sdks_and_follows_the_contract() {
+        let manifest = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/Cargo.toml"),
+        )
+        .expect("the SDK's manifest");
+        assert!(manifest.contains(&format!("\nversion = \"{SDK_VERSION}\"\n")), "{manifest}");
+        let minor = |version: &str| version.rsplit_once('.').map(|(minor, _)| minor.to_owned());
+        assert_eq!(minor(SDK_VERSION), minor(CONTRACT_VERSION));
     }
 }

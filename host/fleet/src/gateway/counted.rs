@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -30,16 +29,16 @@ pub(super) fn counted_body(body: Incoming, count: impl Fn(u64) + Send + Sync + '
 
 /// When bytes last passed through a [`Counted`] stream, in milliseconds
 /// since the clock was made: shared with whoever watches the stream for
-/// idleness.
+/// idleness. On tokio's clock, which the watchdog's timer runs on too.
 #[derive(Debug, Clone)]
 pub(super) struct Activity {
-    start: Instant,
+    start: tokio::time::Instant,
     last_ms: Arc<AtomicU64>,
 }
 
 impl Activity {
     pub(super) fn new() -> Self {
-        Self { start: Instant::now(), last_ms: Arc::new(AtomicU64::new(0)) }
+        Self { start: tokio::time::Instant::now(), last_ms: Arc::new(AtomicU64::new(0)) }
     }
 
     fn touch(&self) {
@@ -48,7 +47,7 @@ impl Activity {
     }
 
     /// When bytes last passed (the clock's start when none have).
-    pub(super) fn last(&self) -> Instant {
+    pub(super) fn last(&self) -> tokio::time::Instant {
         self.start + std::time::Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
 }

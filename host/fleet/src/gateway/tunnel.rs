@@ -135,7 +135,7 @@ pub(super) async fn open(
         let copy = tokio::io::copy_bidirectional(&mut crawler, &mut upstream);
         tokio::pin!(copy);
         loop {
-            let deadline = tokio::time::Instant::from_std(activity.last() + idle_timeout);
+            let deadline = activity.last() + idle_timeout;
             tokio::select! {
                 ended = &mut copy => {
                     if let Err(err) = ended {
@@ -146,7 +146,7 @@ pub(super) async fn open(
                 () = tokio::time::sleep_until(deadline) => {
                     // Bytes may have passed meanwhile: only a silence of the
                     // whole timeout closes the tunnel.
-                    if activity.last() + idle_timeout <= Instant::now() {
+                    if activity.last() + idle_timeout <= tokio::time::Instant::now() {
                         tracing::debug!("gateway: tunnel idle for {idle_timeout:?}: closed");
                         break;
                     }

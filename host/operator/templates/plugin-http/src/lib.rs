@@ -20,6 +20,9 @@ use crate::config::{Config, config_schema};
 /// Longest instance name: a DNS label, which most APIs accept.
 const NAME_MAX: usize = 63;
 
+/// The label naming the provider entry that made an instance.
+const ENTRY_LABEL: &str = "proxyfleet-entry";
+
 struct Plugin;
 
 impl Provider for Plugin {
@@ -40,6 +43,17 @@ impl Provider for Plugin {
 
     fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
         let config = Config::parse(&ctx.config)?;
+        // What this API cannot do is refused, never ignored.
+        if let Some(tag) = spec.network.vlan_tag {
+            return Err(ProviderError::InvalidSpec(format!(
+                "network.vlanTag: {tag} cannot be served: the API has no VLANs"
+            )));
+        }
+        if let Some((key, _)) = spec.placement.first() {
+            return Err(ProviderError::InvalidSpec(format!(
+                "placement.{key}: the API places instances itself; remove the key"
+            )));
+        }
         let api = Api::new(&config);
         let name = derive_name(&config.name_prefix, &spec.uid, NAME_MAX);
         // An earlier attempt may have made it before its answer was lost.
@@ -47,11 +61,13 @@ impl Provider for Plugin {
             return adopt(&found, spec);
         }
         let mark = OwnershipMark::for_spec(spec, now_unix());
-        let labels: Map<String, Value> = mark
+        let mut labels: Map<String, Value> = mark
             .to_labels()?
             .into_iter()
             .map(|(key, value)| (key, Value::String(value)))
             .collect();
+        // Entries that share the API each list only their own instances.
+        labels.insert(ENTRY_LABEL.to_owned(), Value::String(ctx.entry.clone()));
         // The proxy's credential travels in the user-data, where the proxy
         // reads it, and nowhere else.
         let user_data = cloud_init::user_data(&spec.user_data, spec.proxy_auth.as_ref())?;
@@ -67,7 +83,12 @@ impl Provider for Plugin {
         });
         log::info!("creating instance", name = name);
         match api.create(&body)? {
-            Created::Instance(created) => instance(&created),
+            // The mark written, whatever the API echoes of it.
+            Created::Instance(created) => Ok(Instance {
+                created_at: Some(mark.created_at),
+                mark: Some(mark),
+                ..instance(&created)?
+            }),
             // Made meanwhile by another attempt: ours if it carries our mark.
             Created::Taken => match api.find(&name)? {
                 Some(found) => adopt(&found, spec),
@@ -96,9 +117,11 @@ impl Provider for Plugin {
     fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
         let config = Config::parse(&ctx.config)?;
         let listed = Api::new(&config).list()?;
-        // Only instances that carry a mark: the rest are not ours to show.
+        // Only instances with a mark, made by this entry: the rest are not
+        // ours to show.
         listed
             .iter()
+            .filter(|found| found["labels"][ENTRY_LABEL] == ctx.entry.as_str())
             .filter(|found| mark_of(found).is_some())
             .map(instance)
             .collect()
@@ -285,5 +308,23 @@ mod tests {
     #[test]
     fn the_config_schema_says_what_validate_config_accepts() {
         proxyfleet_sdk_testkit::assert_config_schema::<Plugin>(&config());
+    }
+
+    #[test]
+    fn what_the_api_cannot_do_is_refused_naming_the_field() {
+        let (kit, instances) = kit();
+        let mut tagged = spec_with_auth("web-1");
+        tagged.network.vlan_tag = Some(42);
+        let refused = kit.create(&tagged).expect_err("refused");
+        assert!(
+            matches!(&refused, ProviderError::InvalidSpec(m) if m.starts_with("network.vlanTag"))
+        );
+        let mut placed = spec_with_auth("web-2");
+        placed.placement.push(("zone".into(), "a".into()));
+        let refused = kit.create(&placed).expect_err("refused");
+        assert!(
+            matches!(&refused, ProviderError::InvalidSpec(m) if m.starts_with("placement.zone"))
+        );
+        assert!(instances.borrow().is_empty(), "nothing made");
     }
 }

@@ -8,6 +8,8 @@
 mod config;
 mod domain;
 
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
 use proxyfleet_sdk::libvirt::{self, AddressSource, DomainInfo, DomainState, LibvirtError};
 use proxyfleet_sdk::{
     CallContext, Capabilities, Health, HealthReason, Instance, InstanceState, OwnershipMark,
@@ -46,6 +48,19 @@ impl Provider for Plugin {
                 spec.image
             )));
         };
+        if let Some(tag) = spec.network.vlan_tag {
+            return Err(ProviderError::InvalidSpec(format!(
+                "network.vlanTag: {tag} cannot be served: the entry attaches proxies to the \
+                 untagged libvirt network `{}`",
+                config.network
+            )));
+        }
+        if let Some((key, _)) = spec.placement.first() {
+            return Err(ProviderError::InvalidSpec(format!(
+                "placement.{key}: this provider places every proxy on the entry's one host; \
+                 remove the key"
+            )));
+        }
         let name = derive_name(&config.name_prefix, &spec.uid, NAME_MAX);
         match libvirt::get_domain(&config.host, &name) {
             // An earlier attempt defined it before its answer was lost.
@@ -107,8 +122,13 @@ impl Provider for Plugin {
             Err(LibvirtError::NotFound(_)) => {}
             Err(error) => return Err(error.into()),
         }
-        for volume in volumes(provider_id) {
-            delete_volume(&config, &volume)?;
+        // Every attempt's disks: the domain's, and those of attempts that
+        // lost (stopped before defining it, or beaten to it).
+        let prefix = volume_prefix(provider_id);
+        for volume in libvirt::list_volumes(&config.host, &config.pool)? {
+            if volume.name.starts_with(&prefix) {
+                delete_volume(&config, &volume.name, cleanup_deadline(ctx))?;
+            }
         }
         Ok(())
     }
@@ -163,21 +183,45 @@ fn reason_of(error: &LibvirtError) -> HealthReason {
     }
 }
 
-/// The volumes of domain `name`: its overlay and its seed.
-fn volumes(name: &str) -> [String; 2] {
-    [format!("{name}.qcow2"), format!("{name}-seed.iso")]
+/// What the names of domain `name`'s volumes start with.
+fn volume_prefix(name: &str) -> String {
+    format!("{name}-")
 }
 
-fn delete_volume(config: &Config, volume: &str) -> Result<()> {
-    match libvirt::delete_volume(&config.host, &config.pool, volume) {
-        Ok(()) | Err(LibvirtError::NotFound(_)) => Ok(()),
-        Err(error) => Err(error.into()),
+/// Until when a delete waits for a volume an interrupted attempt is still
+/// making: half the time the call has left, so the rest of it fits.
+fn cleanup_deadline(ctx: &CallContext) -> Instant {
+    Instant::now() + ctx.deadline() / 2
+}
+
+/// Deletes `volume` if it exists. An interrupted attempt (a create the
+/// host stopped at its deadline) may still be allocating it on the
+/// hypervisor, which refuses the delete until it is done: that is waited
+/// out until `deadline`, then reported as transient for the host to retry.
+fn delete_volume(config: &Config, volume: &str, deadline: Instant) -> Result<()> {
+    const POLL: Duration = Duration::from_millis(200);
+    loop {
+        match libvirt::delete_volume(&config.host, &config.pool, volume) {
+            Ok(()) | Err(LibvirtError::NotFound(_)) => return Ok(()),
+            Err(LibvirtError::InvalidState(message)) if Instant::now() + POLL < deadline => {
+                log::debug!("volume busy; waiting", volume = volume, reason = message);
+                std::thread::sleep(POLL);
+            }
+            Err(LibvirtError::InvalidState(message)) => {
+                return Err(ProviderError::Transient(format!(
+                    "volume `{volume}` is still being made by an earlier attempt ({message}); retry"
+                )));
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
 }
 
-/// The overlay and the seed of domain `name`, made anew (no domain uses
-/// them yet: leftovers of an attempt cut off before it defined the domain
-/// are replaced); answers their paths.
+/// A new overlay and seed for domain `name`; answers their paths. Each
+/// attempt names its own (`<name>-<attempt>.qcow2`, `-seed.iso`), so an
+/// attempt never touches disks another one (stopped by the host, its
+/// calls perhaps still running on the hypervisor) is making or has given
+/// to the domain; `delete` removes every attempt's.
 fn make_disks(
     config: &Config,
     name: &str,
@@ -185,10 +229,14 @@ fn make_disks(
     spec: &ProxySpec,
 ) -> Result<(String, String)> {
     const GIB: u64 = 1 << 30;
-    let [overlay_name, seed_name] = volumes(name);
-    for volume in [&overlay_name, &seed_name] {
-        delete_volume(config, volume)?;
-    }
+    let attempt = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.as_nanos());
+    let prefix = volume_prefix(name);
+    let (overlay_name, seed_name) = (
+        format!("{prefix}{attempt:x}.qcow2"),
+        format!("{prefix}{attempt:x}-seed.iso"),
+    );
     let capacity = spec.disk_gib.saturating_mul(GIB).max(base.capacity);
     let overlay = libvirt::create_volume(
         &config.host,
@@ -326,6 +374,25 @@ mod tests {
         spec.image = "alpine".into();
         assert!(
             matches!(kit.create(&spec), Err(ProviderError::InvalidSpec(m)) if m.starts_with("image"))
+        );
+    }
+
+    #[test]
+    fn a_vlan_or_a_placement_is_refused_naming_the_field() {
+        let kit = proxyfleet_sdk_testkit::TestKit::<Plugin>::new(&serde_json::json!({
+            "host": "hypervisor.example",
+            "images": { "debian-12": "debian-12-base.qcow2" }
+        }))
+        .expect("a valid config");
+        let mut tagged = proxyfleet_sdk_testkit::spec("web-1");
+        tagged.network.vlan_tag = Some(42);
+        assert!(
+            matches!(kit.create(&tagged), Err(ProviderError::InvalidSpec(m)) if m.starts_with("network.vlanTag"))
+        );
+        let mut placed = proxyfleet_sdk_testkit::spec("web-1");
+        placed.placement.push(("host".into(), "other".into()));
+        assert!(
+            matches!(kit.create(&placed), Err(ProviderError::InvalidSpec(m)) if m.starts_with("placement.host"))
         );
     }
 }
