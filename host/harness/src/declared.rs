@@ -34,11 +34,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{Request, Response};
-use proxyfleet_runtime::capabilities::http::{
-    HttpError, HttpTransport, SendPolicy, WasiBody, full_body,
-};
+use proxyfleet_runtime::capabilities::http::{HttpError, HttpTransport, SendPolicy, WasiBody};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use crate::scripted::ScriptedResponse;
 
 /// Why a backend file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -325,15 +325,11 @@ impl HttpTransport for DeclaredBackend {
     ) -> Result<Response<WasiBody>, HttpError> {
         let (parts, body) = request.into_parts();
         let (status, answer) = self.answer(parts.method.as_str(), parts.uri.path(), &body);
-        let mut builder = Response::builder().status(status);
-        let body = match answer {
-            Some(value) => {
-                builder = builder.header("content-type", "application/json");
-                Bytes::from(value.to_string())
-            }
-            None => Bytes::new(),
-        };
-        builder.body(full_body(body)).map_err(|err| HttpError::InternalError(Some(err.to_string())))
+        match answer {
+            Some(value) => ScriptedResponse::json(status, value.to_string()),
+            None => ScriptedResponse::new(status, Bytes::new()),
+        }
+        .into_response()
     }
 }
 

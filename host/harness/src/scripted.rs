@@ -37,6 +37,17 @@ impl ScriptedResponse {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
+
+    /// The answer as a transport hands it to the runtime.
+    pub(crate) fn into_response(self) -> Result<Response<WasiBody>, HttpError> {
+        let mut builder = Response::builder().status(self.status);
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        builder
+            .body(full_body(self.body))
+            .map_err(|err| HttpError::InternalError(Some(err.to_string())))
+    }
 }
 
 /// A request the plugin sent.
@@ -117,12 +128,6 @@ impl HttpTransport for ScriptedHttp {
         let answer = answer.unwrap_or_else(|| {
             ScriptedResponse::new(501, format!("no scripted response for {method} {url}"))
         });
-        let mut builder = Response::builder().status(answer.status);
-        for (name, value) in &answer.headers {
-            builder = builder.header(name, value);
-        }
-        builder
-            .body(full_body(answer.body))
-            .map_err(|err| HttpError::InternalError(Some(err.to_string())))
+        answer.into_response()
     }
 }
