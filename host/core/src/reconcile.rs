@@ -42,7 +42,13 @@ pub struct Policy {
     pub quota_backoff_max: Duration,
     /// How often a running Proxy is looked at again.
     pub resync: Duration,
-    /// How often a provisioning Proxy is polled.
+    /// First poll of an instance that is starting (or going away).
+    pub provisioning_poll_first: Duration,
+    /// Longest interval between polls of an instance that is starting (or
+    /// going away). In between, a Proxy is polled after half the time it
+    /// has waited so far: a backend that starts instances in a second is
+    /// seen Running within about a second, one that takes minutes is polled
+    /// no more often than this.
     pub provisioning_poll: Duration,
     /// Polls a running instance may report provisioning (an agent restart)
     /// before its address is dropped.
@@ -57,6 +63,7 @@ impl Default for Policy {
             quota_backoff_base: Duration::from_secs(60),
             quota_backoff_max: Duration::from_secs(1800),
             resync: Duration::from_secs(60),
+            provisioning_poll_first: Duration::from_millis(500),
             provisioning_poll: Duration::from_secs(5),
             flap_tolerance: 3,
         }
@@ -75,6 +82,14 @@ impl Policy {
         let exponent = attempts.saturating_sub(1).min(20);
         let raw = base.saturating_mul(1 << exponent).min(max);
         raw.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+    }
+
+    /// When to poll again an instance that has been starting (or going
+    /// away) for `waited`: after half that, no sooner than
+    /// `provisioning_poll_first` and no later than `provisioning_poll`.
+    pub fn provisioning_poll_after(&self, waited: Duration) -> Duration {
+        let first = self.provisioning_poll_first;
+        (waited / 2).min(self.provisioning_poll.max(first)).max(first)
     }
 }
 
@@ -154,6 +169,7 @@ pub async fn reconcile(
         policy,
         now,
         jitter,
+        fresh_instance: false,
         outcome: Outcome {
             status: state.status.clone(),
             finalizer: FinalizerChange::Keep,
@@ -183,6 +199,10 @@ struct Pass<'a> {
     policy: &'a Policy,
     now: u64,
     jitter: f64,
+    /// The instance was created in this pass: it has waited no time yet,
+    /// whatever the Provisioned condition's age says (a create after
+    /// failed attempts finds it old).
+    fresh_instance: bool,
     outcome: Outcome,
 }
 
@@ -204,6 +224,22 @@ impl Pass<'_> {
         let now = self.now;
         self.status().set_condition(ConditionType::Provisioned, status, reason, message, now);
         self.update_ready();
+    }
+
+    /// Looks again soon while an instance is new, less often as it keeps
+    /// the Proxy waiting; call after setting the Provisioned condition.
+    fn poll_later(&mut self) {
+        let since = self
+            .outcome
+            .status
+            .condition(ConditionType::Provisioned)
+            .map_or(self.now, |condition| condition.last_transition_time);
+        let waited = if self.fresh_instance {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(self.now.saturating_sub(since))
+        };
+        self.outcome.requeue_after = Some(self.policy.provisioning_poll_after(waited));
     }
 
     fn update_ready(&mut self) {
@@ -276,7 +312,7 @@ impl Pass<'_> {
                     "Replacing",
                     format!("waiting for instance {id} to go"),
                 );
-                self.outcome.requeue_after = Some(self.policy.provisioning_poll);
+                self.poll_later();
                 false
             }
             Err(err) => {
@@ -294,6 +330,7 @@ impl Pass<'_> {
                 self.status().spec_hash = Some(hash);
                 self.status().provider_id = Some(instance.provider_id.clone());
                 self.event(false, "Created", format!("instance {} created", instance.provider_id));
+                self.fresh_instance = true;
                 self.observe(provider, instance).await;
             }
             Err(err) => self.fail(&err, "CreateFailed"),
@@ -368,7 +405,7 @@ impl Pass<'_> {
                         ),
                     );
                 }
-                self.outcome.requeue_after = Some(self.policy.provisioning_poll);
+                self.poll_later();
             }
         }
     }
@@ -458,7 +495,7 @@ impl Pass<'_> {
                         "Deleting",
                         format!("waiting for instance {id} to go"),
                     );
-                    self.outcome.requeue_after = Some(self.policy.provisioning_poll);
+                    self.poll_later();
                     return;
                 }
                 Err(err) => return self.delete_failed(&err),

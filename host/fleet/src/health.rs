@@ -136,6 +136,7 @@ impl HealthEngine {
         self.fleet.sweep();
         self.fleet.sync_leases().await;
         let report = RoundReport { probed, passed, elapsed: started.elapsed() };
+        metrics.record_health_round(report.elapsed);
         tracing::debug!(
             probed,
             passed,

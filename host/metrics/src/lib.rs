@@ -9,6 +9,7 @@
 pub mod gateway;
 mod serve;
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -88,6 +89,7 @@ pub struct Metrics {
     health: Family<StateLabels, Gauge>,
     probes: Family<OutcomeLabels, Counter>,
     probe_seconds: Histogram,
+    health_round_seconds: Gauge<f64, AtomicU64>,
     leases_active: Gauge,
     leases_granted: Counter,
     reports: Family<KindLabels, Counter>,
@@ -192,6 +194,12 @@ impl Metrics {
             "Duration of a passing health probe",
             probe_seconds.clone(),
         );
+        let health_round_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "health_round_seconds",
+            "Wall time of the last round of health probes (keep it below --health-interval)",
+            health_round_seconds.clone(),
+        );
         let leases_active = Gauge::default();
         registry.register("leases_active", "Leases held now", leases_active.clone());
         let leases_granted = Counter::default();
@@ -233,6 +241,7 @@ impl Metrics {
             health,
             probes,
             probe_seconds,
+            health_round_seconds,
             leases_active,
             leases_granted,
             reports,
@@ -347,6 +356,11 @@ impl Metrics {
         if passed {
             self.probe_seconds.observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Records how long a whole round of probes took.
+    pub fn record_health_round(&self, elapsed: Duration) {
+        self.health_round_seconds.set(elapsed.as_secs_f64());
     }
 
     /// Sets the verdict gauges after a round of probes.
@@ -470,6 +484,7 @@ mod tests {
         metrics.set_phases([("Running", 4)]);
         metrics.record_probe(Duration::from_millis(2), true);
         metrics.record_probe(Duration::from_millis(2), false);
+        metrics.record_health_round(Duration::from_millis(1500));
         metrics.set_health(HealthCounts { healthy: 3, unhealthy: 1, unknown: 0 });
         metrics.record_leases(2, 5);
         metrics.record_report("ban", true);
@@ -484,6 +499,7 @@ mod tests {
             "proxyfleet_health_probes_total{outcome=\"passed\"} 1",
             "proxyfleet_health_probes_total{outcome=\"failed\"} 1",
             "proxyfleet_proxies_health{state=\"unhealthy\"} 1",
+            "proxyfleet_health_round_seconds 1.5",
             "proxyfleet_leases_active 2",
             "proxyfleet_leases_granted_total 5",
             "proxyfleet_proxy_reports_total{kind=\"ban\"} 1",

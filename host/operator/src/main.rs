@@ -1,6 +1,7 @@
 //! `proxyfleet`: the operator binary.
 
 mod fleet_args;
+mod malloc;
 mod plugin_fields;
 mod plugin_new;
 mod plugin_test;
@@ -323,6 +324,7 @@ impl Setup {
 }
 
 fn main() -> ExitCode {
+    malloc::limit_arenas();
     let cli = Cli::parse();
     let json = match cli.log_format {
         LogFormat::Json => true,
@@ -344,7 +346,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(async {
+        malloc::spawn_trimmer();
+        run(cli.command).await
+    }) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("proxyfleet: {err:#}");

@@ -103,9 +103,9 @@ async fn a_restart_after_an_unrecorded_create_adopts_instead_of_duplicating() {
     let (uid, endpoint) = {
         let standalone = site.open().await;
         standalone.sync_desired().unwrap();
-        standalone.reconcile_due().await; // puts the finalizer on
         let record = standalone.records().unwrap().remove(0);
-        assert!(record.finalizer && record.status.provider_id.is_none());
+        assert!(record.finalizer, "a new record has the finalizer from its first write");
+        assert!(record.status.provider_id.is_none());
         // The create reaches the backend, then the process dies before the
         // status is written.
         let provider = standalone.source().provider("local").unwrap();
@@ -393,7 +393,6 @@ async fn regression_a_manifest_edit_during_a_pass_is_kept() {
     site.write(&labelled("blue"));
     let standalone = std::sync::Arc::new(site.open_on(&providers, |_| {}).await);
     standalone.sync_desired().unwrap();
-    standalone.reconcile_due().await; // puts the finalizer on
     let pass = tokio::spawn({
         let standalone = std::sync::Arc::clone(&standalone);
         async move { standalone.reconcile_due().await }

@@ -14,6 +14,8 @@ struct Proxy {
     has_finalizer: bool,
     policy: Policy,
     spec_key: SpecKey,
+    /// Unix seconds the next pass runs at.
+    now: u64,
 }
 
 impl Proxy {
@@ -31,6 +33,7 @@ impl Proxy {
             has_finalizer: true,
             policy: Policy::default(),
             spec_key: SpecKey::generate(),
+            now: 100,
         }
     }
 
@@ -55,7 +58,7 @@ impl Proxy {
         };
         let provider = provider.map(|p| p as &dyn Provider);
         // Jitter 0.5 makes backoff exact: factor 0.8 + 0.4 * 0.5 = 1.0.
-        let outcome = reconcile(state, provider, &self.policy, 100, 0.5).await;
+        let outcome = reconcile(state, provider, &self.policy, self.now, 0.5).await;
         self.status = outcome.status.clone();
         match outcome.finalizer {
             FinalizerChange::Add => self.has_finalizer = true,
@@ -116,11 +119,26 @@ async fn a_provisioning_instance_is_polled_until_it_has_an_address() {
         Some("fake-1"),
         "the id is kept as soon as known"
     );
-    assert_eq!(outcome.requeue_after, Some(proxy.policy.provisioning_poll));
+    assert_eq!(
+        outcome.requeue_after,
+        Some(proxy.policy.provisioning_poll_first),
+        "a new instance is looked at again soon"
+    );
     assert_eq!(
         proxy.condition(ConditionType::Ready),
         (ConditionStatus::False, "NotProvisioned".into())
     );
+    // Still starting: polled after half the time it has kept the Proxy
+    // waiting, up to the longest interval.
+    for (waited, poll) in [(0, 500), (3, 1500), (6, 3000), (60, 5000)] {
+        proxy.now = 100 + waited;
+        let outcome = proxy.pass(&fake).await;
+        assert_eq!(
+            outcome.requeue_after,
+            Some(Duration::from_millis(poll)),
+            "after {waited} s of starting"
+        );
+    }
 
     fake.set_state("fake-1", InstanceState::Running, &["203.0.113.9"]);
     proxy.pass(&fake).await;
@@ -190,7 +208,7 @@ async fn a_replacement_waits_until_the_old_instance_is_gone() {
     proxy.desired.image = "debian-13".into();
     let outcome = proxy.pass(&fake).await;
     assert_eq!(proxy.condition(ConditionType::Provisioned).1, "Replacing");
-    assert_eq!(outcome.requeue_after, Some(proxy.policy.provisioning_poll));
+    assert_eq!(outcome.requeue_after, Some(proxy.policy.provisioning_poll_first));
     let creates = fake.calls().iter().filter(|(op, _)| *op == Op::Create).count();
     assert_eq!(creates, 1, "no new instance while the old one is still there");
     proxy.pass(&fake).await;
@@ -212,6 +230,21 @@ async fn transient_errors_back_off_exponentially() {
     proxy.pass(&fake).await;
     assert_eq!(proxy.status.attempts, 0, "success resets the backoff");
     assert_eq!(proxy.status.phase, Phase::Running);
+}
+
+#[tokio::test]
+async fn an_instance_created_after_failed_attempts_is_polled_soon() {
+    let fake = FakeProvider::new("lab").start_provisioning();
+    fake.fail_next(Op::Create, ProviderError::transient("503 from the API"));
+    let mut proxy = Proxy::new("a");
+    proxy.pass(&fake).await;
+    assert_eq!(proxy.condition(ConditionType::Provisioned).1, "CreateFailed");
+    // The Provisioned condition has been False for five minutes when the
+    // create finally succeeds; the new instance is still polled soon.
+    proxy.now += 300;
+    let outcome = proxy.pass(&fake).await;
+    assert_eq!(proxy.status.provider_id.as_deref(), Some("fake-1"));
+    assert_eq!(outcome.requeue_after, Some(proxy.policy.provisioning_poll_first));
 }
 
 #[test]

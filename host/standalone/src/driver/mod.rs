@@ -451,7 +451,10 @@ impl Standalone {
                     },
                     desired,
                     status: ProxyStatus::default(),
-                    finalizer: false,
+                    // Written before any pass can create an instance, in
+                    // the sync's commit: a pass of its own to put it on
+                    // would cost every new Proxy a commit and a dispatch.
+                    finalizer: true,
                     deleting: false,
                     pool: pool.map(str::to_owned),
                     created_at: batch.now,

@@ -65,6 +65,25 @@ fn serving(provider: &Arc<FakeProvider>) -> StaticSource {
         .with("fake", EntryState::Ready(Arc::clone(provider) as _))
 }
 
+/// A new Proxy's record is written with the finalizer on, so its first
+/// pass creates: a pass of its own just to put the finalizer on cost every
+/// new Proxy a commit and a dispatch (a third of a 1,000-Proxy start's
+/// record writes).
+#[tokio::test]
+async fn regression_a_new_proxys_first_pass_creates_its_instance() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    standalone.sync_desired().unwrap();
+    let record = standalone.records().unwrap().remove(0);
+    assert!(record.finalizer && record.status.provider_id.is_none(), "{record:?}");
+    standalone.reconcile_due().await;
+    assert_eq!(provider.instances().len(), 1, "the first pass made the instance");
+    let record = standalone.records().unwrap().remove(0);
+    assert!(record.status.provider_id.is_some(), "{record:?}");
+}
+
 #[tokio::test]
 async fn proxies_converge_on_the_source_and_go_when_removed() {
     let site = Site::new();

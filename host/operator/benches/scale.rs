@@ -1,0 +1,616 @@
+//! Scale figures of the operator as it ships: the `proxyfleet` binary of
+//! this build (`cargo bench` builds it optimised) run as its own process,
+//! N Proxies on one entry, beside entries of the other first-party plugins
+//! that are loaded and hold nothing, as an installation with several
+//! backends has them (four plugins in all: gcp, static, proxmox,
+//! kubernetes). Health probes, orphan collection and provider checks run
+//! at their defaults.
+//!
+//! ```text
+//! cargo xtask plugins
+//! cargo bench -p proxyfleet-operator --bench scale -- \
+//!     [--mode standalone|kube] [--entry gcp|static] [--proxies N] [--latency-ms MS] \
+//!     [--concurrency C] [--idle-secs S] [--keep-logs DIR]
+//! ```
+//!
+//! `--entry gcp` (the default) runs the gcp plugin against `tools/gce-sim`
+//! (operations take 100 ms, instances boot in 100 ms, every API answer
+//! waits `--latency-ms`); each Proxy's port is one of eight tinyproxy
+//! processes on loopback, so every probe goes through a real proxy.
+//! `--entry static` lists N endpoints on 127.0.x.y, where nothing listens:
+//! its probes are refused. `--concurrency` is the entry's
+//! `limits.concurrency` and `mutations`. `--mode kube` runs `proxyfleet
+//! run` against the test API server (`deploy/dev/kube-apiserver/start.sh`)
+//! with the Proxies as objects there.
+//!
+//! The run: start the operator on no Proxies and wait for `/readyz`; add
+//! one Proxy and time it to Running, and the provider calls that brought
+//! it up (`t1`, from the operator's call histogram: what this entry and its
+//! backend need for one Proxy); add the other N-1 and time them all to
+//! Running. The bound the entry's limits set is
+//! `ceil((N-1) / concurrency) × t1`, and the figure to watch is the ratio
+//! to it. Then the settled operator idles
+//! for `--idle-secs`. It prints the operator process's own figures (CPU and
+//! memory from `/proc`, calls and the probe round from its `/metrics`),
+//! never the simulator's or this process's. A figure, not a test.
+
+#![allow(clippy::print_stdout, reason = "a bench binary prints its figures")]
+
+use std::error::Error;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use http::Method;
+use proxyfleet_fleet::client;
+use proxyfleet_gce_sim as gce;
+use proxyfleet_kube::crd::Proxy;
+use proxyfleet_tests::ports::free_port;
+use proxyfleet_tests::proxies::Tinyproxy;
+use proxyfleet_tests::{localhost_tls, plugin};
+
+const PROJECT: &str = "scale";
+const EMAIL: &str = "scale@scale.iam.gserviceaccount.com";
+const TINYPROXIES: usize = 8;
+const LEASE: &str = "scale-leader";
+
+/// What to run, from the command line.
+#[derive(Debug)]
+struct Options {
+    kube: bool,
+    gcp: bool,
+    proxies: usize,
+    latency: Duration,
+    concurrency: usize,
+    idle: Duration,
+    keep_logs: Option<PathBuf>,
+}
+
+impl Options {
+    fn parse() -> Result<Self, Box<dyn Error>> {
+        let mut options = Self {
+            kube: false,
+            gcp: true,
+            proxies: 1000,
+            latency: Duration::from_millis(50),
+            concurrency: 64,
+            idle: Duration::from_secs(60),
+            keep_logs: None,
+        };
+        let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--mode" => {
+                    options.kube = match value()?.as_str() {
+                        "standalone" => false,
+                        "kube" => true,
+                        other => {
+                            return Err(format!("--mode {other}: use standalone or kube").into());
+                        }
+                    }
+                }
+                "--entry" => {
+                    options.gcp = match value()?.as_str() {
+                        "gcp" => true,
+                        "static" => false,
+                        other => return Err(format!("--entry {other}: use gcp or static").into()),
+                    }
+                }
+                "--proxies" => options.proxies = value()?.parse()?,
+                "--latency-ms" => options.latency = Duration::from_millis(value()?.parse()?),
+                "--concurrency" => options.concurrency = value()?.parse()?,
+                "--idle-secs" => options.idle = Duration::from_secs(value()?.parse()?),
+                "--keep-logs" => options.keep_logs = Some(value()?.into()),
+                other => return Err(format!("unknown flag {other}").into()),
+            }
+        }
+        if options.proxies < 2 {
+            return Err("--proxies: at least 2 (one times a single create)".into());
+        }
+        if options.concurrency == 0 {
+            return Err("--concurrency: at least 1".into());
+        }
+        Ok(options)
+    }
+
+    fn entry(&self) -> &'static str {
+        if self.gcp { "gcp" } else { "static" }
+    }
+}
+
+/// The backends and the files the entries name.
+struct Backends {
+    gce: gce::Simulator,
+    tinyproxies: Vec<Tinyproxy>,
+    dir: tempfile::TempDir,
+}
+
+impl Backends {
+    async fn start(options: &Options) -> Result<Self, Box<dyn Error>> {
+        let (ca, cert, key) = localhost_tls();
+        let gce = gce::Simulator::start(
+            gce::SimOptions {
+                projects: vec![PROJECT.to_owned()],
+                zones: vec!["europe-west1-b".to_owned()],
+                token_lifetime: Duration::from_secs(3600),
+                operation_duration: Duration::from_millis(100),
+                boot_duration: Duration::from_millis(100),
+                ..gce::SimOptions::default()
+            },
+            &cert,
+            &key,
+        )
+        .await?;
+        gce.set_faults(gce::Faults { latency: options.latency, ..gce::Faults::default() });
+        let sa_key = gce.create_key(EMAIL)?;
+        let tinyproxies =
+            (0..TINYPROXIES).map(|_| Tinyproxy::start_with("MaxClients 1000\n")).collect();
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir(dir.path().join("plugins"))?;
+        for name in ["gcp", "static", "proxmox", "kubernetes"] {
+            std::fs::copy(plugin(name), dir.path().join(format!("plugins/{name}.wasm")))?;
+        }
+        std::fs::write(dir.path().join("ca.pem"), ca)?;
+        std::fs::write(dir.path().join("gcp-key.json"), &sa_key.json)?;
+        std::fs::write(dir.path().join("token"), "not-a-real-token\n")?;
+        Ok(Self { gce, tinyproxies, dir })
+    }
+
+    /// The bench's entry `bench` on `options.entry()`, and one idle entry
+    /// of each other first-party plugin but kvm (whose libvirt client
+    /// needs a host to connect to).
+    fn providers(&self, options: &Options) -> String {
+        let dir = self.dir.path();
+        let ca = dir.join("ca.pem");
+        let limits = |keys: usize| {
+            format!(
+                "    limits: {{ concurrency: {c}, mutations: {c}, kvKeys: {keys}, kvTotalKiB: {kib} }}\n",
+                c = options.concurrency,
+                kib = (keys * 200 / 1024).max(512),
+            )
+        };
+        let gcp = |name: &str| {
+            proxyfleet_tests::gcp::sim_entry(
+                name,
+                &self.gce.endpoint(),
+                PROJECT,
+                &ca,
+                &dir.join("gcp-key.json"),
+            )
+        };
+        let statics = |name: &str, count: usize| {
+            let endpoints: Vec<String> = (0..count)
+                .map(|i| format!("'127.0.{}.{}:3128'", 1 + i / 250, 1 + i % 250))
+                .collect();
+            format!(
+                "  - name: {name}\n    plugin: static\n    proxyAddresses: ['127.0.0.0/8']\n    \
+                 config: {{ endpoints: [{}] }}\n",
+                endpoints.join(", ")
+            )
+        };
+        // Two keys a static assignment.
+        let (bench, idle) = if options.gcp {
+            (gcp("bench") + &limits(1000), statics("idle-static", 4))
+        } else {
+            (statics("bench", options.proxies) + &limits(options.proxies * 2 + 16), gcp("idle-gcp"))
+        };
+        // Nothing listens on these: the entries load, and their checks fail.
+        let closed = free_port();
+        format!(
+            "providers:
+{bench}{idle}  - name: idle-pve
+    plugin: proxmox
+    config:
+      url: https://localhost:{closed}
+      nodes: [pve1]
+      templates: {{ debian-12: 100 }}
+      isoStorage: local
+    grants:
+      caFile: {ca}
+      http:
+        - url: https://localhost:{closed}
+          allowAddresses: [127.0.0.1, '::1']
+          credential: {{ header: Authorization, valueTemplate: 'PVEAPIToken={{secret}}', secretFile: {token} }}
+  - name: idle-kube
+    plugin: kubernetes
+    config:
+      apiServer: https://localhost:{closed}
+      namespace: proxies
+    grants:
+      caFile: {ca}
+      http:
+        - url: https://localhost:{closed}
+          allowAddresses: [127.0.0.1, '::1']
+          credential: {{ header: authorization, valueTemplate: 'Bearer {{secret}}', secretFile: {token} }}
+",
+            ca = ca.display(),
+            token = dir.join("token").display(),
+        )
+    }
+
+    /// Proxy `index`'s port: the static plugin's endpoint carries its own;
+    /// a gcp instance's address is loopback, so the port picks a tinyproxy.
+    fn port(&self, index: usize) -> u16 {
+        self.tinyproxies[index % self.tinyproxies.len()].addr().port()
+    }
+}
+
+/// One operator process and where to reach it.
+struct Operator {
+    /// What starts it (again).
+    command: Command,
+    child: Option<Child>,
+    api: String,
+    metrics: String,
+    log: PathBuf,
+    /// Standalone: the manifests folder. Kube: the Proxies' namespace.
+    proxies: Place,
+}
+
+enum Place {
+    Folder(PathBuf),
+    Namespace(Box<kube::Api<Proxy>>),
+}
+
+impl Operator {
+    /// An operator of this run's mode, not started yet.
+    async fn prepare(
+        options: &Options,
+        backends: &Backends,
+        dir: &Path,
+    ) -> Result<Self, Box<dyn Error>> {
+        let providers = dir.join("providers.yaml");
+        std::fs::write(&providers, backends.providers(options))?;
+        let log = dir.join("operator.log");
+        let api = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let plugins = backends.dir.path().join("plugins");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_proxyfleet"));
+        command.args(["--log-format", "text"]);
+        let place = if options.kube {
+            let client = proxyfleet_tests::kube_admin_client().await;
+            proxyfleet_tests::kube_install_crds(&client).await;
+            let namespace = proxyfleet_tests::kube_test_namespace(&client, "scale-operator").await;
+            let watch = proxyfleet_tests::kube_test_namespace(&client, "scale-proxies").await;
+            command
+                .env("KUBECONFIG", proxyfleet_tests::kube_state_dir().join("kubeconfig"))
+                .env_remove("POD_NAME")
+                .env_remove("POD_NAMESPACE")
+                .arg("run")
+                .args(["--namespace", &namespace, "--watch-namespace", &watch])
+                .args(["--identity", "scale-0", "--lease-name", LEASE]);
+            Place::Namespace(Box::new(kube::Api::namespaced(client, &watch)))
+        } else {
+            let folder = dir.join("proxies");
+            std::fs::create_dir_all(&folder)?;
+            command
+                .arg("standalone")
+                .arg("--proxies")
+                .arg(&folder)
+                .arg("--state")
+                .arg(dir.join("state.redb"));
+            Place::Folder(folder)
+        };
+        command
+            .arg("--providers")
+            .arg(&providers)
+            .arg("--plugin-dir")
+            .arg(&plugins)
+            // A cache of its own: the first start compiles every plugin it
+            // uses, a restart finds them compiled.
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .args(["--installation-id", "scale", "--api-addr", &api, "--metrics-addr", &metrics])
+            .stdout(Stdio::null());
+        Ok(Self { command, child: None, api, metrics, log, proxies: place })
+    }
+
+    /// Starts it (again, when it ran) and waits for `/readyz`; the time
+    /// that took.
+    async fn start(&mut self) -> Result<Duration, Box<dyn Error>> {
+        self.stop();
+        let begun = Instant::now();
+        let log = OpenOptions::new().create(true).append(true).open(&self.log)?;
+        self.child = Some(self.command.stderr(log).spawn()?);
+        while !self.ready().await {
+            self.check_alive()?;
+            if begun.elapsed() > Duration::from_secs(300) {
+                return Err("the operator was not ready within 5 min".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(begun.elapsed())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<(), Box<dyn Error>> {
+        let child = self.child.as_mut().ok_or("the operator is not running")?;
+        match child.try_wait()? {
+            Some(status) => {
+                Err(format!("the operator exited ({status}); see {}", self.log.display()).into())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Adds Proxies `from..to`: the standalone manifest is written whole
+    /// (all of them), the cluster gets one object each.
+    async fn add(&self, backends: &Backends, from: usize, to: usize) -> Result<(), Box<dyn Error>> {
+        match &self.proxies {
+            Place::Folder(folder) => {
+                let yaml: String = (0..to)
+                    .map(|i| {
+                        format!(
+                            "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: {{ name: p{i:05} }}\n\
+                             spec: {{ provider: bench, image: debian-12, port: {} }}\n---\n",
+                            backends.port(i)
+                        )
+                    })
+                    .collect();
+                let next = folder.with_extension("next");
+                std::fs::write(&next, yaml)?;
+                std::fs::rename(next, folder.join("proxies.yaml"))?;
+            }
+            Place::Namespace(api) => {
+                let post = kube::api::PostParams::default();
+                let results: Vec<_> = futures::stream::iter(from..to)
+                    .map(|i| {
+                        let proxy: Result<Proxy, Box<dyn Error>> = serde_json::from_value(serde_json::json!({
+                            "apiVersion": "proxyfleet.io/v1alpha1",
+                            "kind": "Proxy",
+                            "metadata": { "name": format!("p{i:05}") },
+                            "spec": { "provider": "bench", "image": "debian-12", "port": backends.port(i) },
+                        }))
+                        .map_err(Into::into);
+                        let post = &post;
+                        async move {
+                            api.create(post, &proxy?).await?;
+                            Ok::<_, Box<dyn Error>>(())
+                        }
+                    })
+                    .buffer_unordered(16)
+                    .collect()
+                    .await;
+                for result in results {
+                    result?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn metrics_text(&self) -> Option<String> {
+        let base = format!("http://{}", self.metrics);
+        let (status, body) = client::call(&base, Method::GET, "/metrics", None, None).await.ok()?;
+        (status == 200).then_some(body)
+    }
+
+    async fn ready(&self) -> bool {
+        let base = format!("http://{}", self.api);
+        matches!(client::call(&base, Method::GET, "/readyz", None, None).await, Ok((200, _)))
+    }
+
+    /// Proxies the operator knows, and of those Running.
+    async fn counts(&self) -> Option<(u64, u64)> {
+        let text = self.metrics_text().await?;
+        let all = metric_sum(&text, "proxyfleet_proxies", None);
+        let running = metric_sum(&text, "proxyfleet_proxies", Some("state=\"Running\""));
+        Some((all as u64, running as u64))
+    }
+
+    /// Polls until `want` Proxies are known and Running; the time from
+    /// `since` or, without it, from the first poll that saw more than
+    /// `known_before` of them (a manifest is read every 2 s: that wait is
+    /// not the provider's).
+    async fn time_to_running(
+        &mut self,
+        known_before: u64,
+        want: u64,
+        within: Duration,
+        since: Option<Instant>,
+    ) -> Result<(Duration, Duration), Box<dyn Error>> {
+        let started = Instant::now();
+        let mut seen = since;
+        let mut first_new_running = None;
+        let mut said = Instant::now();
+        loop {
+            self.check_alive()?;
+            if let Some((all, running)) = self.counts().await {
+                if all > known_before && seen.is_none() {
+                    seen = Some(Instant::now());
+                }
+                if running > known_before && first_new_running.is_none() {
+                    first_new_running = seen.map(|seen| seen.elapsed());
+                }
+                if all >= want && running >= want {
+                    let seen = seen.unwrap_or(started);
+                    return Ok((seen.elapsed(), first_new_running.unwrap_or_default()));
+                }
+                if said.elapsed() > Duration::from_secs(15) {
+                    eprintln!("scale: {running} of {want} Running ({all} known)");
+                    said = Instant::now();
+                }
+            }
+            if started.elapsed() > within {
+                return Err(format!("not all {want} Running within {within:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// CPU seconds the process has used.
+    fn cpu(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Past the command name; utime and stime are fields 14 and 15,
+        // in USER_HZ (100 a second on every architecture Linux supports).
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let field = |n: usize| fields.get(n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (field(11) + field(12)) / 100.0
+    }
+
+    /// `VmRSS` and `VmHWM` in MiB.
+    fn memory(&self) -> (f64, f64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map_or(0.0, |kib| kib / 1024.0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The sum of the samples of `name` in the metrics text, of those whose
+/// labels hold `label` when one is given.
+fn metric_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.strip_prefix(name))
+        .filter(|rest| rest.starts_with(['{', ' ']))
+        .filter(|rest| label.is_none_or(|label| rest.contains(label)))
+        .filter_map(|rest| rest.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+fn bench_calls(text: &str) -> f64 {
+    metric_sum(text, "proxyfleet_provider_calls_total", Some("entry=\"bench\""))
+}
+
+/// Seconds spent in the calls that bring a Proxy up (create and get; the
+/// idle entries make only checks).
+fn bring_up_seconds(text: &str) -> f64 {
+    ["create", "get"]
+        .iter()
+        .map(|op| {
+            let label = format!("operation=\"{op}\"");
+            metric_sum(text, "proxyfleet_provider_call_seconds_sum", Some(&label))
+        })
+        .sum()
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let options = Options::parse()?;
+    let backends = Backends::start(&options).await?;
+    let dir = tempfile::tempdir()?;
+    let mut operator = Operator::prepare(&options, &backends, dir.path()).await?;
+    let result = measure(&options, &backends, &mut operator).await;
+    if let Some(keep) = &options.keep_logs {
+        std::fs::create_dir_all(keep)?;
+        std::fs::copy(&operator.log, keep.join("operator.log"))?;
+    }
+    result
+}
+
+async fn measure(
+    options: &Options,
+    backends: &Backends,
+    operator: &mut Operator,
+) -> Result<(), Box<dyn Error>> {
+    // The first start compiles the plugins; what runs for months is a
+    // process that found them compiled.
+    let cold = operator.start().await?;
+    let (cold_rss, cold_hwm) = operator.memory();
+    let ready = operator.start().await?;
+    let (empty_rss, _) = operator.memory();
+
+    // One Proxy alone: what bringing one up costs with this entry and
+    // backend, in the provider's calls and end to end.
+    // Objects in a cluster are seen as soon as they are made.
+    let since = || options.kube.then(Instant::now);
+    let added = since();
+    operator.add(backends, 0, 1).await?;
+    let (single, _) = operator.time_to_running(0, 1, Duration::from_secs(120), added).await?;
+    let per_proxy = operator.metrics_text().await.map_or(0.0, |text| bring_up_seconds(&text));
+
+    let n = options.proxies;
+    let rest = (n - 1) as f64;
+    let before = operator.metrics_text().await.unwrap_or_default();
+    let (calls_before, busy_before) = (bench_calls(&before), bring_up_seconds(&before));
+    let cpu_before = operator.cpu();
+    let added = since();
+    operator.add(backends, 1, n).await?;
+    let (converged, first) =
+        operator.time_to_running(1, n as u64, Duration::from_secs(3600), added).await?;
+    let converge_cpu = operator.cpu() - cpu_before;
+    let (rss, hwm) = operator.memory();
+    let after = operator.metrics_text().await.unwrap_or_default();
+    let calls = bench_calls(&after) - calls_before;
+    // Of the call slots the entry's limits allow over that time, the share
+    // its create and get calls filled: what the driver leaves unused.
+    let busy = bring_up_seconds(&after) - busy_before;
+    let filled = busy / (converged.as_secs_f64() * options.concurrency.min(n - 1) as f64);
+
+    let idle_before = operator.cpu();
+    tokio::time::sleep(options.idle).await;
+    let idle_cpu = (operator.cpu() - idle_before) / options.idle.as_secs_f64();
+    let (idle_rss, idle_hwm) = operator.memory();
+    let text = operator.metrics_text().await.unwrap_or_default();
+    let round = metric_sum(&text, "proxyfleet_health_round_seconds", None);
+    let healthy = metric_sum(&text, "proxyfleet_proxies_health", Some("state=\"healthy\""));
+
+    let waves = (n - 1).div_ceil(options.concurrency) as f64;
+    let bound = per_proxy * waves;
+    println!(
+        "scale: {n} Proxies on the {} plugin, {} mode, concurrency {}{}",
+        options.entry(),
+        if options.kube { "kube" } else { "standalone" },
+        options.concurrency,
+        if options.gcp { format!(", API latency {:?}", options.latency) } else { String::new() },
+    );
+    println!(
+        "  first start, compiling    {:>10.2} s, RSS {cold_rss:.1} MiB (high-water {cold_hwm:.1} MiB)",
+        cold.as_secs_f64()
+    );
+    println!("  restart, plugins cached   {:>10.2} s, RSS {empty_rss:.1} MiB", ready.as_secs_f64());
+    println!(
+        "  one Proxy to Running      {:>10.3} s, of which its provider calls {per_proxy:.3} s (t1)",
+        single.as_secs_f64()
+    );
+    println!(
+        "  {} more to Running        {:>10.2} s (first {:.2} s); bound {waves} waves × t1 = {bound:.2} s: {:.2}×",
+        n - 1,
+        converged.as_secs_f64(),
+        first.as_secs_f64(),
+        converged.as_secs_f64() / bound,
+    );
+    println!(
+        "  call slots filled         {:>10.0} % (a Proxy's calls took {:.3} s under this load)",
+        filled * 100.0,
+        busy / rest
+    );
+    println!("  provider calls per Proxy  {:>10.2}", calls / rest);
+    println!("  operator CPU per Proxy    {:>10.2} ms", converge_cpu / rest * 1000.0);
+    println!("  RSS after converging      {rss:>10.1} MiB (high-water {hwm:.1} MiB)");
+    println!(
+        "  idle CPU over {:>3} s       {:>10.2} % of a core (RSS {idle_rss:.1} MiB, high-water {idle_hwm:.1} MiB)",
+        options.idle.as_secs(),
+        idle_cpu * 100.0,
+    );
+    println!("  last probe round          {round:>10.2} s ({healthy} healthy)");
+    Ok(())
+}
