@@ -169,7 +169,7 @@ impl Metrics {
             Family::<OperationLabels, Histogram>::new_with_constructor(call_histogram as fn() -> _);
         registry.register(
             "provider_call_seconds",
-            "Duration of a provider call by operation",
+            "Duration of a provider call by operation, from when it got a slot under the entry's limits",
             provider_call_seconds.clone(),
         );
         let plugin_faults = Family::<EntryLabels, Counter>::default();

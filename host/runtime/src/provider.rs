@@ -225,13 +225,15 @@ impl PluginProvider {
     ) -> Result<Answer, ProviderError> {
         let span = self.call_span(revision, &operation);
         let name = operation.name();
-        let started = Instant::now();
-        let outcome = self.call_on(revision, operation).instrument(span.clone()).await;
+        // From when the call got its slot: a wait for one is the entry's
+        // limits at work, not the provider's time.
+        let mut began = None;
+        let outcome = self.call_on(revision, operation, &mut began).instrument(span.clone()).await;
         let failure = outcome.as_ref().err();
         self.report(
             &span,
             name,
-            started.elapsed(),
+            began.map_or(Duration::ZERO, |began: Instant| began.elapsed()),
             failure.map(|f| f.error.class),
             failure.and_then(|f| f.fault),
         );
@@ -278,6 +280,7 @@ impl PluginProvider {
         &self,
         revision: &PluginRevision,
         operation: Operation<'_>,
+        began: &mut Option<Instant>,
     ) -> Result<Answer, Failure> {
         let limits = &self.config.limits;
         let shutting_down = |_| ProviderError::unavailable("the entry is shutting down");
@@ -290,6 +293,7 @@ impl PluginProvider {
             _ => None,
         };
         let _permit = self.permits.acquire().await.map_err(shutting_down)?;
+        *began = Some(Instant::now());
         let mut state = PluginState::new(
             self.scope(revision, &operation),
             Arc::clone(&self.http),

@@ -141,6 +141,41 @@ impl Configured for Endpoints<'_> {
     }
 }
 
+/// The one endpoint a get asks about, found in the config's text where it
+/// is written as its ID (`"203.0.113.10:3128"`): a search of the text,
+/// without the parse that [`Endpoints::read`] makes of every endpoint's
+/// string. The config's only string values are the endpoints (it has one
+/// key, and validate-config refused anything else), so the quoted ID found
+/// in it is one of them. An endpoint written otherwise is not found here;
+/// the caller reads the endpoints then.
+#[derive(Debug)]
+pub struct WrittenAsId(Endpoint);
+
+impl WrittenAsId {
+    /// Endpoint `id`, when `json` holds it as its ID.
+    pub fn find(json: &str, id: &str) -> Option<Self> {
+        let endpoint = Endpoint::try_from(id.to_owned()).ok()?;
+        if endpoint.id() != id || !json.contains(&format!("\"{id}\"")) {
+            return None;
+        }
+        Some(Self(endpoint))
+    }
+}
+
+impl Configured for WrittenAsId {
+    fn count(&self) -> usize {
+        1
+    }
+
+    fn id_at(&self, _index: usize) -> Result<String> {
+        Ok(self.0.id())
+    }
+
+    fn endpoint(&self, id: &str) -> Option<Endpoint> {
+        (self.0.id() == id).then(|| self.0.clone())
+    }
+}
+
 /// One proxy endpoint, `host:port`. Its canonical text ([`Endpoint::id`]) is
 /// the instance's provider ID and the key of its assignment, so equal
 /// endpoints written differently (`[2001:DB8::1]:80` and `[2001:db8::1]:80`,
@@ -235,6 +270,25 @@ mod tests {
 
     fn endpoint(text: &str) -> std::result::Result<Endpoint, String> {
         Endpoint::try_from(text.to_owned())
+    }
+
+    #[test]
+    fn a_get_finds_an_endpoint_written_as_its_id_without_reading_the_rest() {
+        let json = r#"{"endpoints": ["203.0.113.10:3128", " 203.0.113.11:3128", "Proxy.Example:80", "[2001:db8::1]:80"]}"#;
+        let found = WrittenAsId::find(json, "203.0.113.10:3128").expect("written as its ID");
+        assert_eq!(found.endpoint("203.0.113.10:3128"), endpoint("203.0.113.10:3128").ok());
+        assert_eq!(found.endpoint("203.0.113.11:3128"), None);
+        assert!(WrittenAsId::find(json, "[2001:db8::1]:80").is_some());
+        // Written otherwise, or a part of another: left to the full read.
+        assert!(WrittenAsId::find(json, "203.0.113.11:3128").is_none(), "spaces around it");
+        assert!(WrittenAsId::find(json, "proxy.example:80").is_none(), "other case");
+        assert!(WrittenAsId::find(json, "13.10:3128").is_none(), "a tail of another");
+        assert!(WrittenAsId::find(json, "203.0.113.99:3128").is_none(), "not configured");
+        // Each of those, read in full, is found or refused as before.
+        let read = Endpoints::read(json).expect("the config reads");
+        assert!(read.endpoint("203.0.113.11:3128").is_some());
+        assert!(read.endpoint("proxy.example:80").is_some());
+        assert!(read.endpoint("203.0.113.99:3128").is_none());
     }
 
     fn config_error(json: &str) -> String {
