@@ -39,6 +39,7 @@ use proxyfleet_fleet::gateway::{self, Gateway, GatewaySettings};
 use proxyfleet_fleet::probe::ProbePass;
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, Member};
 use proxyfleet_metrics::Metrics;
+use proxyfleet_tests::procfs;
 use proxyfleet_tests::proxies::Tinyproxy;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -134,15 +135,6 @@ impl Figures {
     }
 }
 
-/// CPU seconds of `/proc/<path>/stat`, in USER_HZ (100 a second).
-fn cpu_of(stat: &str) -> f64 {
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let utime: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    let stime: f64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    (utime + stime) / 100.0
-}
-
 /// CPU seconds of this process's threads named `gateway`.
 fn gateway_cpu() -> f64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
@@ -152,15 +144,16 @@ fn gateway_cpu() -> f64 {
             std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim()
                 == "gateway"
         })
-        .map(|task| std::fs::read_to_string(task.path().join("stat")).map_or(0.0, |s| cpu_of(&s)))
+        .map(|task| {
+            std::fs::read_to_string(task.path().join("stat"))
+                .map_or(0.0, |stat| procfs::cpu_seconds_of(&stat))
+        })
         .sum()
 }
 
 /// CPU seconds of the processes `pids`, their threads included.
 fn processes_cpu(pids: &[u32]) -> f64 {
-    pids.iter()
-        .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(0.0, |s| cpu_of(&s)))
-        .sum()
+    pids.iter().copied().map(procfs::cpu_seconds).sum()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

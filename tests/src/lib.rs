@@ -5,6 +5,7 @@ pub mod gcp;
 pub mod kvm;
 pub mod operator;
 pub mod ports;
+pub mod procfs;
 pub mod proxies;
 pub mod registry;
 pub mod standalone;

@@ -48,6 +48,7 @@ use proxyfleet_fleet::client;
 use proxyfleet_gce_sim as gce;
 use proxyfleet_kube::crd::Proxy;
 use proxyfleet_tests::ports::free_port;
+use proxyfleet_tests::procfs;
 use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{localhost_tls, plugin};
 
@@ -453,28 +454,12 @@ impl Operator {
 
     /// CPU seconds the process has used.
     fn cpu(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
-        // Past the command name; utime and stime are fields 14 and 15,
-        // in USER_HZ (100 a second on every architecture Linux supports).
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let field = |n: usize| fields.get(n).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (field(11) + field(12)) / 100.0
+        procfs::cpu_seconds(self.pid())
     }
 
     /// `VmRSS` and `VmHWM` in MiB.
     fn memory(&self) -> (f64, f64) {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                .map_or(0.0, |kib| kib / 1024.0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        procfs::memory_mib(self.pid())
     }
 }
 

@@ -202,9 +202,7 @@ fn operator_rss_mib() -> Vec<f64> {
                 return None;
             }
             let status = std::fs::read_to_string(dir.join("status")).ok()?;
-            let rss = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
-            let kib: f64 = rss.trim().trim_end_matches("kB").trim().parse().ok()?;
-            Some(kib / 1024.0)
+            proxyfleet_tests::procfs::status_mib(&status, "VmRSS:")
         })
         .collect()
 }
