@@ -329,13 +329,28 @@ pub async fn fixture_provider(
     grants: &str,
     limits: &str,
 ) -> Arc<dyn Provider> {
+    fixture_provider_with(RuntimeOptions::default(), dir, fixture, grants, limits).await
+}
+
+/// [`fixture_provider`] on a runtime set up with `options` (e.g. the
+/// libvirt helper to start).
+///
+/// # Panics
+/// When the fixture is not built or the entry does not come up.
+pub async fn fixture_provider_with(
+    options: RuntimeOptions,
+    dir: &Path,
+    fixture: &str,
+    grants: &str,
+    limits: &str,
+) -> Arc<dyn Provider> {
     std::fs::copy(plugin(&format!("fixtures/{fixture}")), dir.join(format!("{fixture}.wasm")))
         .expect("copy fixture");
     let yaml = format!(
         "providers:\n  - name: fetch\n    plugin: {fixture}\n    limits: {{ {limits} }}\n    grants:\n{grants}"
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
-    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let runtime = Runtime::new(options).expect("runtime");
     let registry = Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
         .await
         .expect("plugin directory readable");

@@ -15,7 +15,7 @@ use crate::bindings::{kv, libvirt, log, types};
 use crate::cache::PrecompiledCache;
 use crate::capabilities::http::HttpTransport;
 use crate::capabilities::kv::KvImport;
-use crate::capabilities::libvirt::LibvirtImport;
+use crate::capabilities::libvirt::{LibvirtHelper, LibvirtImport};
 use crate::capabilities::log::LogImport;
 use crate::error::RuntimeError;
 use crate::limits::MAX_MEMORY_MIB;
@@ -55,6 +55,10 @@ pub struct RuntimeOptions {
     /// ownership marks; both modes settle it at start
     /// ([`proxyfleet_core::installation::settle`]).
     pub installation: InstallationId,
+    /// The libvirt helper program (`proxyfleet-libvirt`); `None`: the one
+    /// next to the running executable. Started only when an entry with a
+    /// libvirt grant first connects.
+    pub libvirt_helper: Option<PathBuf>,
 }
 
 /// The shared engine and linker. Cheap to clone.
@@ -74,6 +78,7 @@ pub(crate) struct RuntimeInner {
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
     pub(crate) installation: InstallationId,
+    pub(crate) libvirt: Arc<LibvirtHelper>,
 }
 
 impl std::fmt::Debug for RuntimeInner {
@@ -129,6 +134,11 @@ impl Runtime {
                 installation: options.installation,
                 observer: options.observer,
                 pooling,
+                libvirt: Arc::new(
+                    options
+                        .libvirt_helper
+                        .map_or_else(LibvirtHelper::beside_current_exe, LibvirtHelper::new),
+                ),
             }),
         })
     }

@@ -151,6 +151,7 @@ impl PluginProvider {
             libvirt: Arc::new(crate::capabilities::libvirt::EntryLibvirt::new(
                 &config.name,
                 &config.grants.libvirt,
+                &runtime.inner.libvirt,
             )),
             permits: Semaphore::new(config.limits.concurrency),
             mutation_permits: Semaphore::new(config.limits.mutations),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxyfleet_runtime::capabilities::libvirt::{
-    AddressSource, DomainState, EntryLibvirt, HostPool, LibvirtError,
+    AddressSource, DomainState, EntryLibvirt, HostPool, LibvirtError, LibvirtHelper,
 };
 use proxyfleet_runtime::config::LibvirtGrant;
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_POOL, TEST_URI};
@@ -18,6 +18,25 @@ mod hostile;
 mod plugin;
 /// The kvm plugin on a real hypervisor named by `KVM_TEST_*`.
 mod real_host;
+
+/// The libvirt helper this package builds, as the operator ships it.
+fn helper_program() -> std::path::PathBuf {
+    env!("CARGO_BIN_EXE_libvirt-helper").into()
+}
+
+/// One helper for the whole test process, as one operator has.
+fn helper() -> Arc<LibvirtHelper> {
+    static HELPER: std::sync::OnceLock<Arc<LibvirtHelper>> = std::sync::OnceLock::new();
+    Arc::clone(HELPER.get_or_init(|| Arc::new(LibvirtHelper::new(helper_program()))))
+}
+
+/// A runtime whose libvirt calls go to that helper.
+fn runtime_options() -> proxyfleet_runtime::RuntimeOptions {
+    proxyfleet_runtime::RuntimeOptions {
+        libvirt_helper: Some(helper_program()),
+        ..proxyfleet_runtime::RuntimeOptions::default()
+    }
+}
 
 fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
     LibvirtGrant {
@@ -37,7 +56,7 @@ fn grant(sshd: &Sshd, uri: &str, call_timeout: Duration) -> LibvirtGrant {
 }
 
 fn pool(sshd: &Sshd, uri: &str) -> Arc<HostPool> {
-    Arc::new(HostPool::new(grant(sshd, uri, Duration::from_secs(10)), "direct"))
+    Arc::new(HostPool::new(grant(sshd, uri, Duration::from_secs(10)), "direct", helper()))
 }
 
 fn domain_xml(name: &str) -> String {
@@ -108,7 +127,7 @@ async fn a_host_key_not_in_known_hosts_is_refused() {
 
     let mut wrong = grant(&sshd, TEST_URI, Duration::from_secs(10));
     wrong.known_hosts_file = sshd.wrong_known_hosts();
-    let err = HostPool::new(wrong, "direct").ping().await.unwrap_err();
+    let err = HostPool::new(wrong, "direct", helper()).ping().await.unwrap_err();
     assert!(
         matches!(&err, LibvirtError::Unauthorized(m) if m.contains("does not match")),
         "{err:?}"
@@ -117,17 +136,17 @@ async fn a_host_key_not_in_known_hosts_is_refused() {
     let mut unlisted = grant(&sshd, TEST_URI, Duration::from_secs(10));
     unlisted.known_hosts_file = dir.path().join("empty_known_hosts");
     std::fs::write(&unlisted.known_hosts_file, "").unwrap();
-    let err = HostPool::new(unlisted, "direct").ping().await.unwrap_err();
+    let err = HostPool::new(unlisted, "direct", helper()).ping().await.unwrap_err();
     assert!(matches!(&err, LibvirtError::Unauthorized(m) if m.contains("not listed")), "{err:?}");
 
     let mut missing = grant(&sshd, TEST_URI, Duration::from_secs(10));
     missing.known_hosts_file = dir.path().join("no_such_file");
-    let err = HostPool::new(missing, "direct").ping().await.unwrap_err();
+    let err = HostPool::new(missing, "direct", helper()).ping().await.unwrap_err();
     assert!(matches!(&err, LibvirtError::Unauthorized(m) if m.contains("cannot read")), "{err:?}");
 
     let mut bad_key = grant(&sshd, TEST_URI, Duration::from_secs(10));
     bad_key.key_file = dir.path().join("host_key");
-    let err = HostPool::new(bad_key, "direct").ping().await.unwrap_err();
+    let err = HostPool::new(bad_key, "direct", helper()).ping().await.unwrap_err();
     assert!(
         matches!(&err, LibvirtError::Unauthorized(m) if m.contains("refused the key")),
         "{err:?}"
@@ -175,7 +194,11 @@ async fn a_call_over_its_budget_kills_only_its_connection() {
     let dir = tempfile::tempdir().unwrap();
     let sshd_a = Sshd::start(&dir.path().join("a"));
     let sshd_b = Sshd::start(&dir.path().join("b"));
-    let a = Arc::new(HostPool::new(grant(&sshd_a, TEST_URI, Duration::from_millis(800)), "direct"));
+    let a = Arc::new(HostPool::new(
+        grant(&sshd_a, TEST_URI, Duration::from_millis(800)),
+        "direct",
+        helper(),
+    ));
     let b = pool(&sshd_b, TEST_URI);
     a.ping().await.unwrap();
     b.ping().await.unwrap();
@@ -249,7 +272,7 @@ async fn uploads_stream_into_a_volume_and_a_broken_one_fails_transient() {
     let sshd = Sshd::start(dir.path());
     let mut granted = grant(&sshd, STORAGE_URI, Duration::from_secs(10));
     granted.pools = vec![pool_name.to_owned()];
-    let host = Arc::new(HostPool::new(granted, "direct"));
+    let host = Arc::new(HostPool::new(granted, "direct", helper()));
 
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     let volume_xml = |name: &str| {
@@ -316,6 +339,7 @@ fn hosts_outside_the_grant_are_refused() {
             storage_uri: "qemu:///system".into(),
             call_timeout: Duration::from_secs(1),
         }],
+        &helper(),
     );
     assert_eq!(entry.hosts(), vec!["kvm1.lan".to_owned()]);
     assert!(entry.host("KVM1.lan").is_ok());
@@ -331,7 +355,7 @@ async fn probe_entry(
 ) -> Result<Arc<dyn proxyfleet_core::Provider>, String> {
     use proxyfleet_core::kv::MemoryKv;
     use proxyfleet_runtime::config::ProvidersConfig;
-    use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+    use proxyfleet_runtime::{Registry, Runtime};
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(
@@ -351,7 +375,7 @@ async fn probe_entry(
         socket = Libvirtd::shared().socket.display(),
     );
     let config = ProvidersConfig::parse(&yaml).unwrap();
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let runtime = Runtime::new(runtime_options()).unwrap();
     let registry =
         Registry::load(&runtime, &config, &plugins, Arc::new(MemoryKv::new())).await.unwrap();
     registry.provider("probe").map_err(|err| err.to_string())
@@ -418,8 +442,8 @@ async fn a_plugin_behind_a_wrong_host_key_is_unauthorized() {
 
 #[tokio::test]
 async fn only_plugins_that_call_libvirt_import_it() {
-    use proxyfleet_runtime::{Runtime, RuntimeOptions};
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    use proxyfleet_runtime::Runtime;
+    let runtime = Runtime::new(runtime_options()).unwrap();
     let imports_libvirt =
         |imports: &[String]| imports.iter().any(|i| i.starts_with("proxyfleet:provider/libvirt"));
     let probe =

@@ -182,14 +182,20 @@ fn dynamic(tree: &mut Tree, host: &Path, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// The operator's binaries: `proxyfleet`, and the libvirt helper it
+/// starts from its own directory for entries with a libvirt grant.
+const OPERATOR_BINARIES: [&str; 2] = ["proxyfleet", "proxyfleet-libvirt"];
+
 fn operator(repo: &Repo, profile: Profile, version: &str, work: &Path) -> Result<Image> {
-    let built = repo.root.join("target").join(profile.dir()).join("proxyfleet");
-    let stripped = work.join("proxyfleet");
-    fs::copy(&built, &stripped).with_context(|| format!("copying {}", built.display()))?;
-    process::run(Command::new("strip").arg("--strip-all").arg(&stripped))?;
     let mut tree = Tree::new();
     users(&mut tree, "proxyfleet", OPERATOR_UID)?;
-    dynamic(&mut tree, &stripped, "/usr/bin/proxyfleet")?;
+    for binary in OPERATOR_BINARIES {
+        let built = repo.root.join("target").join(profile.dir()).join(binary);
+        let stripped = work.join(binary);
+        fs::copy(&built, &stripped).with_context(|| format!("copying {}", built.display()))?;
+        process::run(Command::new("strip").arg("--strip-all").arg(&stripped))?;
+        dynamic(&mut tree, &stripped, &format!("/usr/bin/{binary}"))?;
+    }
     tree.copy(Path::new(CA_BUNDLE), CA_BUNDLE)?;
     for plugin in FIRST_PARTY {
         let file = repo.plugin_outputs().join(format!("{plugin}.wasm"));

@@ -8,6 +8,7 @@
 //! --features plugins,cluster --test operator` (the README's test command
 //! runs every tier).
 
+mod binaries;
 #[cfg(feature = "cluster")]
 mod in_cluster;
 mod on_node;

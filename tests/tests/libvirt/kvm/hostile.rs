@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use proxyfleet_core::Provider;
-use proxyfleet_tests::fixture_provider;
+use proxyfleet_tests::fixture_provider_with;
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_URI};
 use serde_json::Value;
 use virt::domain::Domain;
@@ -39,7 +39,14 @@ impl Attacker {
             known = sshd.known_hosts.display(),
             socket = Libvirtd::shared().socket.display(),
         );
-        let provider = fixture_provider(&plugins, "hostile", &grants, "timeout: 30s").await;
+        let provider = fixture_provider_with(
+            super::runtime_options(),
+            &plugins,
+            "hostile",
+            &grants,
+            "timeout: 30s",
+        )
+        .await;
         Self { provider, granted, granted_dir, _sshd: sshd, _dir: dir }
     }
 

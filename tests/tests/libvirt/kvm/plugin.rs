@@ -13,7 +13,7 @@ use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::{ErrorClass, HealthReason, InstanceState, Provider};
 use proxyfleet_harness::SpecBuilder;
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_runtime::{Registry, Runtime};
 use proxyfleet_tests::kvm::{Libvirtd, STORAGE_URI, Sshd, TEST_URI};
 use proxyfleet_tests::{Canned, TestServer};
 use sha2::{Digest, Sha256};
@@ -77,7 +77,7 @@ impl Site {
         std::fs::copy(proxyfleet_tests::plugin("kvm"), plugins.join("kvm.wasm")).expect("copy");
         let yaml = self.providers(entry, image_url, sha256, known_hosts, limits);
         let config = ProvidersConfig::parse(&yaml).expect("providers config");
-        let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+        let runtime = Runtime::new(super::runtime_options()).expect("runtime");
         let kv: Arc<dyn KvStore> = self.kv.clone();
         let registry = Registry::load(&runtime, &config, &plugins, kv).await.expect("registry");
         registry.provider(entry).expect("the entry loads")
@@ -460,7 +460,7 @@ async fn the_plugin_behind_a_wrong_host_key_is_unauthorized() {
 /// the test with its report when a case failed.
 async fn assert_conformance(site: &Site, yaml: &str, plugin: &Path) {
     let entry = ProvidersConfig::parse(yaml).expect("providers config").entries.remove(0);
-    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let runtime = Runtime::new(super::runtime_options()).expect("runtime");
     let revision = runtime.load_plugin(plugin).await.expect("loads");
     let spec = SpecBuilder::new("conformance").build();
     let mut options = proxyfleet_conformance::Options::new(entry.config.clone(), spec);

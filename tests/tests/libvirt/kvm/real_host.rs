@@ -19,7 +19,7 @@ use proxyfleet_core::kv::{KvStore, MemoryKv};
 use proxyfleet_core::{ErrorClass, InstanceState};
 use proxyfleet_harness::SpecBuilder;
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
+use proxyfleet_runtime::{Registry, Runtime};
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.trim().is_empty())
@@ -79,7 +79,7 @@ async fn a_proxy_on_a_real_hypervisor() {
          pools: ['{pool}'], {attachment}, uri: '{uri}'{socket}, callTimeout: 60s }}\n"
     );
     let config = ProvidersConfig::parse(&yaml).expect("providers config");
-    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let runtime = Runtime::new(super::runtime_options()).expect("runtime");
     let kv: std::sync::Arc<dyn KvStore> = std::sync::Arc::new(MemoryKv::new());
     let registry = Registry::load(&runtime, &config, &plugins, kv).await.expect("registry");
     let provider = registry.provider("kvm-test").expect("entry");

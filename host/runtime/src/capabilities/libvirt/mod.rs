@@ -2,6 +2,9 @@
 //! SSH, limited to the hosts the entry's `grants.libvirt` names.
 //!
 //! - `ssh`: dialling, host-key verification against known_hosts, login;
+//! - `helper`: the process that holds libvirt's C client (the operator
+//!   never loads it); `client`: libvirt's objects, each call one request
+//!   to that process;
 //! - `pool`: one pooled connection per host (SSH, the forwarded libvirt
 //!   socket, the libvirt client), call budgets, killing a connection;
 //! - `ops`: the typed operations plugins get (volumes, uploads, domains,
@@ -13,8 +16,10 @@
 //! - `wit`: the WIT imports, mapped onto the above.
 
 mod allow_list;
+mod client;
 pub mod config;
 mod escape;
+mod helper;
 mod ops;
 mod owner;
 mod pool;
@@ -25,8 +30,9 @@ mod wit;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use virt::error::ErrorNumber;
+use proxyfleet_libvirt_wire::ErrorCode;
 
+pub use helper::{HELPER_NAME, LibvirtHelper};
 pub use ops::{AddressSource, DomainInfo, DomainState, InterfaceAddress, PoolInfo, Upload, Volume};
 pub use pool::HostPool;
 pub(crate) use wit::{LibvirtImport, LibvirtView};
@@ -96,38 +102,39 @@ impl LibvirtError {
 
 /// Maps a libvirt error of a live connection to what a plugin can act on.
 /// (Errors of a dead connection never get here: they are `transient`.)
-pub(crate) fn classify(op: &str, host: &str, err: &virt::error::Error) -> LibvirtError {
-    let message = format!("{op} on {host}: {}", err.message());
-    match err.code() {
-        ErrorNumber::NoDomain
-        | ErrorNumber::NoStoragePool
-        | ErrorNumber::NoStorageVolume
-        | ErrorNumber::NoDomainMetadata
-        | ErrorNumber::NoNetwork => LibvirtError::NotFound(message),
-        ErrorNumber::DomExist | ErrorNumber::StorageVolExist => LibvirtError::Exists(message),
-        ErrorNumber::OperationInvalid => LibvirtError::InvalidState(message),
-        ErrorNumber::XmlError
-        | ErrorNumber::XmlDetail
-        | ErrorNumber::XmlInvalidSchema
-        | ErrorNumber::InvalidArg
-        | ErrorNumber::ConfigUnsupported => LibvirtError::Invalid(message),
-        ErrorNumber::NoSupport
-        | ErrorNumber::OperationUnsupported
-        | ErrorNumber::ArgumentUnsupported => LibvirtError::Unsupported(message),
-        ErrorNumber::AuthFailed
-        | ErrorNumber::AuthCancelled
-        | ErrorNumber::AuthUnavailable
-        | ErrorNumber::AccessDenied
-        | ErrorNumber::OperationDenied => LibvirtError::Unauthorized(message),
-        ErrorNumber::SystemError
-        | ErrorNumber::Rpc
-        | ErrorNumber::NoConnect
-        | ErrorNumber::InvalidConn
-        | ErrorNumber::OperationTimeout
-        | ErrorNumber::AgentUnresponsive
-        | ErrorNumber::AgentCommandTimeout
-        | ErrorNumber::ResourceBusy => LibvirtError::Transient(message),
-        _ => LibvirtError::Failed(message),
+pub(crate) fn classify(op: &str, host: &str, err: &client::VirtError) -> LibvirtError {
+    let message = format!("{op} on {host}: {}", err.message);
+    match err.code {
+        ErrorCode::NoDomain
+        | ErrorCode::NoStoragePool
+        | ErrorCode::NoStorageVolume
+        | ErrorCode::NoDomainMetadata
+        | ErrorCode::NoNetwork => LibvirtError::NotFound(message),
+        ErrorCode::DomExist | ErrorCode::StorageVolExist => LibvirtError::Exists(message),
+        ErrorCode::OperationInvalid => LibvirtError::InvalidState(message),
+        ErrorCode::XmlError
+        | ErrorCode::XmlDetail
+        | ErrorCode::XmlInvalidSchema
+        | ErrorCode::InvalidArg
+        | ErrorCode::ConfigUnsupported => LibvirtError::Invalid(message),
+        ErrorCode::NoSupport | ErrorCode::OperationUnsupported | ErrorCode::ArgumentUnsupported => {
+            LibvirtError::Unsupported(message)
+        }
+        ErrorCode::AuthFailed
+        | ErrorCode::AuthCancelled
+        | ErrorCode::AuthUnavailable
+        | ErrorCode::AccessDenied
+        | ErrorCode::OperationDenied => LibvirtError::Unauthorized(message),
+        ErrorCode::SystemError
+        | ErrorCode::Rpc
+        | ErrorCode::NoConnect
+        | ErrorCode::InvalidConn
+        | ErrorCode::OperationTimeout
+        | ErrorCode::AgentUnresponsive
+        | ErrorCode::AgentCommandTimeout
+        | ErrorCode::ResourceBusy
+        | ErrorCode::Unavailable => LibvirtError::Transient(message),
+        ErrorCode::Other | ErrorCode::Helper => LibvirtError::Failed(message),
     }
 }
 
@@ -138,12 +145,16 @@ pub struct EntryLibvirt {
 }
 
 impl EntryLibvirt {
-    /// One pool per host entry `entry` is granted; nothing is dialled yet.
-    pub fn new(entry: &str, grants: &[LibvirtGrant]) -> Self {
+    /// One pool per host entry `entry` is granted, their libvirt calls
+    /// made by `helper`; nothing is dialled yet.
+    pub fn new(entry: &str, grants: &[LibvirtGrant], helper: &Arc<LibvirtHelper>) -> Self {
         Self {
             hosts: grants
                 .iter()
-                .map(|grant| (grant.host.clone(), Arc::new(HostPool::new(grant.clone(), entry))))
+                .map(|grant| {
+                    let pool = HostPool::new(grant.clone(), entry, Arc::clone(helper));
+                    (grant.host.clone(), Arc::new(pool))
+                })
                 .collect(),
         }
     }

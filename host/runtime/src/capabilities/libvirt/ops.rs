@@ -5,12 +5,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use virt::connect::Connect;
-use virt::domain::Domain;
-use virt::storage_pool::StoragePool;
-use virt::storage_vol::StorageVol;
-use virt::stream::Stream;
+use proxyfleet_libvirt_wire as wire;
+use wire::ErrorCode;
 
+use super::client::{Connect, Domain, StoragePool, StorageVol, Stream, VirtError};
 use super::pool::{CallError, Clients, HostPool, Link};
 use super::scope::Refresh;
 use super::{LibvirtError, allow_list, owner, scope};
@@ -101,7 +99,7 @@ pub struct InterfaceAddress {
     pub prefix: u8,
 }
 
-fn pool(conn: &Connect, name: &str) -> Result<StoragePool, virt::error::Error> {
+fn pool(conn: &Connect, name: &str) -> Result<StoragePool, VirtError> {
     StoragePool::lookup_by_name(conn, name)
 }
 
@@ -145,9 +143,9 @@ impl Scope {
     /// Refuses a domain named `name` or with UUID `uuid` that exists and
     /// is not this entry's: a plugin may replace only its own definitions.
     fn claim(&self, clients: &Clients, name: &str, uuid: Option<&str>) -> Result<(), CallError> {
-        let found = |lookup: Result<Domain, virt::error::Error>| match lookup {
+        let found = |lookup: Result<Domain, VirtError>| match lookup {
             Ok(dom) => Ok(Some(dom)),
-            Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => Ok(None),
+            Err(err) if err.code == ErrorCode::NoDomain => Ok(None),
             Err(err) => Err(err),
         };
         let by_name = found(Domain::lookup_by_name(clients.domains(), name))?;
@@ -184,7 +182,7 @@ fn plugin_namespace(uri: &str) -> Result<(), LibvirtError> {
     Ok(())
 }
 
-fn volume_of(vol: &StorageVol) -> Result<Volume, virt::error::Error> {
+fn volume_of(vol: &StorageVol) -> Result<Volume, VirtError> {
     let info = vol.get_info()?;
     Ok(Volume {
         name: vol.get_name()?,
@@ -194,20 +192,19 @@ fn volume_of(vol: &StorageVol) -> Result<Volume, virt::error::Error> {
     })
 }
 
-fn domain_of(dom: &Domain) -> Result<DomainInfo, virt::error::Error> {
-    let (state, _reason) = dom.get_state()?;
+fn domain_of(dom: &Domain) -> Result<DomainInfo, VirtError> {
     Ok(DomainInfo {
         name: dom.get_name()?,
         uuid: dom.get_uuid_string()?,
-        state: match state {
-            virt::sys::VIR_DOMAIN_RUNNING => DomainState::Running,
-            virt::sys::VIR_DOMAIN_BLOCKED => DomainState::Blocked,
-            virt::sys::VIR_DOMAIN_PAUSED => DomainState::Paused,
-            virt::sys::VIR_DOMAIN_SHUTDOWN => DomainState::Shutdown,
-            virt::sys::VIR_DOMAIN_SHUTOFF => DomainState::Shutoff,
-            virt::sys::VIR_DOMAIN_CRASHED => DomainState::Crashed,
-            virt::sys::VIR_DOMAIN_PMSUSPENDED => DomainState::Suspended,
-            _ => DomainState::NoState,
+        state: match dom.get_state()? {
+            wire::DomainState::Running => DomainState::Running,
+            wire::DomainState::Blocked => DomainState::Blocked,
+            wire::DomainState::Paused => DomainState::Paused,
+            wire::DomainState::Shutdown => DomainState::Shutdown,
+            wire::DomainState::Shutoff => DomainState::Shutoff,
+            wire::DomainState::Crashed => DomainState::Crashed,
+            wire::DomainState::Suspended => DomainState::Suspended,
+            wire::DomainState::NoState => DomainState::NoState,
         },
         persistent: dom.is_persistent()?,
     })
@@ -257,8 +254,8 @@ impl HostPool {
         self.call("volume-list", move |c| {
             let pool = pool(c.storage(), &pool_name)?;
             // Not every driver refreshes; a stale list is still a list.
-            let _ = pool.refresh(0);
-            Ok(pool.list_all_volumes(0)?.iter().map(volume_of).collect::<Result<_, _>>()?)
+            let _ = pool.refresh();
+            Ok(pool.list_all_volumes()?.iter().map(volume_of).collect::<Result<_, _>>()?)
         })
         .await
     }
@@ -289,7 +286,7 @@ impl HostPool {
                     .reader(c.storage(), Refresh::Required)
                     .chain("backingStore", backing)?;
             }
-            Ok(volume_of(&StorageVol::create_xml(&pool(c.storage(), &pool_name)?, &xml, 0)?)?)
+            Ok(volume_of(&StorageVol::create_xml(&pool(c.storage(), &pool_name)?, &xml)?)?)
         })
         .await
     }
@@ -318,7 +315,7 @@ impl HostPool {
             let source_path = source.get_path()?;
             chains.chain("clone source", &source_path)?;
             let source = StorageVol::lookup_by_path(c.storage(), &source_path)?;
-            Ok(volume_of(&StorageVol::create_xml_from(&pool, &xml, &source, 0)?)?)
+            Ok(volume_of(&StorageVol::create_xml_from(&pool, &xml, &source)?)?)
         })
         .await
     }
@@ -328,7 +325,7 @@ impl HostPool {
         self.scope().pools().check(pool_name)?;
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.call("volume-delete", move |c| {
-            Ok(StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?.delete(0)?)
+            Ok(StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?.delete()?)
         })
         .await
     }
@@ -350,8 +347,8 @@ impl HostPool {
             let stream = self
                 .run_on(&link, deadline, "upload-begin", move |c| {
                     let vol = StorageVol::lookup_by_name(&pool(c.storage(), &pool_name)?, &name)?;
-                    let stream = Stream::new(c.storage(), 0)?;
-                    vol.upload(&stream, 0, length, 0)?;
+                    let stream = Stream::new(c.storage())?;
+                    vol.upload(&stream, 0, length)?;
                     Ok(stream)
                 })
                 .await?;
@@ -396,7 +393,7 @@ impl HostPool {
     /// Starts a defined domain; `InvalidState` when it runs already.
     pub async fn start_domain(&self, name: &str) -> Result<(), LibvirtError> {
         let (scope, name) = (self.scope(), name.to_owned());
-        self.call("domain-start", move |c| Ok(scope.domain(c, &name)?.create().map(drop)?)).await
+        self.call("domain-start", move |c| Ok(scope.domain(c, &name)?.create()?)).await
     }
 
     /// Stops a domain at once; `InvalidState` when it is not running.
@@ -411,15 +408,12 @@ impl HostPool {
         self.call("domain-undefine", move |c| {
             let dom = scope.domain(c, &name)?;
             // Not every driver knows the NVRAM flag; plain undefine then.
-            let undefined =
-                dom.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM).or_else(|err| {
-                    match err.code() {
-                        virt::error::ErrorNumber::InvalidArg
-                        | virt::error::ErrorNumber::NoSupport
-                        | virt::error::ErrorNumber::ArgumentUnsupported => dom.undefine(),
-                        _ => Err(err),
-                    }
-                });
+            let undefined = dom.undefine(true).or_else(|err| match err.code {
+                ErrorCode::InvalidArg | ErrorCode::NoSupport | ErrorCode::ArgumentUnsupported => {
+                    dom.undefine(false)
+                }
+                _ => Err(err),
+            });
             Ok(undefined?)
         })
         .await
@@ -437,12 +431,12 @@ impl HostPool {
         let scope = self.scope();
         self.call("domain-list", move |c| {
             let mut ours = Vec::new();
-            for dom in c.domains().list_all_domains(0)? {
+            for dom in c.domains().list_all_domains()? {
                 match owner::owns(&dom, &scope.entry) {
                     Ok(true) => ours.push(domain_of(&dom)?),
                     Ok(false) => {}
                     // Undefined between the listing and the lookup.
-                    Err(err) if err.code() == virt::error::ErrorNumber::NoDomain => {}
+                    Err(err) if err.code == ErrorCode::NoDomain => {}
                     Err(err) => return Err(err.into()),
                 }
             }
@@ -456,14 +450,7 @@ impl HostPool {
     pub async fn metadata(&self, name: &str, uri: &str) -> Result<String, LibvirtError> {
         plugin_namespace(uri)?;
         let (scope, name, uri) = (self.scope(), name.to_owned(), uri.to_owned());
-        self.call("metadata-get", move |c| {
-            Ok(scope.domain(c, &name)?.get_metadata(
-                virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
-                Some(&uri),
-                0,
-            )?)
-        })
-        .await
+        self.call("metadata-get", move |c| Ok(scope.domain(c, &name)?.get_metadata(&uri)?)).await
     }
 
     /// Sets (or with `xml` of `None` removes) the metadata element under
@@ -482,21 +469,8 @@ impl HostPool {
         let xml = xml.map(str::to_owned);
         self.call("metadata-set", move |c| {
             let dom = scope.domain(c, &name)?;
-            let mut flags = 0;
-            if dom.is_persistent()? {
-                flags |= virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
-            }
-            if dom.is_active()? {
-                flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
-            }
-            dom.set_metadata(
-                virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
-                xml.as_deref(),
-                Some(&key),
-                Some(&uri),
-                flags,
-            )?;
-            Ok(())
+            let (config, live) = (dom.is_persistent()?, dom.is_active()?);
+            Ok(dom.set_metadata(&uri, &key, xml.as_deref(), config, live)?)
         })
         .await
     }
@@ -510,13 +484,13 @@ impl HostPool {
         source: AddressSource,
     ) -> Result<Vec<InterfaceAddress>, LibvirtError> {
         let (scope, name) = (self.scope(), name.to_owned());
-        let raw_source = match source {
-            AddressSource::Agent => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT,
-            AddressSource::Lease => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE,
-            AddressSource::Arp => virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP,
+        let source = match source {
+            AddressSource::Agent => wire::AddressSource::Agent,
+            AddressSource::Lease => wire::AddressSource::Lease,
+            AddressSource::Arp => wire::AddressSource::Arp,
         };
         self.call("interface-addresses", move |c| {
-            let interfaces = scope.domain(c, &name)?.interface_addresses(raw_source, 0)?;
+            let interfaces = scope.domain(c, &name)?.interface_addresses(source)?;
             Ok(interfaces
                 .into_iter()
                 .flat_map(|iface| {

@@ -8,10 +8,10 @@
 //! made it, is `not-found` to it, and defining a domain with the name or
 //! UUID of one is `exists`.
 
+use proxyfleet_libvirt_wire::ErrorCode;
 use roxmltree::Document;
-use virt::domain::Domain;
-use virt::error::ErrorNumber;
 
+use super::client::{Domain, VirtError};
 use super::escape::escape;
 
 /// The host's metadata namespace.
@@ -37,10 +37,10 @@ fn entry_of(element: &str) -> Option<String> {
 }
 
 /// Whether `dom` belongs to entry `entry`.
-pub(crate) fn owns(dom: &Domain, entry: &str) -> Result<bool, virt::error::Error> {
-    match dom.get_metadata(virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32, Some(NAMESPACE), 0) {
+pub(crate) fn owns(dom: &Domain, entry: &str) -> Result<bool, VirtError> {
+    match dom.get_metadata(NAMESPACE) {
         Ok(element) => Ok(entry_of(&element).as_deref() == Some(entry)),
-        Err(err) if err.code() == ErrorNumber::NoDomainMetadata => Ok(false),
+        Err(err) if err.code == ErrorCode::NoDomainMetadata => Ok(false),
         Err(err) => Err(err),
     }
 }

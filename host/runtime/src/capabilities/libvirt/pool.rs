@@ -4,9 +4,9 @@
 //! A connection ([`Link`]) is an SSH session, a private unix socket in a
 //! 0700 temporary directory whose every connection is forwarded to the
 //! host's libvirt socket over a `direct-streamlocal` channel, and a libvirt
-//! client connected to that private socket. libvirt's C client blocks, so
-//! every call runs on a blocking thread; the async side only waits for it
-//! under the call's budget.
+//! client (in the helper process) connected to that private socket. Calls
+//! block, so every call runs on a blocking thread; the async side only
+//! waits for it under the call's budget.
 //!
 //! A call that overruns its budget kills its connection (only that one):
 //! the transport is shut down, which makes whatever is blocked on it fail
@@ -26,34 +26,15 @@ use std::time::Instant;
 use tokio::task::AbortHandle;
 use tracing::Instrument as _;
 
+use super::client::{Connect, VirtError};
 use super::config::LibvirtGrant;
+use super::helper::LibvirtHelper;
 use super::ssh::{self, SshSession};
 use super::{LibvirtError, classify};
 
-/// A libvirt client handle that closes its reference when dropped (virt
-/// 0.4 leaves that to the caller). Cloning takes another reference to the
-/// same connection, which libvirt allows to be used from several threads.
-pub(crate) struct Conn(virt::connect::Connect);
-
-impl Conn {
-    pub(crate) fn get(&self) -> &virt::connect::Connect {
-        &self.0
-    }
-}
-
-impl Clone for Conn {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // The last reference says goodbye over RPC; on a dead transport
-        // that fails at once, which is fine: there is nobody to tell.
-        let _ = self.0.close();
-    }
-}
+/// A connection's client, closed when its last clone drops (libvirt
+/// allows one connection to be used from several threads).
+type Conn = Connect;
 
 /// The libvirt clients of a link a call gets: domains go to the grant's
 /// `uri`, pools and volumes to its `storageUri` (the same client unless the
@@ -65,17 +46,17 @@ pub(crate) struct Clients {
 
 impl Clients {
     /// The client for domains.
-    pub(crate) fn domains(&self) -> &virt::connect::Connect {
-        self.domains.get()
+    pub(crate) fn domains(&self) -> &Connect {
+        &self.domains
     }
 
     /// The client for storage pools and volumes.
-    pub(crate) fn storage(&self) -> &virt::connect::Connect {
-        self.storage.get()
+    pub(crate) fn storage(&self) -> &Connect {
+        &self.storage
     }
 
     fn alive(&self) -> bool {
-        [&self.domains, &self.storage].iter().all(|c| c.get().is_alive().unwrap_or(false))
+        [&self.domains, &self.storage].iter().all(|c| c.is_alive().unwrap_or(false))
     }
 }
 
@@ -84,13 +65,13 @@ impl Clients {
 #[derive(Debug)]
 pub(crate) enum CallError {
     /// libvirt's error.
-    Virt(virt::error::Error),
+    Virt(VirtError),
     /// The host refused it; passed to the plugin as is.
     Refused(LibvirtError),
 }
 
-impl From<virt::error::Error> for CallError {
-    fn from(err: virt::error::Error) -> Self {
+impl From<VirtError> for CallError {
+    fn from(err: VirtError) -> Self {
         Self::Virt(err)
     }
 }
@@ -136,10 +117,8 @@ impl Link {
             task.abort();
         }
         for slot in [&self.conn, &self.storage] {
-            let conn = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(conn) = conn {
-                close_off_thread(conn);
-            }
+            // Released without waiting: the helper closes it.
+            drop(slot.lock().unwrap_or_else(|p| p.into_inner()).take());
         }
     }
 
@@ -189,19 +168,13 @@ impl<R: Send + 'static> Drop for Abandoned<R> {
     }
 }
 
-/// libvirt's close is a blocking RPC: run it where blocking is allowed.
-fn close_off_thread(conn: Conn) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(conn))),
-        Err(_) => drop(conn),
-    }
-}
-
 /// The pooled connection to one granted host.
 pub struct HostPool {
     grant: LibvirtGrant,
     /// The entry whose domains this pool's calls see (see `owner`).
     entry: String,
+    /// Makes the libvirt calls.
+    helper: Arc<LibvirtHelper>,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
 }
 
@@ -212,14 +185,10 @@ impl std::fmt::Debug for HostPool {
 }
 
 impl HostPool {
-    /// A pool for one grant of entry `entry`; nothing is dialled until the
-    /// first call.
-    pub fn new(grant: LibvirtGrant, entry: &str) -> Self {
-        static QUIET: std::sync::Once = std::sync::Once::new();
-        // libvirt's default error handler prints every error to stderr;
-        // errors reach callers as values instead.
-        QUIET.call_once(virt::error::clear_error_callback);
-        Self { grant, entry: entry.to_owned(), link: tokio::sync::Mutex::new(None) }
+    /// A pool for one grant of entry `entry`, its libvirt calls made by
+    /// `helper`; nothing is dialled until the first call.
+    pub fn new(grant: LibvirtGrant, entry: &str, helper: Arc<LibvirtHelper>) -> Self {
+        Self { grant, entry: entry.to_owned(), helper, link: tokio::sync::Mutex::new(None) }
     }
 
     /// The host as granted.
@@ -351,7 +320,7 @@ impl HostPool {
                     self.forget(link).await;
                     return Err(LibvirtError::transient(format!(
                         "the connection to {host} was lost during {op}: {}",
-                        err.message()
+                        err.message
                     )));
                 }
                 Err(classify(op, host, &err))
@@ -408,17 +377,13 @@ impl HostPool {
         link.track(accept.abort_handle());
 
         let socket = path.to_string_lossy().into_owned();
-        let conn = open_client(&link, &grant.host, client_uri(&grant.uri, &socket)).await?;
+        let open =
+            |uri: &str| open_client(&self.helper, &link, &grant.host, client_uri(uri, &socket));
+        let conn = open(&grant.uri).await?;
         let storage = if grant.storage_uri == grant.uri {
             conn.clone()
         } else {
-            match open_client(&link, &grant.host, client_uri(&grant.storage_uri, &socket)).await {
-                Ok(storage) => storage,
-                Err(err) => {
-                    close_off_thread(conn);
-                    return Err(err);
-                }
-            }
+            open(&grant.storage_uri).await?
         };
         *link.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
         *link.storage.lock().unwrap_or_else(|p| p.into_inner()) = Some(storage);
@@ -429,10 +394,14 @@ impl HostPool {
 
 /// Opens a libvirt client at `uri` (through the link's private socket);
 /// a failure kills the link.
-async fn open_client(link: &Link, host: &str, uri: String) -> Result<Conn, LibvirtError> {
-    let opened =
-        tokio::task::spawn_blocking(move || virt::connect::Connect::open(Some(&uri)).map(Conn))
-            .await;
+async fn open_client(
+    helper: &Arc<LibvirtHelper>,
+    link: &Link,
+    host: &str,
+    uri: String,
+) -> Result<Conn, LibvirtError> {
+    let helper = Arc::clone(helper);
+    let opened = tokio::task::spawn_blocking(move || Connect::open(&helper, &uri)).await;
     match opened {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(err)) => {

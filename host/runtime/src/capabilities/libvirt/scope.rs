@@ -17,14 +17,12 @@
 
 use std::collections::BTreeSet;
 
+use proxyfleet_libvirt_wire::ErrorCode;
 use roxmltree::Document;
-use virt::connect::Connect;
-use virt::error::ErrorNumber;
-use virt::storage_pool::StoragePool;
-use virt::storage_vol::StorageVol;
 
 use super::LibvirtError;
 use super::allow_list::DiskSource;
+use super::client::{Connect, StoragePool, StorageVol};
 use super::escape::escape;
 use super::pool::CallError;
 
@@ -100,7 +98,7 @@ impl ChainReader<'_> {
         for _ in 0..=MAX_CHAIN {
             let mut vol = match StorageVol::lookup_by_path(self.storage, &current) {
                 Ok(vol) => vol,
-                Err(err) if err.code() == ErrorNumber::NoStorageVolume => {
+                Err(err) if err.code == ErrorCode::NoStorageVolume => {
                     return Err(CallError::Refused(LibvirtError::Invalid(format!(
                         "{what}: {current} is not a volume of a storage pool on {host}; disks \
                          and backing images must be volumes of the grant's pools"
@@ -112,7 +110,7 @@ impl ChainReader<'_> {
             let pool_name = pool.get_name()?;
             self.pools.check(&pool_name).map_err(CallError::Refused)?;
             if self.refreshed.insert(pool_name.clone()) {
-                match (pool.refresh(0), self.refresh) {
+                match (pool.refresh(), self.refresh) {
                     (Ok(_), _) => {
                         // A refresh replaces the pool's volumes.
                         vol = StorageVol::lookup_by_path(self.storage, &current)?;
@@ -122,12 +120,12 @@ impl ChainReader<'_> {
                         return Err(CallError::Refused(LibvirtError::Transient(format!(
                             "{what}: cannot refresh pool {pool_name:?} on {host} to read \
                              {current}'s header: {}",
-                            err.message()
+                            err.message
                         ))));
                     }
                 }
             }
-            let (format, next) = described(&vol.get_xml_desc(0)?).map_err(CallError::Refused)?;
+            let (format, next) = described(&vol.get_xml_desc()?).map_err(CallError::Refused)?;
             if current != path {
                 if !matches!(format.as_str(), "raw" | "qcow2") {
                     return Err(CallError::Refused(LibvirtError::Invalid(format!(

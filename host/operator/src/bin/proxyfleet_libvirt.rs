@@ -1,0 +1,16 @@
+//! `proxyfleet-libvirt`: the libvirt helper. `proxyfleet` starts it the
+//! first time an entry with a libvirt grant connects to a host and talks
+//! to it over its stdin and stdout; it is not meant to be run by hand.
+//! Only this binary links libvirt's C client.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match proxyfleet_libvirt_helper::serve(std::io::stdin().lock(), std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("proxyfleet-libvirt: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
