@@ -11,11 +11,25 @@ mod calls;
 mod objects;
 
 use std::io::{Read, Write};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use proxyfleet_libvirt_wire::{FrameError, Reply, Request, read_frame, write_frame};
 
 use self::objects::Objects;
+
+/// A helper binary's `main`: serves stdin until it ends, answering on
+/// stdout; `name` is the binary's, for its one line on stderr if stdin
+/// breaks.
+pub fn main(name: &str) -> ExitCode {
+    match serve(std::io::stdin().lock(), std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// Serves requests from `input` until it ends, answering on `output`.
 /// Calls still running when it ends are abandoned with the process.

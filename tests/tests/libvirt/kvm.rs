@@ -67,6 +67,33 @@ fn domain_xml(name: &str) -> String {
     )
 }
 
+/// A helper killed under a pooled connection costs one `transient` call;
+/// the next call starts a new helper and redials.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_helper_that_dies_is_started_again_and_the_host_redialled() {
+    let dir = tempfile::tempdir().unwrap();
+    let sshd = Sshd::start(dir.path());
+    // A helper of its own: the other tests share theirs.
+    let helper = Arc::new(LibvirtHelper::new(helper_program()));
+    let host = HostPool::new(
+        grant(&sshd, TEST_URI, Duration::from_secs(10)),
+        "direct",
+        Arc::clone(&helper),
+    );
+    assert_eq!(helper.pid(), None, "nothing starts before the first connection");
+    assert!(!host.ping().await.unwrap().is_empty());
+    let first = helper.pid().expect("the first call started the helper");
+
+    let pid = rustix::process::Pid::from_raw(i32::try_from(first).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let err = host.ping().await.unwrap_err();
+    assert!(matches!(err, LibvirtError::Transient(_)), "{err:?}");
+
+    assert!(!host.ping().await.unwrap().is_empty());
+    let second = helper.pid().expect("running again");
+    assert_ne!(second, first);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ssh_carries_libvirt_rpc_for_every_operation() {
     let dir = tempfile::tempdir().unwrap();

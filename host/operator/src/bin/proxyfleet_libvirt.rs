@@ -3,14 +3,6 @@
 //! to it over its stdin and stdout; it is not meant to be run by hand.
 //! Only this binary links libvirt's C client.
 
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    match proxyfleet_libvirt_helper::serve(std::io::stdin().lock(), std::io::stdout()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("proxyfleet-libvirt: {err}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> std::process::ExitCode {
+    proxyfleet_libvirt_helper::main("proxyfleet-libvirt")
 }

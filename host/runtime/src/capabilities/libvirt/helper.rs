@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use proxyfleet_libvirt_wire::{
-    ErrorCode, Handle, Op, Reply, Request, Value, WireError, read_frame, write_frame,
+    ErrorCode, FrameError, Handle, Op, Reply, Request, Value, WireError, read_frame, write_frame,
 };
 
 /// The helper's file name; it ships next to `proxyfleet`.
@@ -48,6 +48,13 @@ impl LibvirtHelper {
         &self.program
     }
 
+    /// The running helper's process id; `None` before the first
+    /// connection, and once it has exited until the next one starts it.
+    pub fn pid(&self) -> Option<u32> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.as_ref().filter(|p| !p.exited()).map(|p| p.pid)
+    }
+
     /// The running helper, started if there is none. Blocks while it
     /// starts.
     pub(crate) fn process(&self) -> Result<Arc<Process>, WireError> {
@@ -67,10 +74,13 @@ type Waiting = Arc<Mutex<Option<HashMap<u64, mpsc::SyncSender<Result<Value, Wire
 /// One running helper.
 #[derive(Debug)]
 pub(crate) struct Process {
+    pid: u32,
     child: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
     waiting: Waiting,
     next: AtomicU64,
+    /// Set when the operator stops it, so its end is not reported.
+    stopping: Arc<AtomicBool>,
 }
 
 impl Process {
@@ -93,6 +103,9 @@ impl Process {
         };
         let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
         let answers = Arc::clone(&waiting);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stopping);
+        let pid = child.id();
         std::thread::Builder::new()
             .name("libvirt-helper".into())
             .spawn(move || {
@@ -110,14 +123,23 @@ impl Process {
                 }
                 // Gone: every waiting call's sender drops with the map.
                 answers.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if !stopped.load(Ordering::Acquire) {
+                    tracing::warn!(
+                        pid,
+                        "the libvirt helper exited; its calls fail transient and the next \
+                         connection starts it again"
+                    );
+                }
             })
             .map_err(|err| unavailable(format!("cannot read from the libvirt helper: {err}")))?;
         tracing::debug!(program = %program.display(), pid = child.id(), "libvirt helper started");
         Ok(Self {
+            pid,
             child: Mutex::new(child),
             stdin: Mutex::new(stdin),
             waiting,
             next: AtomicU64::new(1),
+            stopping,
         })
     }
 
@@ -146,7 +168,14 @@ impl Process {
     fn send(&self, id: u64, op: Op, payload: &[u8]) -> Result<(), WireError> {
         let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
         write_frame(&mut *stdin, &Request { id, op }, payload).map_err(|err| {
-            self.waiting.lock().unwrap_or_else(|p| p.into_inner()).as_mut().map(|w| w.remove(&id));
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            if let FrameError::Io(_) = err {
+                // A pipe that broke will not mend: this helper is done,
+                // and the next call starts another.
+                waiting.take();
+            } else if let Some(waiting) = waiting.as_mut() {
+                waiting.remove(&id);
+            }
             unavailable(format!("the libvirt helper did not take the call: {err}"))
         })
     }
@@ -155,6 +184,7 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         // Its stdin closes with it, which ends it; this makes sure.
+        self.stopping.store(true, Ordering::Release);
         let child = self.child.get_mut().unwrap_or_else(|p| p.into_inner());
         let _ = child.kill();
         let _ = child.wait();

@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use proxyfleet_libvirt_wire as wire;
-use wire::ErrorCode;
+use proxyfleet_libvirt_wire::ErrorCode;
+pub use proxyfleet_libvirt_wire::{AddressSource, DomainState};
 
 use super::client::{Connect, Domain, StoragePool, StorageVol, Stream, VirtError};
 use super::pool::{CallError, Clients, HostPool, Link};
@@ -41,27 +41,6 @@ pub struct Volume {
     pub allocation: u64,
 }
 
-/// A domain's run state, as libvirt reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DomainState {
-    /// No state (or one this host does not know).
-    NoState,
-    /// Running.
-    Running,
-    /// Blocked on a resource.
-    Blocked,
-    /// Paused by the user.
-    Paused,
-    /// Being shut down.
-    Shutdown,
-    /// Shut off.
-    Shutoff,
-    /// Crashed.
-    Crashed,
-    /// Suspended by guest power management.
-    Suspended,
-}
-
 /// A domain's identity and state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainInfo {
@@ -73,17 +52,6 @@ pub struct DomainInfo {
     pub state: DomainState,
     /// Whether a definition outlives a stop.
     pub persistent: bool,
-}
-
-/// Where interface addresses are read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddressSource {
-    /// The QEMU guest agent inside the domain.
-    Agent,
-    /// The DHCP leases of libvirt's own networks.
-    Lease,
-    /// The host's ARP table.
-    Arp,
 }
 
 /// One address of one interface of a domain.
@@ -196,16 +164,7 @@ fn domain_of(dom: &Domain) -> Result<DomainInfo, VirtError> {
     Ok(DomainInfo {
         name: dom.get_name()?,
         uuid: dom.get_uuid_string()?,
-        state: match dom.get_state()? {
-            wire::DomainState::Running => DomainState::Running,
-            wire::DomainState::Blocked => DomainState::Blocked,
-            wire::DomainState::Paused => DomainState::Paused,
-            wire::DomainState::Shutdown => DomainState::Shutdown,
-            wire::DomainState::Shutoff => DomainState::Shutoff,
-            wire::DomainState::Crashed => DomainState::Crashed,
-            wire::DomainState::Suspended => DomainState::Suspended,
-            wire::DomainState::NoState => DomainState::NoState,
-        },
+        state: dom.get_state()?,
         persistent: dom.is_persistent()?,
     })
 }
@@ -484,11 +443,6 @@ impl HostPool {
         source: AddressSource,
     ) -> Result<Vec<InterfaceAddress>, LibvirtError> {
         let (scope, name) = (self.scope(), name.to_owned());
-        let source = match source {
-            AddressSource::Agent => wire::AddressSource::Agent,
-            AddressSource::Lease => wire::AddressSource::Lease,
-            AddressSource::Arp => wire::AddressSource::Arp,
-        };
         self.call("interface-addresses", move |c| {
             let interfaces = scope.domain(c, &name)?.interface_addresses(source)?;
             Ok(interfaces
