@@ -184,15 +184,20 @@ pub(crate) fn run(objects: &Objects, op: Op, payload: &[u8]) -> Result<Value, Wi
             }
             Ok(Value::Count(sent as u64))
         }
-        Op::Finish { stream: handle } | Op::Abort { stream: handle } => {
-            let finish = matches!(op, Op::Finish { .. });
-            let stream = objects.stream(handle)?;
-            objects.take(handle);
-            let taken = stream.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let stream = taken.ok_or_else(|| ended(handle))?;
-            done(if finish { stream.finish() } else { stream.abort() })
-        }
+        Op::Finish { stream } => done(end(objects, stream, Stream::finish)?),
+        Op::Abort { stream } => done(end(objects, stream, Stream::abort)?),
     }
+}
+
+/// Ends the upload on stream `handle` with `how` (finish or abort); the
+/// handle's release frees what is left.
+fn end(
+    objects: &Objects,
+    handle: Handle,
+    how: fn(Stream) -> Result<(), virt::error::Error>,
+) -> Result<Result<(), virt::error::Error>, WireError> {
+    let taken = objects.stream(handle)?.lock().unwrap_or_else(|p| p.into_inner()).take();
+    Ok(how(taken.ok_or_else(|| ended(handle))?))
 }
 
 fn ended(handle: Handle) -> WireError {

@@ -136,9 +136,9 @@ pub enum Op {
     Upload { volume: Handle, stream: Handle, offset: u64, length: u64 },
     /// `virStreamSend` of the frame's payload; answers how many bytes went.
     Send { stream: Handle },
-    /// `virStreamFinish`; the handle is released.
+    /// `virStreamFinish`; the handle stays until released.
     Finish { stream: Handle },
-    /// `virStreamAbort`; the handle is released.
+    /// `virStreamAbort`; the handle stays until released.
     Abort { stream: Handle },
 }
 

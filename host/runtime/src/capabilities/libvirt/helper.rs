@@ -132,7 +132,7 @@ impl Process {
                 }
             })
             .map_err(|err| unavailable(format!("cannot read from the libvirt helper: {err}")))?;
-        tracing::debug!(program = %program.display(), pid = child.id(), "libvirt helper started");
+        tracing::debug!(program = %program.display(), pid, "libvirt helper started");
         Ok(Self {
             pid,
             child: Mutex::new(child),

@@ -32,16 +32,12 @@ use super::helper::LibvirtHelper;
 use super::ssh::{self, SshSession};
 use super::{LibvirtError, classify};
 
-/// A connection's client, closed when its last clone drops (libvirt
-/// allows one connection to be used from several threads).
-type Conn = Connect;
-
 /// The libvirt clients of a link a call gets: domains go to the grant's
 /// `uri`, pools and volumes to its `storageUri` (the same client unless the
 /// grant names another driver).
 pub(crate) struct Clients {
-    domains: Conn,
-    storage: Conn,
+    domains: Connect,
+    storage: Connect,
 }
 
 impl Clients {
@@ -80,8 +76,8 @@ impl From<VirtError> for CallError {
 pub(crate) struct Link {
     host: String,
     ssh: SshSession,
-    conn: Mutex<Option<Conn>>,
-    storage: Mutex<Option<Conn>>,
+    conn: Mutex<Option<Connect>>,
+    storage: Mutex<Option<Connect>>,
     /// The bridge's accept loop and its forwarding tasks.
     tasks: Mutex<Vec<AbortHandle>>,
     dead: AtomicBool,
@@ -399,7 +395,7 @@ async fn open_client(
     link: &Link,
     host: &str,
     uri: String,
-) -> Result<Conn, LibvirtError> {
+) -> Result<Connect, LibvirtError> {
     let helper = Arc::clone(helper);
     let opened = tokio::task::spawn_blocking(move || Connect::open(&helper, &uri)).await;
     match opened {
