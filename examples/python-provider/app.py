@@ -3,7 +3,7 @@ list of endpoints, as the first-party `static` plugin does, keeping who
 holds which in the entry's key-value store.
 
 Built into a WebAssembly component with componentize-py against the
-provider contract (`wit/world.wit`, `proxyfleet:provider@0.4.0`); see
+provider contract (`wit/world.wit`, `proxyfleet:provider@0.5.0`); see
 README.md here. Config: `{"endpoints": ["host:port", ...]}`.
 
 The store holds two keys per assignment: `endpoint/<host:port>` (the
@@ -14,11 +14,11 @@ never both win.
 
 import json
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.imports import kv, log
+from wit_world.imports import config, kv, log
 from wit_world.imports.types import (
     CallContext,
     Capabilities,
@@ -35,7 +35,7 @@ from wit_world.imports.types import (
     ProxySpec,
 )
 
-CONTRACT_VERSION = "0.4.0"
+CONTRACT_VERSION = "0.5.0"
 VERSION = "0.1.0"
 SCHEMA = json.dumps(
     {
@@ -130,11 +130,13 @@ class Provider(exports.Provider):
             capabilities=Capabilities(http=[]),
         )
 
-    def validate_config(self, config: str) -> None:
-        _config(config)
+    def validate_config(self, text: str) -> List[Tuple[str, str]]:
+        _config(text)
+        # No lookup table: a create reads the whole list (config.json()).
+        return []
 
     def create(self, ctx: CallContext, spec: ProxySpec) -> Instance:
-        endpoints = _config(ctx.config)
+        endpoints = _config(config.json())
         # The credential, if any, is the endpoint's own: these proxies are
         # not started here, so there is nothing to configure.
         holder = _get(f"holder/{spec.uid}")

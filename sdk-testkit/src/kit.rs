@@ -2,6 +2,7 @@
 //! with the SDK's host calls answered in memory.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -50,9 +51,22 @@ struct KitHost {
     /// The destinations requests may go to: those the plugin's
     /// `describe` asks for, and those the test grants as an entry would.
     grants: RefCell<Vec<HttpDestination>>,
+    /// The entry's config as JSON.
+    config: String,
+    /// The lookup table the plugin answered for the config; empty while
+    /// it validates it.
+    table: RefCell<HashMap<String, String>>,
 }
 
 impl Host for KitHost {
+    fn config_json(&self) -> String {
+        self.config.clone()
+    }
+
+    fn config_lookup(&self, key: &str) -> Option<String> {
+        self.table.borrow().get(key).cloned()
+    }
+
     fn kv_get(&self, key: &str) -> Result<Option<KvEntry>, KvError> {
         self.kv.get(key)
     }
@@ -92,7 +106,6 @@ pub struct TestKit<P> {
     host: Rc<KitHost>,
     info: PluginInfo,
     entry: String,
-    config: String,
     deadline: Duration,
     /// Every secret the plugin was handed: Proxy credentials, alone and as
     /// `user:password`.
@@ -115,11 +128,18 @@ impl<P> fmt::Debug for TestKit<P> {
 impl<P: Provider> TestKit<P> {
     /// A kit for an entry with `config`, which the plugin's
     /// `validate_config` must accept, as the operator requires before any
-    /// other call.
+    /// other call. Its `lookup_table` is then kept for the calls'
+    /// [`CallContext::lookup`], held to the operator's rules.
     ///
     /// # Errors
     ///
-    /// What `validate_config` returned.
+    /// What `validate_config` or `lookup_table` returned.
+    ///
+    /// # Panics
+    ///
+    /// When the lookup table breaks the operator's rules (a key twice, or
+    /// more than four times the config's size plus 64 KiB), which the
+    /// operator would refuse as a plugin fault.
     pub fn new(config: &serde_json::Value) -> Result<Self, ProviderError> {
         let config = config.to_string();
         let info = P::describe();
@@ -128,19 +148,21 @@ impl<P: Provider> TestKit<P> {
             http: RefCell::new(Exchanges::default()),
             logs: RefCell::new(Vec::new()),
             grants: RefCell::new(info.capabilities.http.clone()),
+            config: config.clone(),
+            table: RefCell::default(),
         });
         let kit = Self {
             host,
             info,
             entry: DEFAULT_ENTRY.to_owned(),
-            config,
             deadline: DEFAULT_DEADLINE,
             secrets: RefCell::new(Vec::new()),
             leaks: RefCell::new(Vec::new()),
             provider: PhantomData,
         };
-        let config = kit.config.clone();
         kit.run("validate-config", || P::validate_config(&config))?;
+        let pairs = kit.run("validate-config", || P::lookup_table(&config))?;
+        *kit.host.table.borrow_mut() = checked_table(pairs, config.len());
         Ok(kit)
     }
 
@@ -273,7 +295,6 @@ impl<P: Provider> TestKit<P> {
     fn context(&self) -> CallContext {
         CallContext {
             entry: self.entry.clone(),
-            config: self.config.clone(),
             deadline_ms: u64::try_from(self.deadline.as_millis()).unwrap_or(u64::MAX),
         }
     }
@@ -308,4 +329,25 @@ impl<P: Provider> TestKit<P> {
         }
         leaks
     }
+}
+
+/// A lookup table held to the operator's rules: unique keys, and at most
+/// four times the config's size plus 64 KiB.
+fn checked_table(pairs: Vec<(String, String)>, config_len: usize) -> HashMap<String, String> {
+    let limit = config_len.saturating_mul(4).saturating_add(64 << 10);
+    let bytes: usize = pairs.iter().map(|(key, value)| key.len() + value.len()).sum();
+    assert!(
+        bytes <= limit,
+        "lookup_table answered {bytes} bytes; the operator keeps at most {limit} for this config \
+         (four times its size plus 64 KiB) and refuses the entry"
+    );
+    let mut table = HashMap::with_capacity(pairs.len());
+    for (key, value) in pairs {
+        assert!(
+            !table.contains_key(&key),
+            "lookup_table answered the key {key:?} twice; the operator refuses the entry"
+        );
+        table.insert(key, value);
+    }
+    table
 }

@@ -224,3 +224,90 @@ fn a_plugin_call_outside_a_kit_names_the_fix() {
         .unwrap_or_default();
     assert!(message.contains("proxyfleet-sdk-testkit"), "{message}");
 }
+
+/// Hands out the endpoints its config lists, each read from the entry's
+/// lookup table; `"twice": true` answers a key twice.
+struct Listed;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListedConfig {
+    endpoints: Vec<String>,
+    #[serde(default)]
+    twice: bool,
+}
+
+impl Provider for Listed {
+    fn describe() -> PluginInfo {
+        PluginInfo::new("listed", "0.1.0", "{}", Capabilities::default())
+    }
+
+    fn validate_config(config: &str) -> Result<()> {
+        proxyfleet_sdk::parse_config::<ListedConfig>(config).map(drop)
+    }
+
+    fn lookup_table(config: &str) -> Result<Vec<(String, String)>> {
+        let config: ListedConfig = proxyfleet_sdk::parse_config(config)?;
+        let mut table: Vec<(String, String)> = config
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(index, endpoint)| (format!("at/{index}"), endpoint.clone()))
+            .collect();
+        if config.twice {
+            table.extend(table.first().cloned());
+        }
+        Ok(table)
+    }
+
+    fn create(_: &CallContext, _: &ProxySpec) -> Result<Instance> {
+        Err(ProviderError::Permanent("not used".into()))
+    }
+
+    fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
+        let endpoint = ctx
+            .lookup(&format!("at/{provider_id}"))
+            .ok_or_else(|| ProviderError::NotFound(format!("no endpoint {provider_id}")))?;
+        Ok(Instance {
+            provider_id: provider_id.to_owned(),
+            name: endpoint.clone(),
+            state: InstanceState::Running,
+            addresses: vec![endpoint],
+            port: None,
+            created_at: None,
+            mark: None,
+        })
+    }
+
+    fn delete(_: &CallContext, _: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn list(_: &CallContext) -> Result<Vec<Instance>> {
+        Ok(Vec::new())
+    }
+
+    fn check(ctx: &CallContext) -> Health {
+        // The whole config is there too, for the calls that need it.
+        match ctx.config::<ListedConfig>() {
+            Ok(config) if !config.endpoints.is_empty() => Health::healthy(),
+            _ => Health::unhealthy(HealthReason::Misconfigured, "no endpoints"),
+        }
+    }
+}
+
+#[test]
+fn calls_read_the_lookup_table_the_plugin_answered_for_its_config() {
+    let kit = TestKit::<Listed>::new(&json!({"endpoints": ["192.0.2.1:3128", "192.0.2.2:3128"]}))
+        .expect("a valid config");
+    assert_eq!(kit.get("1").expect("listed").name, "192.0.2.2:3128");
+    assert!(matches!(kit.get("2"), Err(ProviderError::NotFound(_))));
+    assert!(kit.check().healthy);
+    kit.verify();
+}
+
+#[test]
+#[should_panic(expected = "lookup_table answered the key \"at/0\" twice")]
+fn a_lookup_table_the_operator_would_refuse_fails_the_test() {
+    let _kit = TestKit::<Listed>::new(&json!({"endpoints": ["192.0.2.1:3128"], "twice": true}));
+}

@@ -99,6 +99,22 @@ fn redact_quoted_strings(message: &str) -> String {
     out
 }
 
+/// The entry's config as JSON, from the host: `config::json`.
+pub(crate) fn json() -> String {
+    #[cfg(target_arch = "wasm32")]
+    return crate::bindings::proxyfleet::provider::config::json();
+    #[cfg(not(target_arch = "wasm32"))]
+    return crate::native::host(|host| host.config_json());
+}
+
+/// One value of the entry's lookup table, from the host: `config::lookup`.
+pub(crate) fn lookup(key: &str) -> Option<String> {
+    #[cfg(target_arch = "wasm32")]
+    return crate::bindings::proxyfleet::provider::config::lookup(key);
+    #[cfg(not(target_arch = "wasm32"))]
+    return crate::native::host(|host| host.config_lookup(key));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! A provider plugin is a WebAssembly component (`wasm32-wasip2`) that the
 //! proxyfleet operator loads to create, inspect and delete proxy instances on
 //! one kind of backend. This crate wraps the plugin contract
-//! (`wit/provider.wit`, package `proxyfleet:provider@0.4.0`) in plain Rust:
+//! (`wit/provider.wit`, package `proxyfleet:provider@0.5.0`) in plain Rust:
 //!
 //! - implement [`Provider`] for a type and export it with [`export_provider!`];
 //! - read the entry's JSON config with [`CallContext::config`];

@@ -121,6 +121,19 @@ pub trait Host {
 
     /// One log record.
     fn log(&self, level: Level, message: &str, fields: &[(String, String)]);
+
+    /// `config::json`: the entry's config. `{}` unless the host has one.
+    fn config_json(&self) -> String {
+        "{}".to_owned()
+    }
+
+    /// `config::lookup`: the value the provider's
+    /// [`lookup_table`](crate::Provider::lookup_table) answered under `key`
+    /// for the entry. None unless the host keeps a table.
+    fn config_lookup(&self, key: &str) -> Option<String> {
+        let _ = key;
+        None
+    }
 }
 
 /// A request as the plugin sent it.
@@ -347,7 +360,7 @@ pub(crate) fn host<R>(f: impl FnOnce(&dyn Host) -> R) -> R {
     // A clone, so that the host may itself call into the SDK.
     let Some(host) = CURRENT.with(|current| current.borrow().clone()) else {
         panic!(
-            "proxyfleet-sdk: no host for kv, http or log calls off wasm; run the plugin's \
+            "proxyfleet-sdk: no host for config, kv, http or log calls off wasm; run the plugin's \
              functions inside proxyfleet_sdk::native::with_host (proxyfleet-sdk-testkit does)"
         )
     };

@@ -62,6 +62,52 @@ pub trait Provider {
     /// naming the key; [`crate::parse_config`] does that for serde types.
     fn validate_config(config: &str) -> Result<()>;
 
+    /// The entry's lookup table, made once when the entry is loaded, after
+    /// [`Provider::validate_config`] accepted `config`: pairs of key and
+    /// value that calls read one at a time with [`CallContext::lookup`]
+    /// instead of parsing the whole config. Worth it for a long list (the
+    /// `static` plugin answers one key per endpoint, so a `get` among
+    /// 10,000 endpoints reads one); the default answers none. Keys must be
+    /// unique, and the host keeps at most four times the config's size plus
+    /// 64 KiB.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::{Provider, Result};
+    /// # use proxyfleet_sdk::{CallContext, Capabilities, Health, Instance, PluginInfo, ProxySpec};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Config {
+    ///     nodes: Vec<String>,
+    /// }
+    ///
+    /// struct Nodes;
+    ///
+    /// impl Provider for Nodes {
+    ///     fn validate_config(config: &str) -> Result<()> {
+    ///         proxyfleet_sdk::parse_config::<Config>(config).map(drop)
+    ///     }
+    ///     /// `node/<name>` for every node, so a call checks one by name.
+    ///     fn lookup_table(config: &str) -> Result<Vec<(String, String)>> {
+    ///         let config: Config = proxyfleet_sdk::parse_config(config)?;
+    ///         Ok(config.nodes.into_iter().map(|node| (format!("node/{node}"), String::new())).collect())
+    ///     }
+    /// #   fn describe() -> PluginInfo { PluginInfo::new("nodes", "0.1.0", "{}", Capabilities::default()) }
+    /// #   fn create(_: &CallContext, _: &ProxySpec) -> Result<Instance> { unimplemented!() }
+    /// #   fn get(_: &CallContext, _: &str) -> Result<Instance> { unimplemented!() }
+    /// #   fn delete(_: &CallContext, _: &str) -> Result<()> { Ok(()) }
+    /// #   fn list(_: &CallContext) -> Result<Vec<Instance>> { Ok(Vec::new()) }
+    /// #   fn check(_: &CallContext) -> Health { Health::healthy() }
+    /// }
+    ///
+    /// let table = Nodes::lookup_table(r#"{"nodes":["pve1","pve2"]}"#)?;
+    /// assert_eq!(table[1], ("node/pve2".to_owned(), String::new()));
+    /// # Ok::<(), proxyfleet_sdk::ProviderError>(())
+    /// ```
+    fn lookup_table(config: &str) -> Result<Vec<(String, String)>> {
+        let _ = config;
+        Ok(Vec::new())
+    }
+
     /// Brings an instance for `spec` into existence.
     ///
     /// Idempotent: a retry for the same `spec.uid` must adopt what an
@@ -99,7 +145,7 @@ pub trait Provider {
 ///
 /// The exports are only emitted for wasm targets: on the host target (unit
 /// tests) they would be shared-library symbols named like
-/// `proxyfleet:provider/provider@0.4.0#create`, which native linkers reject.
+/// `proxyfleet:provider/provider@0.5.0#create`, which native linkers reject.
 /// There the macro only checks that the type implements [`Provider`].
 #[macro_export]
 macro_rules! export_provider {
@@ -136,8 +182,8 @@ impl<P: Provider> Guest for Export<P> {
         P::describe()
     }
 
-    fn validate_config(config: String) -> Result<(), wit::ProviderError> {
-        P::validate_config(&config).map_err(Into::into)
+    fn validate_config(config: String) -> Result<Vec<(String, String)>, wit::ProviderError> {
+        P::validate_config(&config).and_then(|()| P::lookup_table(&config)).map_err(Into::into)
     }
 
     fn create(ctx: CallContext, spec: ProxySpec) -> Result<Instance, wit::ProviderError> {

@@ -29,6 +29,8 @@ pub const CONTRACT_VERSION: &str = env!("PROXYFLEET_CONTRACT_VERSION");
 impl CallContext {
     /// Parses the entry's JSON config into `T`; see [`crate::parse_config`].
     /// Errors are [`crate::ProviderError::InvalidConfig`] naming the key.
+    /// Each use fetches the config from the host and parses it whole: for
+    /// a long list, read single values with [`CallContext::lookup`].
     ///
     /// ```
     /// use proxyfleet_sdk::CallContext;
@@ -38,17 +40,48 @@ impl CallContext {
     ///     node: String,
     /// }
     ///
-    /// let ctx = CallContext {
-    ///     entry: "pve-lab".into(),
-    ///     config: r#"{"node":"pve1"}"#.into(),
-    ///     deadline_ms: 30_000,
-    /// };
+    /// # proxyfleet_sdk::native::doc_host::configured(r#"{"node":"pve1"}"#, &[], || {
+    /// let ctx = CallContext { entry: "pve-lab".into(), deadline_ms: 30_000 };
     /// let config: Config = ctx.config()?;
     /// assert_eq!(config.node, "pve1");
     /// # Ok::<(), proxyfleet_sdk::ProviderError>(())
+    /// # }).expect("the example runs");
     /// ```
     pub fn config<T: DeserializeOwned>(&self) -> crate::Result<T> {
-        crate::parse_config(&self.config)
+        crate::parse_config(&self.config_json())
+    }
+
+    /// The entry's config as JSON, as [`crate::Provider::validate_config`]
+    /// accepted it.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::CallContext;
+    ///
+    /// # proxyfleet_sdk::native::doc_host::configured(r#"{"node":"pve1"}"#, &[], || {
+    /// let ctx = CallContext { entry: "pve-lab".into(), deadline_ms: 30_000 };
+    /// assert_eq!(ctx.config_json(), r#"{"node":"pve1"}"#);
+    /// # });
+    /// ```
+    pub fn config_json(&self) -> String {
+        crate::config::json()
+    }
+
+    /// The value that [`crate::Provider::lookup_table`] answered under
+    /// `key` for this entry; `None` when it answered none. One lookup
+    /// copies one value, however large the config.
+    ///
+    /// ```
+    /// use proxyfleet_sdk::CallContext;
+    ///
+    /// let config = r#"{"endpoints":["203.0.113.10:3128"]}"#;
+    /// # proxyfleet_sdk::native::doc_host::configured(config, &[("at/0", "203.0.113.10:3128")], || {
+    /// let ctx = CallContext { entry: "static-lab".into(), deadline_ms: 30_000 };
+    /// assert_eq!(ctx.lookup("at/0").as_deref(), Some("203.0.113.10:3128"));
+    /// assert_eq!(ctx.lookup("at/1"), None);
+    /// # });
+    /// ```
+    pub fn lookup(&self, key: &str) -> Option<String> {
+        crate::config::lookup(key)
     }
 
     /// Time left before the host stops the call.
@@ -57,7 +90,7 @@ impl CallContext {
     /// use std::time::Duration;
     /// use proxyfleet_sdk::CallContext;
     ///
-    /// let ctx = CallContext { entry: "pve-lab".into(), config: "{}".into(), deadline_ms: 1500 };
+    /// let ctx = CallContext { entry: "pve-lab".into(), deadline_ms: 1500 };
     /// assert_eq!(ctx.deadline(), Duration::from_millis(1500));
     /// ```
     pub fn deadline(&self) -> Duration {
@@ -201,9 +234,10 @@ mod tests {
 
     #[test]
     fn context_parses_config() {
-        let ctx =
-            CallContext { entry: "e".into(), config: r#"{"a": 1}"#.into(), deadline_ms: 1500 };
-        let value: serde_json::Value = ctx.config().expect("valid JSON");
+        let ctx = CallContext { entry: "e".into(), deadline_ms: 1500 };
+        let value: serde_json::Value =
+            crate::native::doc_host::configured(r#"{"a": 1}"#, &[], || ctx.config())
+                .expect("valid JSON");
         assert_eq!(value["a"], 1);
         assert_eq!(ctx.deadline(), Duration::from_millis(1500));
     }

@@ -117,7 +117,7 @@ mod tests {
     fn report() -> Report {
         let case = |name, outcome| Case { name, rule: "the rule", outcome, took: Duration::ZERO };
         Report {
-            plugin: "demo 1.0.0 (contract 0.4.0)".into(),
+            plugin: "demo 1.0.0 (contract 0.5.0)".into(),
             entry: "lab".into(),
             cases: vec![
                 case("one", Outcome::Passed),

@@ -138,7 +138,7 @@ impl Provider for FakeProvider {
         PluginInfo {
             name: "fake".into(),
             version: "1.0.0".into(),
-            contract_version: "0.4.0".into(),
+            contract_version: "0.5.0".into(),
             config_schema: "{}".into(),
             capabilities: Capabilities::default(),
         }

@@ -53,7 +53,7 @@ fn templates(backend: Backend) -> &'static [(&'static str, &'static str)] {
 /// The SDK (and test kit) release the templates are written against: the
 /// contract's minor, and no older patch, since they use what it added.
 /// A test holds it to `sdk/Cargo.toml`.
-const SDK_VERSION: &str = "0.4.1";
+const SDK_VERSION: &str = "0.5.0";
 
 /// Longest plugin name: it also names the crate and the entry.
 const NAME_MAX: usize = 40;

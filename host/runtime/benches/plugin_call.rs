@@ -10,8 +10,11 @@
 //!   server on loopback, and returns what it read.
 //! - `deadline_overrun`: a plugin looping forever under a 50 ms deadline;
 //!   the figure minus 50 ms is how late the host stops it.
+//! - `static_get/<n>`: the `static` plugin's `get` of an assigned endpoint
+//!   on an entry of `n` endpoints. A call reads its endpoint from the
+//!   entry's lookup table, so the figure should not grow with `n`.
 //!
-//! Needs the built fixtures: `cargo xtask plugins`, then
+//! Needs the built plugins and fixtures: `cargo xtask plugins`, then
 //! `cargo bench -p proxyfleet-runtime --bench plugin_call`.
 
 use std::path::PathBuf;
@@ -28,8 +31,12 @@ use proxyfleet_runtime::config::{EntryConfig, Grants, Limits, ProvidersConfig};
 use proxyfleet_runtime::{PluginProvider, Runtime, RuntimeOptions};
 
 fn fixture(name: &str) -> PathBuf {
+    built(&format!("fixtures/{name}"))
+}
+
+fn built(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/plugins/fixtures")
+        .join("../../target/plugins")
         .join(format!("{name}.wasm"));
     assert!(path.is_file(), "{} is missing: run `cargo xtask plugins` first", path.display());
     path
@@ -185,6 +192,38 @@ fn plugin_call(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async { spin.create(&spec).await.unwrap_err() });
     });
     group.finish();
+
+    let mut group = c.benchmark_group("static_get");
+    for endpoints in [100, 10_000] {
+        let (entry, id) = rt.block_on(static_entry(&runtime, endpoints, &spec));
+        group.bench_function(endpoints.to_string(), |b| {
+            b.to_async(&rt).iter(|| async { entry.get(&id).await.unwrap() });
+        });
+    }
+    group.finish();
+}
+
+/// A `static` entry of `endpoints` endpoints with one of them assigned to
+/// `spec`, and that endpoint's ID.
+async fn static_entry(
+    runtime: &Runtime,
+    endpoints: usize,
+    spec: &ProxySpec,
+) -> (PluginProvider, String) {
+    let list: Vec<String> = (0..endpoints)
+        .map(|i| format!("10.{}.{}.{}:3128", i / 65_536, i / 256 % 256, i % 256))
+        .collect();
+    let entry = EntryConfig {
+        config: serde_json::json!({ "endpoints": list }),
+        proxy_addresses: vec!["10.0.0.0/8".parse().expect("a range")],
+        ..entry("static", Limits::default())
+    };
+    let revision = runtime.load_plugin(&built("static")).await.expect("the plugin loads");
+    let provider = PluginProvider::new(runtime, entry, revision, Arc::new(MemoryKv::new()))
+        .await
+        .expect("entry binds");
+    let id = provider.create(spec).await.expect("an endpoint").provider_id;
+    (provider, id)
 }
 
 criterion_group!(benches, plugin_call);

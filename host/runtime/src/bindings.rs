@@ -11,7 +11,7 @@ wasmtime::component::bindgen!({
 });
 
 pub(crate) use exports::proxyfleet::provider::provider::Guest;
-pub(crate) use proxyfleet::provider::{kv, libvirt, log, types};
+pub(crate) use proxyfleet::provider::{config, kv, libvirt, log, types};
 
 /// The contract version this host speaks, read from `wit/provider.wit`'s
 /// package line at build time.

@@ -11,8 +11,9 @@ use proxyfleet_core::observe::CallObserver;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings::{kv, libvirt, log, types};
+use crate::bindings::{config, kv, libvirt, log, types};
 use crate::cache::PrecompiledCache;
+use crate::capabilities::config::ConfigImport;
 use crate::capabilities::http::HttpTransport;
 use crate::capabilities::kv::KvImport;
 use crate::capabilities::libvirt::{LibvirtHelper, LibvirtImport};
@@ -113,6 +114,9 @@ impl Runtime {
             // Each import gets only its capability's view of the call.
             .and_then(|()| {
                 types::add_to_linker::<_, HasSelf<PluginState>>(&mut linker, |state| state)
+            })
+            .and_then(|()| {
+                config::add_to_linker::<_, ConfigImport>(&mut linker, PluginState::config_view)
             })
             .and_then(|()| log::add_to_linker::<_, LogImport>(&mut linker, PluginState::log_view))
             .and_then(|()| kv::add_to_linker::<_, KvImport>(&mut linker, PluginState::kv_view))

@@ -39,7 +39,7 @@ pub use engine::{EPOCH_TICK, Runtime, RuntimeOptions};
 pub use error::{ConfigError, LoadError, RuntimeError};
 pub use oci::{PollError, PullStatus};
 pub use plugin::{PluginRevision, file_digest};
-pub use provider::{PinnedInstance, PluginProvider};
+pub use provider::{Bound, PinnedInstance, PluginProvider};
 pub use proxyfleet_core::source::RollbackError;
 pub use registry::{EntryState, PendingLoad, PluginLoad, Registry};
 pub use revisions::{EntryRevisions, RejectedCandidate, RevisionSummary};

@@ -359,10 +359,10 @@ mod tests {
 
     #[test]
     fn compatibility_follows_semver_zero_rules() {
-        assert!(is_compatible("0.4.0"));
-        assert!(is_compatible("0.4.7"));
-        assert!(!is_compatible("0.3.0"));
-        assert!(!is_compatible("0.5.0"));
+        assert!(is_compatible("0.5.0"));
+        assert!(is_compatible("0.5.7"));
+        assert!(!is_compatible("0.4.0"));
+        assert!(!is_compatible("0.6.0"));
         assert!(!is_compatible("1.1.0"));
         assert!(!is_compatible("nonsense"));
     }

@@ -25,6 +25,7 @@ use crate::bindings::{Guest, types as wit};
 use crate::capabilities::CallScope;
 use crate::capabilities::Redactor;
 use crate::capabilities::address::refused_proxy_address;
+use crate::capabilities::config::{CallConfig, ConfigTable};
 use crate::capabilities::http::EntryHttp;
 use crate::capabilities::kv::{EntryKv, KvQuota};
 use crate::config::EntryConfig;
@@ -38,8 +39,8 @@ use crate::state::PluginState;
 pub struct PluginProvider {
     runtime: Runtime,
     config: EntryConfig,
-    config_json: String,
-    revision: ArcSwap<PluginRevision>,
+    config_json: Arc<str>,
+    bound: ArcSwap<Bound>,
     permits: Semaphore,
     mutation_permits: Semaphore,
     http: Arc<EntryHttp>,
@@ -53,8 +54,34 @@ impl std::fmt::Debug for PluginProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginProvider")
             .field("entry", &self.config.name)
-            .field("revision", &self.revision.load().digest)
+            .field("revision", &self.bound.load().revision.digest)
             .finish_non_exhaustive()
+    }
+}
+
+/// A plugin revision bound to an entry: the plugin, and the lookup table
+/// its `validate-config` answered for the entry's config. They travel
+/// together, so a call never reads one revision's table on another.
+#[derive(Debug)]
+pub struct Bound {
+    revision: Arc<PluginRevision>,
+    table: Arc<ConfigTable>,
+}
+
+impl Bound {
+    /// The revision bound to nothing yet: what validates the config.
+    fn unvalidated(revision: Arc<PluginRevision>) -> Self {
+        Self { revision, table: Arc::default() }
+    }
+
+    /// The plugin revision.
+    pub fn revision(&self) -> &Arc<PluginRevision> {
+        &self.revision
+    }
+
+    /// How many keys the revision's lookup table holds for the entry.
+    pub fn table_len(&self) -> usize {
+        self.table.len()
     }
 }
 
@@ -71,6 +98,7 @@ enum Operation<'a> {
 
 enum Answer {
     Unit,
+    Table(Vec<(String, String)>),
     Instance(wit::Instance),
     Instances(Vec<wit::Instance>),
     Health(wit::Health),
@@ -145,9 +173,9 @@ impl PluginProvider {
         let kv = Arc::new(EntryKv::new(kv, KvQuota::from_limits(&config.limits)));
         let http = crate::plugin::entry_http(runtime, &config, Arc::clone(&redactor))
             .map_err(ProviderError::invalid_config)?;
-        let provider = Self {
+        let mut provider = Self {
             runtime: runtime.clone(),
-            config_json: config.config.to_string(),
+            config_json: config.config.to_string().into(),
             libvirt: Arc::new(crate::capabilities::libvirt::EntryLibvirt::new(
                 &config.name,
                 &config.grants.libvirt,
@@ -156,34 +184,49 @@ impl PluginProvider {
             permits: Semaphore::new(config.limits.concurrency),
             mutation_permits: Semaphore::new(config.limits.mutations),
             config,
-            revision: ArcSwap::new(revision),
+            bound: ArcSwap::from_pointee(Bound::unvalidated(Arc::clone(&revision))),
             http,
             kv,
             redactor,
         };
-        provider.call(Operation::ValidateConfig).await?;
+        let bound = provider.validate_config_with(revision).await?;
+        provider.bound = ArcSwap::from_pointee(bound);
         Ok(provider)
     }
 
     /// The revision new calls go to.
     pub fn revision(&self) -> Arc<PluginRevision> {
-        self.revision.load_full()
+        Arc::clone(&self.bound.load().revision)
     }
 
-    /// Makes `revision` serve new calls; calls in flight finish on the old
+    /// The revision new calls go to, with its lookup table.
+    pub fn bound(&self) -> Arc<Bound> {
+        self.bound.load_full()
+    }
+
+    /// Makes `bound` serve new calls; calls in flight finish on the old
     /// one, which is dropped when the last of them ends. Returns the old one.
-    pub fn swap_revision(&self, revision: Arc<PluginRevision>) -> Arc<PluginRevision> {
-        self.revision.swap(revision)
+    pub fn swap_revision(&self, bound: Arc<Bound>) -> Arc<Bound> {
+        self.bound.swap(bound)
     }
 
     /// Has `revision` validate the entry's config without making it serve
     /// anything: a candidate revision must accept the config before it may
-    /// replace the current one.
+    /// replace the current one. Answers the revision bound to the entry,
+    /// with the lookup table it answered.
     pub async fn validate_config_with(
         &self,
-        revision: &PluginRevision,
-    ) -> Result<(), ProviderError> {
-        self.observed(revision, Operation::ValidateConfig).await.map(drop)
+        revision: Arc<PluginRevision>,
+    ) -> Result<Bound, ProviderError> {
+        let unvalidated = Bound::unvalidated(revision);
+        match self.observed(&unvalidated, Operation::ValidateConfig).await? {
+            Answer::Table(pairs) => {
+                let table = ConfigTable::from_answer(pairs, self.config_json.len())
+                    .map_err(|error| ProviderError::plugin_fault(error.to_string()))?;
+                Ok(Bound { revision: unvalidated.revision, table: Arc::new(table) })
+            }
+            _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
+        }
     }
 
     /// The entry's config.
@@ -203,16 +246,17 @@ impl PluginProvider {
     }
 
     fn context(&self, deadline_ms: u64) -> wit::CallContext {
-        wit::CallContext {
-            entry: self.config.name.clone(),
-            config: self.config_json.clone(),
-            deadline_ms,
-        }
+        wit::CallContext { entry: self.config.name.clone(), deadline_ms }
+    }
+
+    /// What the call's `config` import reads on `bound`.
+    fn call_config(&self, bound: &Bound) -> CallConfig {
+        CallConfig { json: Arc::clone(&self.config_json), table: Arc::clone(&bound.table) }
     }
 
     async fn call(&self, operation: Operation<'_>) -> Result<Answer, ProviderError> {
-        let revision = self.revision.load_full();
-        self.observed(&revision, operation).await
+        let bound = self.bound.load_full();
+        self.observed(&bound, operation).await
     }
 
     /// Runs one call on `revision` inside its `provider.call` span (so the
@@ -221,15 +265,15 @@ impl PluginProvider {
     /// the caller waited.
     async fn observed(
         &self,
-        revision: &PluginRevision,
+        bound: &Bound,
         operation: Operation<'_>,
     ) -> Result<Answer, ProviderError> {
-        let span = self.call_span(revision, &operation);
+        let span = self.call_span(&bound.revision, &operation);
         let name = operation.name();
         // From when the call got its slot: a wait for one is the entry's
         // limits at work, not the provider's time.
         let mut began = None;
-        let outcome = self.call_on(revision, operation, &mut began).instrument(span.clone()).await;
+        let outcome = self.call_on(bound, operation, &mut began).instrument(span.clone()).await;
         let failure = outcome.as_ref().err();
         self.report(
             &span,
@@ -279,7 +323,7 @@ impl PluginProvider {
 
     async fn call_on(
         &self,
-        revision: &PluginRevision,
+        bound: &Bound,
         operation: Operation<'_>,
         began: &mut Option<Instant>,
     ) -> Result<Answer, Failure> {
@@ -295,16 +339,24 @@ impl PluginProvider {
         };
         let _permit = self.permits.acquire().await.map_err(shutting_down)?;
         *began = Some(Instant::now());
+        let revision = &bound.revision;
         let mut state = PluginState::new(
             self.scope(revision, &operation),
             Arc::clone(&self.http),
             limits.memory_bytes,
         );
         state.libvirt = Arc::clone(&self.libvirt);
+        state.config = self.call_config(bound);
         let mut store = new_store(&self.runtime, state, limits);
         let ctx = self.context(limits.call_timeout.as_millis() as u64);
-        let run =
-            run_operation(&mut store, revision, &ctx, &operation, &self.runtime.inner.installation);
+        let run = run_operation(
+            &mut store,
+            revision,
+            &ctx,
+            &operation,
+            &self.config_json,
+            &self.runtime.inner.installation,
+        );
         // The epoch callback stops guest code at the deadline; this timeout
         // also bounds time spent in host calls (HTTP, store) and cancels them.
         let outcome =
@@ -435,13 +487,14 @@ async fn run_operation(
     revision: &PluginRevision,
     ctx: &wit::CallContext,
     operation: &Operation<'_>,
+    config_json: &str,
     installation: &InstallationId,
 ) -> wasmtime::Result<Result<Answer, wit::ProviderError>> {
     let plugin = revision.pre.instantiate_async(&mut *store).await?;
     let guest: &Guest = plugin.proxyfleet_provider_provider();
     Ok(match operation {
         Operation::ValidateConfig => {
-            guest.call_validate_config(&mut *store, &ctx.config).await?.map(|()| Answer::Unit)
+            guest.call_validate_config(&mut *store, config_json).await?.map(Answer::Table)
         }
         Operation::Create(spec) => guest
             .call_create(&mut *store, ctx, &spec_to_wit(spec, installation))
@@ -463,7 +516,7 @@ impl Provider for PluginProvider {
     }
 
     fn info(&self) -> PluginInfo {
-        self.revision.load().info.clone()
+        self.bound.load().revision.info.clone()
     }
 
     async fn create(&self, spec: &ProxySpec) -> Result<Instance, ProviderError> {
@@ -616,7 +669,8 @@ impl PluginProvider {
             .acquire()
             .await
             .map_err(|_| ProviderError::unavailable("the entry is shutting down"))?;
-        let revision = self.revision.load_full();
+        let bound = self.bound.load_full();
+        let revision = Arc::clone(&bound.revision);
         let operation = Operation::Get("");
         let mut state = PluginState::new(
             self.scope(&revision, &operation),
@@ -624,6 +678,7 @@ impl PluginProvider {
             self.config.limits.memory_bytes,
         );
         state.libvirt = Arc::clone(&self.libvirt);
+        state.config = self.call_config(&bound);
         let mut store = new_store(&self.runtime, state, &self.config.limits);
         let plugin =
             revision.pre.instantiate_async(&mut store).await.map_err(|trap| {

@@ -36,7 +36,7 @@ use crate::engine::Runtime;
 use crate::error::{LoadError, RuntimeError};
 use crate::oci::{OciPlugins, PollError, StoredBuilds};
 use crate::plugin::{PluginFile, PluginRevision, file_digest};
-use crate::provider::PluginProvider;
+use crate::provider::{Bound, PluginProvider};
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
 use proxyfleet_core::source::{RollbackError, STILL_LOADING, no_such_entry};
 
@@ -140,7 +140,9 @@ struct RevisionState {
 
 #[derive(Default)]
 struct EntryHistory {
-    previous: Option<Arc<PluginRevision>>,
+    /// The revision served before the active one, with its lookup table,
+    /// so that going back needs no call.
+    previous: Option<Arc<Bound>>,
     activated_at: Option<SystemTime>,
     rejected: VecDeque<RejectedCandidate>,
     swaps: u64,
@@ -489,7 +491,10 @@ impl Registry {
             pin: config.pin.clone(),
             activated_at: active.as_ref().and(history.activated_at).map(unix_seconds),
             active,
-            previous: history.previous.as_deref().map(RevisionSummary::from),
+            previous: history
+                .previous
+                .as_ref()
+                .map(|bound| RevisionSummary::from(&**bound.revision())),
             rejected: history.rejected.iter().cloned().collect(),
             unavailable,
             swaps: history.swaps,
@@ -525,7 +530,7 @@ impl Registry {
         let Some(previous) = history.previous.take() else {
             return Err(RollbackError::NoPrevious { entry: entry.to_owned() });
         };
-        let summary = RevisionSummary::from(previous.as_ref());
+        let summary = RevisionSummary::from(previous.revision().as_ref());
         activate(
             entry,
             &provider,
@@ -658,20 +663,20 @@ impl Registry {
                 }
                 let checked = match check_pin_and_grants(entry, &revision) {
                     Ok(()) => provider
-                        .validate_config_with(&revision)
+                        .validate_config_with(Arc::clone(&revision))
                         .await
                         .map_err(|err| Refusal::Config(err.to_string())),
                     Err(refusal) => Err(refusal),
                 };
                 match checked {
-                    Ok(()) => {
+                    Ok(bound) => {
                         let mut state = self.lock();
                         let history = state.entries.entry(entry.name.clone()).or_default();
                         activate(
                             &entry.name,
                             provider,
                             history,
-                            revision,
+                            Arc::new(bound),
                             "activated a new plugin revision",
                         );
                     }
@@ -790,17 +795,18 @@ fn activate(
     entry: &str,
     provider: &PluginProvider,
     history: &mut EntryHistory,
-    revision: Arc<PluginRevision>,
+    bound: Arc<Bound>,
     what: &str,
 ) {
-    let displaced = provider.swap_revision(Arc::clone(&revision));
+    let revision = Arc::clone(bound.revision());
+    let displaced = provider.swap_revision(bound);
     tracing::info!(
         entry = %entry,
         plugin = %revision.info.name,
         version = %revision.info.version,
         digest = %revision.digest,
-        previous_version = %displaced.info.version,
-        previous_digest = %displaced.digest,
+        previous_version = %displaced.revision().info.version,
+        previous_digest = %displaced.revision().digest,
         "{what}"
     );
     history.previous = Some(displaced);
@@ -903,8 +909,8 @@ mod tests {
         let err = LoadError::IncompatibleContract {
             path: "x.wasm".into(),
             found: "proxyfleet:provider/provider@0.1.0".into(),
-            host_version: "0.4.0",
-            compatible: "0.4.x",
+            host_version: "0.5.0",
+            compatible: "0.5.x",
         };
         assert_eq!(refused_contract_version(&err).as_deref(), Some("0.1.0"));
         let err = LoadError::Describe { path: "x.wasm".into(), message: "no".into() };

@@ -9,6 +9,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capabilities::CallScope;
+use crate::capabilities::config::{CallConfig, ConfigView};
 use crate::capabilities::http::{EntryHttp, HttpHooks};
 use crate::capabilities::kv::KvView;
 use crate::capabilities::libvirt::{EntryLibvirt, LibvirtView};
@@ -77,6 +78,8 @@ pub(crate) struct PluginState {
     pub(crate) deadline: std::time::Instant,
     /// The entry's libvirt hosts; none unless the caller sets them.
     pub(crate) libvirt: Arc<EntryLibvirt>,
+    /// The entry's config and lookup table; none unless the caller sets them.
+    pub(crate) config: CallConfig,
     /// Store writes this call made, against `limits.kvWritesPerCall`.
     pub(crate) kv_writes: u32,
 }
@@ -99,6 +102,7 @@ impl PluginState {
             scope,
             deadline: std::time::Instant::now(),
             libvirt: Arc::default(),
+            config: CallConfig::default(),
             kv_writes: 0,
         }
     }
@@ -122,6 +126,10 @@ impl crate::bindings::types::Host for PluginState {}
 /// the store's data (as `wasmtime-wasi`'s `WasiCtxView`), handed to them
 /// by the linker's getters in `engine`.
 impl PluginState {
+    pub(crate) fn config_view(&mut self) -> ConfigView<'_> {
+        ConfigView { config: &self.config }
+    }
+
     pub(crate) fn log_view(&mut self) -> LogView<'_> {
         LogView { scope: &self.scope }
     }

@@ -215,7 +215,7 @@ fn insert_in_zone(
 }
 
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     config.source_for(&spec.image)?;
     let zones = zone_order(&config, spec)?;
     let name = instance_name(&config.name_prefix, &spec.uid);
@@ -243,7 +243,7 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
 }
 
 fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let (zone, name) = parse_provider_id(provider_id).ok_or_else(|| {
         ProviderError::NotFound(format!("`{provider_id}` is not an instance of this plugin"))
     })?;
@@ -258,7 +258,7 @@ fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let Some((zone, name)) = parse_provider_id(provider_id) else {
         // Not an ID this plugin hands out: nothing of ours to delete.
         return Ok(());
@@ -298,7 +298,7 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let client = Client::new(&config, ctx.deadline());
     let mut instances = Vec::new();
     for zone in &config.zones {
@@ -346,7 +346,7 @@ fn source_path(path: &str) -> String {
 }
 
 fn check(ctx: &CallContext) -> Health {
-    let config = match Config::parse(&ctx.config) {
+    let config = match Config::parse(&ctx.config_json()) {
         Ok(config) => config,
         Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.message()),
     };

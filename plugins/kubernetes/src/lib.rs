@@ -139,7 +139,7 @@ fn adopt(
 }
 
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let manifest = pod::manifest(&config, &ctx.entry, spec, now_unix())?;
     let name = pod::pod_name(&spec.uid);
     let client = client(ctx, &config);
@@ -176,7 +176,7 @@ fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
 }
 
 fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let Some((namespace, name)) = pod::parse_provider_id(provider_id) else {
         return Err(ProviderError::NotFound(format!("`{provider_id}` is not a namespace/pod")));
     };
@@ -196,7 +196,7 @@ fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let Some((namespace, name)) = pod::parse_provider_id(provider_id) else {
         // Not an ID this plugin hands out: nothing of ours to delete.
         return Ok(());
@@ -222,7 +222,7 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let client = client(ctx, &config);
     let selector = encode_component(&pod::selector(&ctx.entry));
     let mut instances = Vec::new();
@@ -276,7 +276,7 @@ fn may(client: &Client, namespace: &str, verb: &str) -> Result<Option<String>, A
 }
 
 fn check(ctx: &CallContext) -> Health {
-    let config = match Config::parse(&ctx.config) {
+    let config = match Config::parse(&ctx.config_json()) {
         Ok(config) => config,
         Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.message()),
     };

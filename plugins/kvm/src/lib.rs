@@ -216,7 +216,7 @@ fn start(domain: &DomainRef) -> Result<()> {
 }
 
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     // The spec is checked before anything is asked of a host.
     let Some(image) = config.images.get(&spec.image) else {
         let known: Vec<&str> = config.images.keys().map(String::as_str).collect();
@@ -352,7 +352,7 @@ fn make_disks(
 }
 
 fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let domain = DomainRef::parse(provider_id)?;
     let info = libvirt::get_domain(&domain.host, &domain.name)?;
     let mark = read_mark(&domain.host, &domain.name, &ctx.entry)?;
@@ -360,7 +360,7 @@ fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let domain = DomainRef::parse(provider_id)?;
     match libvirt::get_domain(&domain.host, &domain.name) {
         Ok(_) => {
@@ -389,7 +389,7 @@ fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let mut instances = Vec::new();
     // Any host failing fails the list: a partial one would read as
     // "these instances are gone".
@@ -453,7 +453,7 @@ fn reason_of(error: &LibvirtError) -> HealthReason {
 }
 
 fn check(ctx: &CallContext) -> Health {
-    let config = match Config::parse(&ctx.config) {
+    let config = match Config::parse(&ctx.config_json()) {
         Ok(config) => config,
         Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.message()),
     };

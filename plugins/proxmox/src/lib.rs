@@ -226,7 +226,7 @@ fn pick_node(config: &Config, spec: &ProxySpec) -> Result<String> {
 }
 
 fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let template = config.template_for(&spec.image)?;
     if spec.cores == 0 {
         return Err(ProviderError::InvalidSpec("cores: at least 1".to_owned()));
@@ -501,7 +501,7 @@ fn delete_seed_everywhere(client: &Client, config: &Config, vmid: u32) -> Result
 }
 
 fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let Some(vmid) = vm::parse_vmid(provider_id) else {
         // Not an ID this plugin hands out: nothing of ours to delete.
         return Ok(());
@@ -576,7 +576,7 @@ fn listed(vm: &VmEntry, mark: OwnershipMark, state: InstanceState) -> Instance {
 }
 
 fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-    let config = Config::parse(&ctx.config)?;
+    let config = Config::parse(&ctx.config_json())?;
     let client = client(ctx, &config);
     let range = config.vmid_range.first..=config.vmid_range.last;
     let mut instances = Vec::new();
@@ -648,7 +648,7 @@ fn listed_by_claim(vm: &VmEntry) -> Result<Option<Instance>> {
 }
 
 fn check(ctx: &CallContext) -> Health {
-    let config = match Config::parse(&ctx.config) {
+    let config = match Config::parse(&ctx.config_json()) {
         Ok(config) => config,
         Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.message()),
     };
@@ -744,7 +744,7 @@ impl Provider for Proxmox {
     }
 
     fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         let vmid = vm::parse_vmid(provider_id)
             .ok_or_else(|| ProviderError::NotFound(format!("`{provider_id}` is not a VMID")))?;
         get_instance(&client(ctx, &config), vmid)

@@ -559,9 +559,11 @@ mod tests {
     fn a_create_reads_a_few_keys_however_many_endpoints_there_are() {
         let endpoints: Vec<String> =
             (0..1000).map(|i| format!("10.1.{}.{}:3128", i / 250, i % 250)).collect();
-        // Read as a create reads it.
+        // Read as a create reads it: through the entry's lookup table.
         let json = serde_json::json!({ "endpoints": endpoints }).to_string();
-        let config = crate::config::Endpoints::read(&json).expect("readable");
+        let table: std::collections::HashMap<String, String> =
+            StaticConfig::parse(&json).expect("valid").lookup_table().into_iter().collect();
+        let config = crate::config::Table::new(|key: &str| table.get(key).cloned());
         let inner = MemoryStore::default();
         let reads = Cell::new(0);
         let store = Hooked::new(&inner, |_| reads.set(reads.get() + 1));

@@ -1,6 +1,5 @@
 //! The entry config: the list of proxy endpoints that already exist.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -87,92 +86,76 @@ impl Configured for StaticConfig {
     }
 }
 
-/// The endpoints as one create or get reads them: the config's strings,
-/// borrowed from it and parsed one at a time when needed. The config was
-/// checked whole ([`StaticConfig::parse`]) when the entry was admitted, so
-/// a call costs one scan of the JSON, not a parse of every endpoint and an
-/// index of them all: an entry of 10,000 endpoints makes every call pay
-/// for 10,000 otherwise.
-#[derive(Debug)]
-pub struct Endpoints<'a> {
-    raw: Vec<Cow<'a, str>>,
+/// Key of the lookup table holding how many endpoints are configured.
+const COUNT_KEY: &str = "count";
+
+/// Key of the ID of the endpoint at an index.
+fn at_key(index: usize) -> String {
+    format!("at/{index}")
 }
 
-/// The config's shape as [`Endpoints`] reads it.
-#[derive(Deserialize)]
-struct RawEndpoints<'a> {
-    #[serde(borrow)]
-    endpoints: Vec<Cow<'a, str>>,
+/// Key under which a configured endpoint's ID is found.
+fn id_key(id: &str) -> String {
+    format!("id/{id}")
 }
 
-impl<'a> Endpoints<'a> {
-    /// Reads the endpoint strings of a config `parse` accepted.
-    pub fn read(json: &'a str) -> Result<Self> {
-        let raw: RawEndpoints<'a> = serde_json::from_str(json)
-            .map_err(|error| ProviderError::InvalidConfig(format!("config: {error}")))?;
-        Ok(Self { raw: raw.endpoints })
-    }
-
-    fn parse_at(&self, index: usize) -> Result<Endpoint> {
-        Endpoint::try_from(self.raw[index].to_string()).map_err(|message| {
-            ProviderError::InvalidConfig(format!("config key `endpoints[{index}]`: {message}"))
-        })
+impl StaticConfig {
+    /// The entry's lookup table: how many endpoints there are, the ID of
+    /// the one at each index, and each ID, so that a create or a get
+    /// reads the few endpoints it needs rather than the whole list.
+    pub fn lookup_table(&self) -> Vec<(String, String)> {
+        let mut table = Vec::with_capacity(1 + 2 * self.endpoints.len());
+        table.push((COUNT_KEY.to_owned(), self.endpoints.len().to_string()));
+        for (index, endpoint) in self.endpoints.iter().enumerate() {
+            let id = endpoint.id();
+            table.push((id_key(&id), String::new()));
+            table.push((at_key(index), id));
+        }
+        table
     }
 }
 
-impl Configured for Endpoints<'_> {
+/// The endpoints as a create or a get reads them: one value of the
+/// entry's lookup table at a time (see [`StaticConfig::lookup_table`]),
+/// so that a call costs the same for ten endpoints or ten thousand.
+pub struct Table<F> {
+    lookup: F,
+}
+
+impl<F> fmt::Debug for Table<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table").finish_non_exhaustive()
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Table<F> {
+    /// Endpoints read through `lookup`, a key of the lookup table to its
+    /// value.
+    pub fn new(lookup: F) -> Self {
+        Self { lookup }
+    }
+
+    fn missing(key: &str) -> ProviderError {
+        ProviderError::Permanent(format!(
+            "the entry's lookup table has no `{key}`: the operator did not keep the table \
+             validate-config answered; reload the entry"
+        ))
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Configured for Table<F> {
     fn count(&self) -> usize {
-        self.raw.len()
+        (self.lookup)(COUNT_KEY).and_then(|count| count.parse().ok()).unwrap_or(0)
     }
 
     fn id_at(&self, index: usize) -> Result<String> {
-        self.parse_at(index).map(|endpoint| endpoint.id())
+        let key = at_key(index);
+        (self.lookup)(&key).ok_or_else(|| Self::missing(&key))
     }
 
     fn endpoint(&self, id: &str) -> Option<Endpoint> {
-        // An endpoint written as its ID is found by comparing text; only an
-        // ID written otherwise (`Proxy.Example:80`), or not configured at
-        // all, costs a parse of every endpoint.
-        if let Some(index) = self.raw.iter().position(|raw| raw.trim() == id) {
-            return self.parse_at(index).ok();
-        }
-        let wanted = Endpoint::try_from(id.to_owned()).ok()?;
-        (0..self.raw.len()).filter_map(|index| self.parse_at(index).ok()).find(|e| *e == wanted)
-    }
-}
-
-/// The one endpoint a get asks about, found in the config's text where it
-/// is written as its ID (`"203.0.113.10:3128"`): a search of the text,
-/// without the parse that [`Endpoints::read`] makes of every endpoint's
-/// string. The config's only string values are the endpoints (it has one
-/// key, and validate-config refused anything else), so the quoted ID found
-/// in it is one of them. An endpoint written otherwise is not found here;
-/// the caller reads the endpoints then.
-#[derive(Debug)]
-pub struct WrittenAsId(Endpoint);
-
-impl WrittenAsId {
-    /// Endpoint `id`, when `json` holds it as its ID.
-    pub fn find(json: &str, id: &str) -> Option<Self> {
         let endpoint = Endpoint::try_from(id.to_owned()).ok()?;
-        if endpoint.id() != id || !json.contains(&format!("\"{id}\"")) {
-            return None;
-        }
-        Some(Self(endpoint))
-    }
-}
-
-impl Configured for WrittenAsId {
-    fn count(&self) -> usize {
-        1
-    }
-
-    fn id_at(&self, _index: usize) -> Result<String> {
-        Ok(self.0.id())
-    }
-
-    fn endpoint(&self, id: &str) -> Option<Endpoint> {
-        (self.0.id() == id).then(|| self.0.clone())
+        (self.lookup)(&id_key(&endpoint.id())).map(|_| endpoint)
     }
 }
 
@@ -272,23 +255,11 @@ mod tests {
         Endpoint::try_from(text.to_owned())
     }
 
-    #[test]
-    fn a_get_finds_an_endpoint_written_as_its_id_without_reading_the_rest() {
-        let json = r#"{"endpoints": ["203.0.113.10:3128", " 203.0.113.11:3128", "Proxy.Example:80", "[2001:db8::1]:80"]}"#;
-        let found = WrittenAsId::find(json, "203.0.113.10:3128").expect("written as its ID");
-        assert_eq!(found.endpoint("203.0.113.10:3128"), endpoint("203.0.113.10:3128").ok());
-        assert_eq!(found.endpoint("203.0.113.11:3128"), None);
-        assert!(WrittenAsId::find(json, "[2001:db8::1]:80").is_some());
-        // Written otherwise, or a part of another: left to the full read.
-        assert!(WrittenAsId::find(json, "203.0.113.11:3128").is_none(), "spaces around it");
-        assert!(WrittenAsId::find(json, "proxy.example:80").is_none(), "other case");
-        assert!(WrittenAsId::find(json, "13.10:3128").is_none(), "a tail of another");
-        assert!(WrittenAsId::find(json, "203.0.113.99:3128").is_none(), "not configured");
-        // Each of those, read in full, is found or refused as before.
-        let read = Endpoints::read(json).expect("the config reads");
-        assert!(read.endpoint("203.0.113.11:3128").is_some());
-        assert!(read.endpoint("proxy.example:80").is_some());
-        assert!(read.endpoint("203.0.113.99:3128").is_none());
+    /// The endpoints a config's lookup table serves.
+    fn table(json: &str) -> Table<impl Fn(&str) -> Option<String>> {
+        let table: HashMap<String, String> =
+            StaticConfig::parse(json).expect("valid").lookup_table().into_iter().collect();
+        Table::new(move |key: &str| table.get(key).cloned())
     }
 
     fn config_error(json: &str) -> String {
@@ -362,11 +333,11 @@ mod tests {
     }
 
     #[test]
-    fn a_call_reads_endpoints_as_the_full_parse_does() {
+    fn a_call_reads_endpoints_from_the_table_as_the_full_parse_does() {
         let json =
             r#"{"endpoints": ["203.0.113.10:3128", "Proxy.Example:80", "[2001:DB8::1]:8080"]}"#;
         let full = StaticConfig::parse(json).expect("valid");
-        let read = Endpoints::read(json).expect("readable");
+        let read = table(json);
         assert_eq!(read.count(), full.count());
         for index in 0..full.count() {
             assert_eq!(read.id_at(index).expect("an ID"), full.id_at(index).expect("an ID"));
@@ -374,7 +345,27 @@ mod tests {
         for id in ["203.0.113.10:3128", "proxy.example:80", "[2001:db8::1]:8080", "10.0.0.1:1"] {
             assert_eq!(read.endpoint(id), full.endpoint(id), "{id}");
         }
-        assert!(read.endpoint("proxy.example:80").is_some(), "found though written otherwise");
+        assert!(read.endpoint("Proxy.Example:80").is_some(), "an ID in another spelling");
+        assert!(matches!(read.id_at(3), Err(ProviderError::Permanent(_))), "past the end");
+    }
+
+    #[test]
+    fn the_lookup_table_stays_within_what_the_host_keeps() {
+        // The host keeps four times the config's size (plus 64 KiB).
+        let endpoints: Vec<String> = (0..10_000)
+            .map(|i| format!("10.{}.{}.{}:3128", i / 65536, i / 256 % 256, i % 256))
+            .collect();
+        let json = serde_json::json!({ "endpoints": endpoints }).to_string();
+        let table = StaticConfig::parse(&json).expect("valid").lookup_table();
+        let bytes: usize = table.iter().map(|(key, value)| key.len() + value.len()).sum();
+        assert!(bytes < 4 * json.len(), "{bytes} bytes of table for {} of config", json.len());
+    }
+
+    #[test]
+    fn an_empty_table_is_no_endpoints() {
+        let none = Table::new(|_: &str| None);
+        assert_eq!(none.count(), 0);
+        assert_eq!(none.endpoint("203.0.113.10:3128"), None);
     }
 
     /// The schema is the struct's: its keys, its refusal of others, and

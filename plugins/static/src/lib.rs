@@ -15,7 +15,7 @@ use proxyfleet_sdk::{
 };
 
 use crate::assign::HostStore;
-use crate::config::{Endpoints, StaticConfig, WrittenAsId, config_schema};
+use crate::config::{StaticConfig, Table, config_schema};
 
 /// The provider exported by this plugin.
 struct Static;
@@ -34,22 +34,22 @@ impl Provider for Static {
         StaticConfig::parse(config).map(drop)
     }
 
+    fn lookup_table(config: &str) -> Result<Vec<(String, String)>> {
+        StaticConfig::parse(config).map(|config| config.lookup_table())
+    }
+
     fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-        // Creates and gets read only what they need of the config, which
-        // validate-config checked whole when the entry was admitted.
-        let endpoints = Endpoints::read(&ctx.config)?;
+        // Creates and gets read the endpoints they try, one lookup each:
+        // reading the whole list made every call pay for all of them.
+        let endpoints = Table::new(|key: &str| ctx.lookup(key));
         let instance = assign::assign(&HostStore, &endpoints, spec, proxyfleet_sdk::now_unix())?;
         log::info!("endpoint assigned", endpoint = instance.provider_id);
         Ok(instance)
     }
 
     fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-        // Every Proxy's resync is a get: at 10,000 endpoints, reading them
-        // all for each one kept an idle operator a third of a core busy.
-        if let Some(endpoint) = WrittenAsId::find(&ctx.config, provider_id) {
-            return assign::lookup(&HostStore, &endpoint, provider_id);
-        }
-        assign::lookup(&HostStore, &Endpoints::read(&ctx.config)?, provider_id)
+        // Every Proxy's resync is a get.
+        assign::lookup(&HostStore, &Table::new(|key: &str| ctx.lookup(key)), provider_id)
     }
 
     fn delete(_ctx: &CallContext, provider_id: &str) -> Result<()> {
@@ -61,12 +61,12 @@ impl Provider for Static {
     }
 
     fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-        let config = StaticConfig::parse(&ctx.config)?;
+        let config = StaticConfig::parse(&ctx.config_json())?;
         assign::all(&HostStore, &config)
     }
 
     fn check(ctx: &CallContext) -> Health {
-        let config = match StaticConfig::parse(&ctx.config) {
+        let config = match StaticConfig::parse(&ctx.config_json()) {
             Ok(config) => config,
             Err(error) => {
                 return Health::unhealthy(HealthReason::Misconfigured, error.message());

@@ -22,12 +22,19 @@ type Answer = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, ErrorCode>>;
 pub struct DocHost {
     store: RefCell<BTreeMap<String, KvEntry>>,
     http: Answer,
+    config: String,
+    table: BTreeMap<String, String>,
 }
 
 impl DocHost {
-    /// An empty store; `http` answers every request.
+    /// An empty store and config; `http` answers every request.
     pub fn new(http: impl Fn(&HttpRequest) -> Result<HttpResponse, ErrorCode> + 'static) -> Self {
-        Self { store: RefCell::default(), http: Box::new(http) }
+        Self {
+            store: RefCell::default(),
+            http: Box::new(http),
+            config: "{}".to_owned(),
+            table: BTreeMap::new(),
+        }
     }
 }
 
@@ -73,6 +80,24 @@ impl Host for DocHost {
     }
 
     fn log(&self, _: Level, _: &str, _: &[(String, String)]) {}
+
+    fn config_json(&self) -> String {
+        self.config.clone()
+    }
+
+    fn config_lookup(&self, key: &str) -> Option<String> {
+        self.table.get(key).cloned()
+    }
+}
+
+/// Runs `call` with a fresh [`DocHost`] for an entry whose config is
+/// `json` and whose lookup table is `table`.
+pub fn configured<R>(json: &str, table: &[(&str, &str)], call: impl FnOnce() -> R) -> R {
+    let mut host = DocHost::new(|_| Err(ErrorCode::HttpRequestDenied));
+    host.config = json.to_owned();
+    host.table =
+        table.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect();
+    super::with_host(Rc::new(host), call)
 }
 
 /// Runs `call` with a fresh [`DocHost`] that refuses every request.

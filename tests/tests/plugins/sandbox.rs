@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::{ErrorClass, Provider};
-use proxyfleet_tests::{Canned, TestServer, fetch_provider, fixture_provider};
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::{EntryState, Registry, Runtime, RuntimeOptions};
+use proxyfleet_tests::{Canned, TestServer, fetch_provider, fixture_provider, plugin};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
@@ -243,4 +246,56 @@ async fn a_plugin_cannot_hand_back_the_proxy_credential() {
         assert!(!text.contains("Leak3d-pw"), "the password shows: {text}");
     }
     assert!(instance.name.starts_with("user crawler"), "the username is no secret");
+}
+
+/// The `hostile` fixture on an entry whose config is `config` (a YAML flow
+/// map): its lookup table follows the config.
+async fn with_table(dir: &std::path::Path, config: &str) -> Registry {
+    std::fs::copy(plugin("fixtures/hostile"), dir.join("hostile.wasm")).expect("copy fixture");
+    let yaml = format!("providers:\n  - {{ name: table, plugin: hostile, config: {config} }}\n");
+    let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
+        .await
+        .expect("plugin directory readable")
+}
+
+fn refusal(registry: &Registry) -> String {
+    match &registry.entries()["table"] {
+        EntryState::Failed(reason) => reason.clone(),
+        _ => panic!("the entry must not serve"),
+    }
+}
+
+/// A call reads one value of the table its revision answered, and the
+/// whole config only when it asks for it.
+#[tokio::test]
+async fn a_call_reads_single_values_of_the_lookup_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = with_table(dir.path(), "{ tableKeys: 3, tableValueBytes: 5 }").await;
+    let provider = registry.provider("table").expect("the entry serves");
+    let found = attack(provider.as_ref(), "lookup k/2").await;
+    assert_eq!(found["value"], "vvvvv");
+    let config_bytes = found["config_bytes"].as_u64().expect("a size");
+    assert_eq!(config_bytes, r#"{"tableKeys":3,"tableValueBytes":5}"#.len() as u64);
+    assert_eq!(attack(provider.as_ref(), "lookup k/3").await["value"], Value::Null);
+}
+
+/// The host holds a revision's table for as long as it serves the entry,
+/// so its size is bounded by the config's, not by the plugin's wishes.
+#[tokio::test]
+async fn a_lookup_table_past_four_times_the_config_refuses_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = with_table(dir.path(), "{ tableKeys: 2, tableValueBytes: 40000 }").await;
+    let reason = refusal(&registry);
+    assert!(reason.contains("lookup table of 80006 bytes"), "{reason}");
+    assert!(reason.contains("four times its size plus 64 KiB"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_lookup_table_answering_a_key_twice_refuses_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = with_table(dir.path(), "{ tableKeys: 2, tableRepeat: true }").await;
+    let reason = refusal(&registry);
+    assert!(reason.contains("the key \"k/0\" twice"), "{reason}");
 }

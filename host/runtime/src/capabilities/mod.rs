@@ -4,6 +4,7 @@
 
 pub mod address;
 mod call;
+pub(crate) mod config;
 pub mod google;
 pub mod http;
 pub(crate) mod kv;

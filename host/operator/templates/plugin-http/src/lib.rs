@@ -42,7 +42,7 @@ impl Provider for Plugin {
     }
 
     fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         // What this API cannot do is refused, never ignored.
         if let Some(tag) = spec.network.vlan_tag {
             return Err(ProviderError::InvalidSpec(format!(
@@ -100,7 +100,7 @@ impl Provider for Plugin {
     }
 
     fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         match Api::new(&config).find(provider_id)? {
             Some(found) => instance(&found),
             None => Err(ProviderError::NotFound(format!("instance {provider_id}"))),
@@ -108,14 +108,14 @@ impl Provider for Plugin {
     }
 
     fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         Api::new(&config).delete(provider_id)?;
         log::info!("deleted instance", name = provider_id);
         Ok(())
     }
 
     fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         let listed = Api::new(&config).list()?;
         // Only instances with a mark, made by this entry: the rest are not
         // ours to show.
@@ -128,7 +128,7 @@ impl Provider for Plugin {
     }
 
     fn check(ctx: &CallContext) -> Health {
-        let config = match Config::parse(&ctx.config) {
+        let config = match Config::parse(&ctx.config_json()) {
             Ok(config) => config,
             Err(error) => {
                 return Health::unhealthy(

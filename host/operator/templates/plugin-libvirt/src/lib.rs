@@ -40,7 +40,7 @@ impl Provider for Plugin {
     }
 
     fn create(ctx: &CallContext, spec: &ProxySpec) -> Result<Instance> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         // The spec is checked before the hypervisor is asked anything.
         let Some(base) = config.images.get(&spec.image) else {
             return Err(ProviderError::InvalidSpec(format!(
@@ -95,13 +95,13 @@ impl Provider for Plugin {
     }
 
     fn get(ctx: &CallContext, provider_id: &str) -> Result<Instance> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         let info = libvirt::get_domain(&config.host, provider_id)?;
         instance(&config, &info, read_mark(&config, provider_id, &ctx.entry)?)
     }
 
     fn delete(ctx: &CallContext, provider_id: &str) -> Result<()> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         match libvirt::get_domain(&config.host, provider_id) {
             Ok(_) => {
                 if read_mark(&config, provider_id, &ctx.entry)?.is_none() {
@@ -134,7 +134,7 @@ impl Provider for Plugin {
     }
 
     fn list(ctx: &CallContext) -> Result<Vec<Instance>> {
-        let config = Config::parse(&ctx.config)?;
+        let config = Config::parse(&ctx.config_json())?;
         let mut instances = Vec::new();
         for info in libvirt::list_domains(&config.host)? {
             // Only domains with this entry's mark: the rest are not ours.
@@ -146,7 +146,7 @@ impl Provider for Plugin {
     }
 
     fn check(ctx: &CallContext) -> Health {
-        let config = match Config::parse(&ctx.config) {
+        let config = match Config::parse(&ctx.config_json()) {
             Ok(config) => config,
             Err(error) => return Health::unhealthy(HealthReason::Misconfigured, error.to_string()),
         };
