@@ -130,6 +130,11 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(spec_or_finalizers, PredicateConfig::default());
     let controller = Controller::for_stream(changes, reader);
+    let cached = controller.store();
+    let controller = controller
+        .watches_stream(crate::secrets::changes(&context.client, namespace), move |secret| {
+            crate::secrets::proxies_naming(&cached, &secret)
+        });
     let (controller, publisher) = match context.fleet.clone() {
         Some(fleet) => {
             let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
@@ -300,8 +305,9 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
 
 /// Reports a spec that cannot be served: `Provisioned=False/InvalidSpec`
 /// naming the field, a warning Event when the message is new, and no
-/// provider call. A spec change wakes the Proxy; the periodic retry covers
-/// a Secret that appears later.
+/// provider call. A spec change wakes the Proxy, and so does a change of a
+/// labelled Secret it names ([`crate::secrets`]): one that appears later,
+/// or gains its label.
 async fn refuse_spec(
     proxy: &Proxy,
     context: &Context,

@@ -10,4 +10,5 @@ pub mod kv;
 pub mod lease;
 pub mod operate;
 pub mod pool;
+pub mod secrets;
 pub mod spec_key;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_fleet::catalog::ReportKind;
 use proxyfleet_fleet::{
@@ -51,7 +51,8 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
         FleetSettings { replace_after: 2, ..FleetSettings::default() },
         Arc::new(Metrics::new()),
     ));
-    let running = Running::start(&client, &namespace, &providers, &fleet, &echo).await;
+    let running =
+        Running::start(&client, &namespace, &providers, &fleet, &echo, Policy::default()).await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let pool: ProxyPool = serde_json::from_value(serde_json::json!({
@@ -128,6 +129,7 @@ impl Running {
         providers: &str,
         fleet: &Arc<Fleet>,
         echo: &TestServer,
+        policy: Policy,
     ) -> Self {
         let plugins = tempfile::tempdir().unwrap();
         std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
@@ -147,7 +149,7 @@ impl Running {
             proxyfleet_kube::controller::Context::new(
                 client.clone(),
                 registry,
-                Policy::default(),
+                policy,
                 Some("tests".into()),
                 proxyfleet_core::spec_key::SpecKey::generate(),
             )
@@ -224,7 +226,8 @@ async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
         secrets.create(&PostParams::default(), &secret).await.unwrap();
     }
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
-    let running = Running::start(&client, &namespace, &providers, &fleet, &echo).await;
+    let running =
+        Running::start(&client, &namespace, &providers, &fleet, &echo, Policy::default()).await;
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     for (name, secret) in [("authed", "proxy-auth"), ("refused", "unlabelled")] {
         let proxy: Proxy = serde_json::from_value(serde_json::json!({
@@ -262,5 +265,79 @@ async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
     .expect("a Proxy naming an unlabelled Secret is refused");
     assert!(refused.contains("proxyfleet.io/proxy-auth"), "{refused}");
     assert!(!refused.contains("s3cret"), "{refused}");
+    running.stop().await;
+}
+
+/// Regression: a rotated credential Secret used to reach the instance, the
+/// probes and the catalog only at the Proxy's next resync (a minute). The
+/// controller watches labelled Secrets now; with the resync an hour away,
+/// only that watch can bring the new password in. The tinyproxy accepts
+/// both passwords, so the proxy stays healthy throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_waiting_for_a_resync() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-rotate").await;
+    let tinyproxy = Tinyproxy::start_with("BasicAuth crawler old-pw\nBasicAuth crawler n3w-pw\n");
+    let echo = TestServer::http(Canned {
+        status: 200,
+        body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#),
+    })
+    .await;
+    let providers = format!(
+        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
+        tinyproxy.addr()
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": "exit-auth", "labels": { "proxyfleet.io/proxy-auth": "true" } },
+        "type": "kubernetes.io/basic-auth",
+        "stringData": { "username": "crawler", "password": "old-pw" },
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    let policy = Policy { resync: Duration::from_secs(3600), ..Policy::default() };
+    let running = Running::start(&client, &namespace, &providers, &fleet, &echo, policy).await;
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let proxy: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "exit" },
+        "spec": { "provider": "lab", "proxyAuthSecretRef": { "name": "exit-auth" } },
+    }))
+    .unwrap();
+    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    let handed_out = |password: &'static str| {
+        let fleet = Arc::clone(&fleet);
+        let url = format!("http://crawler:{password}@{}", tinyproxy.addr());
+        move || {
+            let fleet = Arc::clone(&fleet);
+            let url = url.clone();
+            async move {
+                let picked = fleet.next_picked(&Default::default(), None).ok()?;
+                (picked.endpoint.url_with_credential() == url).then_some(())
+            }
+        }
+    };
+    let wait = Duration::from_secs(60);
+    wait_for(wait, handed_out("old-pw")).await.expect("the first password is handed out");
+    // The verdict's own pass (which writes `Healthy`) reads the Secret too:
+    // it must be over before the rotation, or it would bring the new
+    // password in without any watch.
+    wait_for(wait, || async {
+        let proxy = proxies.get("exit").await.ok()?;
+        (condition(&proxy, "Healthy").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("the Proxy's status says Healthy");
+
+    let rotated = serde_json::json!({ "stringData": { "password": "n3w-pw" } });
+    secrets.patch("exit-auth", &PatchParams::default(), &Patch::Merge(&rotated)).await.unwrap();
+    wait_for(wait, handed_out("n3w-pw"))
+        .await
+        .expect("the rotated password is handed out long before the hour's resync");
     running.stop().await;
 }
