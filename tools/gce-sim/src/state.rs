@@ -299,6 +299,13 @@ struct State {
     operations: Vec<Operation>,
     /// requestId -> index into `operations`.
     request_ids: HashMap<String, usize>,
+    /// (project, zone, name) -> index into `operations`.
+    operation_names: HashMap<(String, String, String), usize>,
+    /// Indices of the operations that have not taken effect yet, and the
+    /// instances booting: what [`Sim::advance`] looks at, so a request
+    /// costs the same however many instances and operations there are.
+    unapplied: Vec<usize>,
+    staging: Vec<(String, String, String)>,
     next_id: u64,
     requests: Vec<String>,
     /// Every accepted `instances.delete`, in order.
@@ -534,10 +541,11 @@ impl Shared {
     pub fn advance(&self) {
         let now = Instant::now();
         let mut state = self.state();
-        let State { operations, instances, .. } = &mut *state;
-        for op in operations.iter_mut() {
-            if op.applied || op.status(now) != "DONE" {
-                continue;
+        let State { operations, instances, unapplied, staging, .. } = &mut *state;
+        unapplied.retain(|&index| {
+            let op = &mut operations[index];
+            if op.status(now) != "DONE" {
+                return true;
             }
             op.applied = true;
             let key = (op.project.clone(), op.zone.clone(), op.target.clone());
@@ -548,6 +556,7 @@ impl Shared {
                     {
                         instance.status = "STAGING";
                         instance.staged_at = Some(now);
+                        staging.push(key);
                     }
                 }
                 ("insert", Outcome::Error { .. }) | ("delete", Outcome::Success) => {
@@ -560,11 +569,14 @@ impl Shared {
                 }
                 _ => {}
             }
-        }
-        for instance in instances.values_mut() {
-            if instance.status == "STAGING"
-                && instance.staged_at.is_some_and(|at| now >= at + self.options.boot_duration)
-            {
+            false
+        });
+        staging.retain(|key| {
+            // Gone, or on its way out (a delete while it booted).
+            let Some(instance) = instances.get_mut(key).filter(|i| i.status == "STAGING") else {
+                return false;
+            };
+            if instance.staged_at.is_some_and(|at| now >= at + self.options.boot_duration) {
                 instance.status = "RUNNING";
                 // A proxy that cannot bind leaves the instance without a
                 // port, which the test then notices.
@@ -575,7 +587,8 @@ impl Shared {
                     instance.proxy = Some((addr, task));
                 }
             }
-        }
+            instance.status == "STAGING"
+        });
     }
 
     fn check_project(&self, project: &str) -> Result<(), ApiError> {
@@ -731,14 +744,14 @@ impl Shared {
         };
         self.advance();
         let state = self.state();
-        let matching: Vec<Value> = state
+        let matching: Vec<&Instance> = state
             .instances
             .values()
             .filter(|i| i.project == project && i.zone == zone)
             .filter(|i| filter.as_ref().is_none_or(|f| f.matches(i)))
-            .map(Instance::to_json)
             .collect();
-        let page: Vec<Value> = matching.iter().skip(start).take(page_size).cloned().collect();
+        let page: Vec<Value> =
+            matching.iter().skip(start).take(page_size).map(|i| i.to_json()).collect();
         let mut answer = json!({
             "kind": "compute#instanceList",
             "id": format!("projects/{project}/zones/{zone}/instances"),
@@ -807,9 +820,14 @@ impl Shared {
             applied: false,
         };
         let value = operation.to_json(Instant::now());
+        let index = state.operations.len();
+        state
+            .operation_names
+            .insert((project.to_owned(), zone.to_owned(), operation.name.clone()), index);
         state.operations.push(operation);
+        state.unapplied.push(index);
         if let Some(request_id) = request_id {
-            state.request_ids.insert(request_id.to_owned(), state.operations.len() - 1);
+            state.request_ids.insert(request_id.to_owned(), index);
         }
         value
     }
@@ -1033,10 +1051,9 @@ impl Shared {
         self.advance();
         let state = self.state();
         state
-            .operations
-            .iter()
-            .find(|op| op.name == name && op.project == project && op.zone == zone)
-            .map(|op| op.to_json(Instant::now()))
+            .operation_names
+            .get(&(project.to_owned(), zone.to_owned(), name.to_owned()))
+            .map(|&index| state.operations[index].to_json(Instant::now()))
             .ok_or_else(|| {
                 ApiError::not_found(&format!("projects/{project}/zones/{zone}/operations/{name}"))
             })
@@ -1216,6 +1233,33 @@ mod tests {
             .list_instances("proxyfleet-test", ZONE, Some("labels.other:*"), None, None)
             .unwrap();
         assert!(none.get("items").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_instance_deleted_while_it_boots_never_runs_and_leaves_when_its_delete_is_done() {
+        let sim = shared(Faults::default());
+        let op =
+            sim.insert_instance("proxyfleet-test", ZONE, &body("pf-3"), None, None, "sa").unwrap();
+        let name = op["name"].as_str().unwrap().to_owned();
+        while sim.get_operation("proxyfleet-test", ZONE, &name).unwrap()["status"] != "DONE" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(sim.instances()[0].status, "STAGING");
+        let delete = sim.delete_instance("proxyfleet-test", ZONE, "pf-3", None, "sa").unwrap();
+        let delete = delete["name"].as_str().unwrap().to_owned();
+        // Past the boot: the instance stays on its way out, with no proxy.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        sim.advance();
+        let instance = &sim.instances()[0];
+        assert_eq!((instance.status.as_str(), instance.proxy), ("STOPPING", None));
+        while sim.get_operation("proxyfleet-test", ZONE, &delete).unwrap()["status"] != "DONE" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(sim.instances().is_empty());
+        // Both operations stay where `zoneOperations.get` finds them.
+        for name in [&name, &delete] {
+            assert_eq!(sim.get_operation("proxyfleet-test", ZONE, name).unwrap()["status"], "DONE");
+        }
     }
 
     #[tokio::test]
