@@ -2,9 +2,10 @@
 //! record (identity, last desired state, status, finalizer) and the plugins'
 //! key-value stores, in one redb file so a restart resumes where it stopped.
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use proxyfleet_core::kv::{self, CasOutcome, KvEntry, KvError, KvStore};
@@ -69,6 +70,10 @@ pub struct Store {
     /// How many times every record was read ([`Store::records`]): the
     /// cost an idle installation must not keep paying.
     record_scans: AtomicU64,
+    /// Keys of the records written since [`Store::take_changed`] last
+    /// drained them: what the catalog publisher reads again, instead of
+    /// every record.
+    changed: Mutex<HashSet<String>>,
 }
 
 impl Store {
@@ -92,6 +97,7 @@ impl Store {
             db: Arc::new(db),
             record_writes: AtomicU64::new(0),
             record_scans: AtomicU64::new(0),
+            changed: Mutex::default(),
         })
     }
 
@@ -124,7 +130,7 @@ impl Store {
             .insert(record.key().as_str(), bytes.as_slice())
             .map_err(store_err)?;
         txn.commit().map_err(store_err)?;
-        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        self.committed([record.key()]);
         Ok(())
     }
 
@@ -144,7 +150,7 @@ impl Store {
             }
         }
         txn.commit().map_err(store_err)?;
-        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        self.committed(records.iter().map(ProxyRecord::key));
         Ok(())
     }
 
@@ -173,7 +179,7 @@ impl Store {
             record
         };
         txn.commit().map_err(store_err)?;
-        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        self.committed([key.to_owned()]);
         Ok(Some(updated))
     }
 
@@ -182,8 +188,23 @@ impl Store {
         let txn = self.db.begin_write().map_err(store_err)?;
         txn.open_table(PROXIES).map_err(store_err)?.remove(key).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
-        self.record_writes.fetch_add(1, Ordering::AcqRel);
+        self.committed([key.to_owned()]);
         Ok(())
+    }
+
+    /// Notes committed writes of the records at `keys`. The keys go in
+    /// before the count moves: whoever sees the new count and then drains
+    /// the keys finds them.
+    fn committed(&self, keys: impl IntoIterator<Item = String>) {
+        self.changed.lock().unwrap_or_else(PoisonError::into_inner).extend(keys);
+        self.record_writes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The keys of the records written (changed, added or removed) since
+    /// the last call, and forgets them. A key written again while its
+    /// record is being read comes back next time.
+    pub fn take_changed(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// How many record writes this store has committed: read it before

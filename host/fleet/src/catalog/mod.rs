@@ -273,39 +273,60 @@ impl Fleet {
         if members == state.members {
             return;
         }
-        let mut forgotten = Vec::new();
-        state.health.retain(|id, record| {
-            let keep = members
-                .get(id)
-                .and_then(|m| m.endpoint.as_ref())
-                .is_some_and(|endpoint| *endpoint == record.endpoint);
-            if !keep {
-                forgotten.push(id.clone());
-            }
-            keep
-        });
-        for id in forgotten {
-            // The mode clears the condition of a member that is still there.
-            if members.contains_key(&id) {
-                state.changed.insert(id);
-            } else {
-                state.changed.remove(&id);
-            }
-        }
-        for gone in state.members.values().filter(|m| !members.contains_key(&m.id)) {
+        let removed =
+            state.members.keys().filter(|id| !members.contains_key(*id)).cloned().collect();
+        self.apply(&mut state, members.into_values().collect(), removed);
+    }
+
+    /// Changes part of the membership: `upserts` are added or replace the
+    /// members of their IDs, the members `removed` names leave. For a mode
+    /// that knows what changed: the cost follows the change, not the
+    /// fleet. Health counters go as [`Fleet::publish`] drops them.
+    pub fn update(&self, upserts: Vec<Member>, removed: Vec<String>) {
+        let mut state = self.state_write();
+        self.apply(&mut state, upserts, removed);
+    }
+
+    fn apply(&self, state: &mut State, upserts: Vec<Member>, removed: Vec<String>) {
+        let mut changed = false;
+        let mut left = false;
+        for id in removed {
+            let Some(gone) = state.members.remove(&id) else { continue };
+            (changed, left) = (true, true);
             self.metrics.gateway().forget_upstream(gone.pool.as_deref(), &gone.qualified_name());
+            state.health.remove(&id);
+            state.changed.remove(&id);
         }
-        state.members = members;
+        for member in upserts {
+            if state.members.get(&member.id) == Some(&member) {
+                continue;
+            }
+            changed = true;
+            let same_endpoint = state.health.get(&member.id).is_some_and(|record| {
+                member.endpoint.as_ref().is_some_and(|endpoint| *endpoint == record.endpoint)
+            });
+            // The counters describe the endpoint that was probed: a member
+            // without it starts over, and the mode clears its condition.
+            if !same_endpoint && state.health.remove(&member.id).is_some() {
+                state.changed.insert(member.id.clone());
+            }
+            state.members.insert(member.id.clone(), member);
+        }
+        if !changed {
+            return;
+        }
         let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
         for member in state.members.values() {
             *phases.entry(member.phase.as_str()).or_default() += 1;
         }
         self.metrics.set_phases(phases);
-        self.rebuild(&state);
-        let mut holds = self.holds();
-        holds.replacing.retain(|id| state.members.contains_key(id));
-        holds.reports.retain(|id, _| state.members.contains_key(id));
-        holds.site_bans.retain(|id| state.members.contains_key(id));
+        self.rebuild(state);
+        if left {
+            let mut holds = self.holds();
+            holds.replacing.retain(|id| state.members.contains_key(id));
+            holds.reports.retain(|id, _| state.members.contains_key(id));
+            holds.site_bans.retain(|id| state.members.contains_key(id));
+        }
     }
 
     /// Members with an endpoint, for the health engine.

@@ -102,6 +102,33 @@ fn a_proxy_whose_address_goes_away_is_forgotten_at_once() {
     assert_eq!(fleet.health("uid-1"), None);
 }
 
+/// `update` is `publish` for what changed: the members it leaves alone
+/// keep their counters and stay handed out; one whose endpoint moved
+/// starts over; one removed is gone, from the catalog and its counters.
+#[test]
+fn an_update_changes_only_the_members_it_names() {
+    let members = (1..=3).map(|n| MemberBuilder::new(n).build()).collect();
+    let fleet = fleet_with(members, FleetSettings::default());
+    fleet.take_verdict_changes();
+    let moved: std::net::SocketAddr = "127.0.0.9:8080".parse().unwrap();
+    fleet.update(
+        vec![MemberBuilder::new(1).build(), MemberBuilder::new(2).endpoint(moved).build()],
+        vec!["uid-3".into(), "uid-unknown".into()],
+    );
+    assert_eq!(fleet.health("uid-1").map(|h| h.verdict), Some(Verdict::Healthy));
+    assert_eq!(fleet.health("uid-2"), None, "a moved endpoint's counters are dropped");
+    assert_eq!(fleet.health("uid-3"), None);
+    assert_eq!(fleet.take_verdict_changes(), vec![("uid-2".to_owned(), None)]);
+    let listed: Vec<String> =
+        fleet.list(&Selector::default(), None).into_iter().map(|v| v.id).collect();
+    assert_eq!(listed, ["uid-1", "uid-2"]);
+    let targets: Vec<_> = fleet.probe_targets().into_iter().map(|(_, e)| e.port).collect();
+    assert_eq!(targets, [3128, 8080]);
+    for _ in 0..3 {
+        assert_eq!(fleet.next(&Selector::default(), None).unwrap().0, "uid-1");
+    }
+}
+
 #[test]
 fn round_robin_visits_every_healthy_member_of_the_pool() {
     let members = vec![

@@ -6,8 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use proxyfleet_core::clock::unix_now;
@@ -109,9 +108,8 @@ pub struct Standalone {
     checks: Mutex<BTreeMap<String, ProviderCheck>>,
     metrics: Arc<Metrics>,
     fleet: Arc<Fleet>,
-    /// The store's record-write count at the last publish to the fleet:
-    /// while it stands, the records (and so the members) are unchanged.
-    published_at: AtomicU64,
+    /// What the fleet was last given; `None` before the first publish.
+    published: Mutex<Option<Published>>,
     /// What the last full sync saw; `None` before the first.
     synced: Mutex<Option<Synced>>,
 }
@@ -130,6 +128,16 @@ struct Synced {
     until: Option<u64>,
 }
 
+/// What the catalog was last given.
+#[derive(Debug)]
+struct Published {
+    /// The store's record-write count then: while it stands, the records
+    /// (and so the members) are unchanged.
+    writes: u64,
+    /// Record key → the UID its member was published under.
+    uids: HashMap<String, String>,
+}
+
 /// The Proxies a sync found new, written together in one commit at its
 /// end (a first start with thousands pays for one commit, not one each).
 struct NewRecords {
@@ -140,9 +148,6 @@ struct NewRecords {
 
 /// How often the run loop syncs, publishes and queues due passes.
 const TURN: Duration = Duration::from_millis(250);
-
-/// `published_at` before the first publish.
-const NEVER_PUBLISHED: u64 = u64::MAX;
 
 impl std::fmt::Debug for Standalone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -192,7 +197,7 @@ impl Standalone {
             checks: Mutex::new(BTreeMap::new()),
             metrics,
             fleet,
-            published_at: AtomicU64::new(NEVER_PUBLISHED),
+            published: Mutex::new(None),
             synced: Mutex::new(None),
         })
     }
@@ -238,43 +243,70 @@ impl Standalone {
     /// which drops its probe counters in the same step.
     ///
     /// The driver calls this every turn; a turn after which no record was
-    /// written reads nothing from the store.
+    /// written reads nothing from the store, and one after writes reads
+    /// only the records written: a turn's cost follows what changed, not
+    /// the fleet's size.
     pub fn publish_fleet(&self) -> Result<()> {
         // Read before the records: a write in between makes the next turn
         // publish again, never skip a change.
         let writes = self.store.record_writes();
-        if self.published_at.load(Ordering::Acquire) == writes {
+        let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+        if published.as_ref().is_some_and(|last| last.writes == writes) {
             return Ok(());
         }
-        let members = self
-            .store
-            .records()?
-            .into_iter()
-            .map(|record| {
-                let endpoint = record
-                    .status
-                    .ip
-                    .as_deref()
-                    .and_then(|ip| ip.parse().ok())
-                    .filter(|_| record.status.phase == Phase::Running && !record.deleting)
-                    .map(|ip| {
-                        Endpoint::new(ip, record.status.port.unwrap_or(record.desired.port))
-                            .with_credential(record.desired.proxy_auth.clone())
-                    });
-                proxyfleet_fleet::Member {
-                    id: record.meta.uid,
-                    namespace: record.meta.namespace,
-                    name: record.meta.name,
-                    pool: record.pool,
-                    provider: record.desired.provider,
-                    labels: record.desired.labels,
-                    phase: if record.deleting { Phase::Deleting } else { record.status.phase },
-                    endpoint,
+        let changed = self.store.take_changed();
+        let outcome = match published.as_mut() {
+            None => self.publish_all(writes),
+            Some(last) => self.publish_changed(last, changed).map(|()| {
+                last.writes = writes;
+                None
+            }),
+        };
+        match outcome {
+            Ok(Some(first)) => *published = Some(first),
+            Ok(None) => {}
+            Err(err) => {
+                // The drained keys are lost with it: start over from
+                // every record next turn.
+                *published = None;
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes every record: the first publish, or after a failed one.
+    fn publish_all(&self, writes: u64) -> Result<Option<Published>> {
+        let records = self.store.records()?;
+        let uids = records.iter().map(|r| (r.key(), r.meta.uid.clone())).collect();
+        self.fleet.publish(records.into_iter().map(member_of).collect());
+        Ok(Some(Published { writes, uids }))
+    }
+
+    /// Publishes the records at `keys` (written since `last`).
+    fn publish_changed(&self, last: &mut Published, keys: HashSet<String>) -> Result<()> {
+        let mut upserts = Vec::new();
+        let mut removed = Vec::new();
+        for key in keys {
+            let record = self.store.record(&key)?;
+            let uid = record.as_ref().map(|r| r.meta.uid.clone());
+            // Gone, or another Proxy under the same name now.
+            if let Some(before) = last.uids.get(&key)
+                && uid.as_ref() != Some(before)
+            {
+                removed.push(before.clone());
+            }
+            match (record, uid) {
+                (Some(record), Some(uid)) => {
+                    last.uids.insert(key, uid);
+                    upserts.push(member_of(record));
                 }
-            })
-            .collect();
-        self.fleet.publish(members);
-        self.published_at.store(writes, Ordering::Release);
+                _ => {
+                    last.uids.remove(&key);
+                }
+            }
+        }
+        self.fleet.update(upserts, removed);
         Ok(())
     }
 
@@ -785,6 +817,31 @@ impl Standalone {
             prober.abort();
         }
         Ok(())
+    }
+}
+
+/// The catalog member of a record: it gets an endpoint once it runs with
+/// an address, and loses it when it stops or is deleted.
+fn member_of(record: ProxyRecord) -> proxyfleet_fleet::Member {
+    let endpoint = record
+        .status
+        .ip
+        .as_deref()
+        .and_then(|ip| ip.parse().ok())
+        .filter(|_| record.status.phase == Phase::Running && !record.deleting)
+        .map(|ip| {
+            Endpoint::new(ip, record.status.port.unwrap_or(record.desired.port))
+                .with_credential(record.desired.proxy_auth.clone())
+        });
+    proxyfleet_fleet::Member {
+        id: record.meta.uid,
+        namespace: record.meta.namespace,
+        name: record.meta.name,
+        pool: record.pool,
+        provider: record.desired.provider,
+        labels: record.desired.labels,
+        phase: if record.deleting { Phase::Deleting } else { record.status.phase },
+        endpoint,
     }
 }
 
