@@ -30,23 +30,30 @@ fn condition(proxy: &Proxy, kind: &str) -> Option<String> {
     status.conditions.iter().find(|c| c.type_ == kind).map(|c| c.status.clone())
 }
 
+/// What probes fetch through the proxies: an echo of the exit IP.
+async fn echo() -> TestServer {
+    TestServer::http(Canned { status: 200, body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#) })
+        .await
+}
+
+/// A providers file with one static entry, `lab`, listing `proxies`.
+fn static_lab(proxies: &[std::net::SocketAddr]) -> String {
+    let endpoints: Vec<String> = proxies.iter().map(|addr| format!("'{addr}'")).collect();
+    format!(
+        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: [{}] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
+        endpoints.join(", ")
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-fleet").await;
     let mut tinyproxies = [Tinyproxy::start(), Tinyproxy::start()];
-    let echo = TestServer::http(Canned {
-        status: 200,
-        body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#),
-    })
-    .await;
+    let echo = echo().await;
 
-    let providers = format!(
-        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}', '{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
-        tinyproxies[0].addr(),
-        tinyproxies[1].addr()
-    );
+    let providers = static_lab(&[tinyproxies[0].addr(), tinyproxies[1].addr()]);
     let fleet = Arc::new(Fleet::new(
         FleetSettings { replace_after: 2, ..FleetSettings::default() },
         Arc::new(Metrics::new()),
@@ -199,15 +206,8 @@ async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-auth").await;
     let tinyproxy = Tinyproxy::start_with("BasicAuth crawler s3cret-pw\n");
-    let echo = TestServer::http(Canned {
-        status: 200,
-        body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#),
-    })
-    .await;
-    let providers = format!(
-        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
-        tinyproxy.addr()
-    );
+    let echo = echo().await;
+    let providers = static_lab(&[tinyproxy.addr()]);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     for (name, labelled) in [("proxy-auth", true), ("unlabelled", false)] {
         let labels = if labelled {
@@ -279,15 +279,8 @@ async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_wait
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-rotate").await;
     let tinyproxy = Tinyproxy::start_with("BasicAuth crawler old-pw\nBasicAuth crawler n3w-pw\n");
-    let echo = TestServer::http(Canned {
-        status: 200,
-        body: Bytes::from_static(br#"{"ip":"127.0.0.1"}"#),
-    })
-    .await;
-    let providers = format!(
-        "providers:\n  - name: lab\n    plugin: static\n    config: {{ endpoints: ['{}'] }}\n    proxyAddresses: ['127.0.0.0/8']\n",
-        tinyproxy.addr()
-    );
+    let echo = echo().await;
+    let providers = static_lab(&[tinyproxy.addr()]);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
