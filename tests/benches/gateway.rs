@@ -3,17 +3,25 @@
 //! directly (each connection to one upstream, in turn) and once through
 //! the gateway (which spreads over the same upstreams), for plain HTTP
 //! (absolute-form GETs on kept-alive connections where the proxy keeps
-//! them) and for CONNECT (a tunnel per request, one GET through it).
+//! them), for CONNECT (a tunnel per request, one GET through it: the cost
+//! of opening tunnels) and for tunnels kept open (a CONNECT per connection,
+//! then GETs one after another through it, as an HTTPS client that keeps
+//! its connection alive sends them).
 //!
 //! ```text
 //! cargo bench -p proxyfleet-tests --bench gateway -- \
 //!     [--connections 64] [--secs 10] [--upstreams 4]
 //! ```
 //!
-//! Every latency includes the connection to the proxy (or the gateway),
-//! when one was made for the request. Added latency is the difference of
-//! the medians, under load (`--connections`) and one request at a time
-//! (where it is the path's own cost, not queueing for a core). The load
+//! Each kind runs three loads: saturated (`--connections` connections,
+//! each sending its next request as soon as the last is answered), paced
+//! (the same connections offered half the lower of the two saturated
+//! rates, open loop: a latency counts from when the request was due, so a
+//! slow path cannot hide its queue) and one request at a time. Every
+//! latency includes the connection to the proxy (or the gateway), when one
+//! was made for the request. Added latency is the difference of the
+//! medians: saturated it is mostly queueing for a core, paced and one at a
+//! time it is the path's own cost. The load
 //! generator, the gateway, the upstreams and the origin share this
 //! machine's cores, so the loaded figures say how the two paths compare
 //! here; the CPU each request costs the gateway (its own runtime's threads)
@@ -103,6 +111,7 @@ impl Path {
 enum Kind {
     Http,
     Connect,
+    Tunnel,
 }
 
 impl Kind {
@@ -110,6 +119,7 @@ impl Kind {
         match self {
             Kind::Http => "http",
             Kind::Connect => "connect",
+            Kind::Tunnel => "tunnel",
         }
     }
 }
@@ -176,8 +186,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
         options.connections, options.duration, options.upstreams
     );
     println!(
-        "{:<8} {:<8} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13}",
+        "{:<8} {:<9} {:<8} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13}",
         "kind",
+        "load",
         "path",
         "conns",
         "req/s",
@@ -189,48 +200,94 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "upstream CPU"
     );
     let pids: Vec<u32> = upstreams.iter().filter_map(Tinyproxy::pid).collect();
-    for kind in [Kind::Http, Kind::Connect] {
-        for connections in [options.connections, 1] {
-            let mut medians = Vec::new();
-            let mut rates = Vec::new();
-            for (name, path) in
-                [("direct", Path::Direct(addrs.clone())), ("gateway", Path::Gateway(gateway))]
-            {
-                // A short warm-up, then the measured run.
-                load(&path, kind, origin, connections, Duration::from_secs(1)).await;
-                let cpu_before = (gateway_cpu(), processes_cpu(&pids));
-                let mut figures = load(&path, kind, origin, connections, options.duration).await;
-                let cpu = (gateway_cpu() - cpu_before.0, processes_cpu(&pids) - cpu_before.1);
-                let count = figures.latencies.len().max(1) as f64;
-                let rate = figures.per_second(options.duration);
-                let (p50, p90, p99) =
-                    (figures.percentile(0.5), figures.percentile(0.9), figures.percentile(0.99));
-                println!(
-                    "{:<8} {:<8} {:>5} {:>10.0} {:>9.3?} {:>9.3?} {:>9.3?} {:>7} {:>10.1} µs {:>10.1} µs",
-                    kind.name(),
-                    name,
-                    connections,
-                    rate,
-                    p50,
-                    p90,
-                    p99,
-                    figures.errors,
-                    cpu.0 / count * 1e6,
-                    cpu.1 / count * 1e6,
-                );
-                medians.push(p50);
-                rates.push(rate);
-            }
-            println!(
-                "{:<8} {connections:>3} connection(s): gateway/direct throughput {:.2}x, added median latency {:.3} ms",
-                kind.name(),
-                rates[1] / rates[0].max(f64::MIN_POSITIVE),
-                (medians[1].as_secs_f64() - medians[0].as_secs_f64()) * 1000.0
-            );
-        }
+    let bench = Bench { origin, duration: options.duration, pids };
+    let paths = [("direct", Path::Direct(addrs.clone())), ("gateway", Path::Gateway(gateway))];
+    for kind in [Kind::Http, Kind::Connect, Kind::Tunnel] {
+        // The most each path carries with every connection busy.
+        let saturated = bench.compare(&paths, kind, options.connections, Offer::Saturate).await;
+        println!(
+            "{:<8} saturated: gateway/direct throughput {:.2}x, added median latency {:.3} ms",
+            kind.name(),
+            saturated[1].rate / saturated[0].rate.max(f64::MIN_POSITIVE),
+            added_ms(&saturated)
+        );
+        // Half the lower of the two saturated rates, which both paths
+        // carry: latency without the queueing that saturation adds.
+        let rate = saturated[0].rate.min(saturated[1].rate) / 2.0;
+        let half = bench.compare(&paths, kind, options.connections, Offer::Rate(rate)).await;
+        println!(
+            "{:<8} at {rate:.0} req/s: added median latency {:.3} ms",
+            kind.name(),
+            added_ms(&half)
+        );
+        let single = bench.compare(&paths, kind, 1, Offer::Saturate).await;
+        println!(
+            "{:<8} one at a time: gateway/direct throughput {:.2}x, added median latency {:.3} ms",
+            kind.name(),
+            single[1].rate / single[0].rate.max(f64::MIN_POSITIVE),
+            added_ms(&single)
+        );
     }
     gateway_runtime.shutdown_background();
     Ok(())
+}
+
+/// The figures of one run that the comparison needs.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    rate: f64,
+    p50: Duration,
+}
+
+/// The gateway's median minus the direct one, in milliseconds.
+fn added_ms(runs: &[Run; 2]) -> f64 {
+    (runs[1].p50.as_secs_f64() - runs[0].p50.as_secs_f64()) * 1000.0
+}
+
+/// What every run shares.
+struct Bench {
+    origin: SocketAddr,
+    duration: Duration,
+    /// The upstreams' processes, whose CPU each run reports.
+    pids: Vec<u32>,
+}
+
+impl Bench {
+    /// The same load down both paths, direct first; prints a row for each.
+    async fn compare(
+        &self,
+        paths: &[(&str, Path); 2],
+        kind: Kind,
+        connections: usize,
+        offer: Offer,
+    ) -> [Run; 2] {
+        let mut runs = [Run { rate: 0.0, p50: Duration::ZERO }; 2];
+        for (run, (name, path)) in runs.iter_mut().zip(paths) {
+            // A short warm-up, then the measured run.
+            load(path, kind, self.origin, connections, Duration::from_secs(1), offer).await;
+            let cpu_before = (gateway_cpu(), processes_cpu(&self.pids));
+            let mut figures =
+                load(path, kind, self.origin, connections, self.duration, offer).await;
+            let cpu = (gateway_cpu() - cpu_before.0, processes_cpu(&self.pids) - cpu_before.1);
+            let count = figures.latencies.len().max(1) as f64;
+            let rate = figures.per_second(self.duration);
+            let (p50, p90, p99) =
+                (figures.percentile(0.5), figures.percentile(0.9), figures.percentile(0.99));
+            let load = match offer {
+                Offer::Saturate => "saturated",
+                Offer::Rate(_) => "paced",
+            };
+            println!(
+                "{:<8} {load:<9} {name:<8} {connections:>5} {rate:>10.0} {p50:>9.3?} {p90:>9.3?} {p99:>9.3?} {:>7} {:>10.1} µs {:>10.1} µs",
+                kind.name(),
+                figures.errors,
+                cpu.0 / count * 1e6,
+                cpu.1 / count * 1e6,
+            );
+            *run = Run { rate, p50 };
+        }
+        runs
+    }
 }
 
 /// A plain origin answering `ok` on loopback, keeping connections alive.
@@ -299,26 +356,47 @@ async fn start_gateway(
     Ok((addr, dir))
 }
 
-/// `connections` clients sending requests one after another for `duration`.
+/// How a run offers its load.
+#[derive(Debug, Clone, Copy)]
+enum Offer {
+    /// Every client sends its next request as soon as the last is
+    /// answered: the most the path carries.
+    Saturate,
+    /// The clients together send this many requests a second, evenly
+    /// spaced, whatever the answers take; a request's latency counts from
+    /// when it was due, so a late answer also delays the requests behind it
+    /// in the figures rather than hiding them.
+    Rate(f64),
+}
+
+/// `connections` clients sending requests for `duration`.
 async fn load(
     path: &Path,
     kind: Kind,
     origin: SocketAddr,
     connections: usize,
     duration: Duration,
+    offer: Offer,
 ) -> Figures {
-    let end = Instant::now() + duration;
+    let start = Instant::now();
+    let end = start + duration;
     let tasks: Vec<_> = (0..connections)
         .map(|i| {
-            let path = path.clone();
-            tokio::spawn(async move {
-                match kind {
-                    Kind::Http => http_client(path.proxy(i), path.credentials(), origin, end).await,
-                    Kind::Connect => {
-                        connect_client(path.proxy(i), path.credentials(), origin, end).await
-                    }
+            let mut client = Client {
+                kind,
+                proxy: path.proxy(i),
+                credentials: path.credentials(),
+                origin,
+                sender: None,
+            };
+            let schedule = match offer {
+                Offer::Saturate => None,
+                Offer::Rate(rate) => {
+                    let interval = Duration::from_secs_f64(connections as f64 / rate);
+                    Some((start + interval.mul_f64(i as f64 / connections as f64), interval))
                 }
-            })
+            };
+            tokio::spawn(async move { client.run(end, schedule).await })
         })
         .collect();
     let mut all = Figures::default();
@@ -332,6 +410,127 @@ async fn load(
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+/// What one request came to.
+enum Outcome {
+    Answered,
+    Failed,
+    /// A kept-alive connection the proxy closed meanwhile: what any client
+    /// does is send the request again on a new one.
+    Again,
+}
+
+/// One load generator's connection.
+struct Client {
+    kind: Kind,
+    proxy: SocketAddr,
+    credentials: Option<String>,
+    origin: SocketAddr,
+    /// The connection kept for the next request, for the kinds that keep one.
+    sender: Option<Sender>,
+}
+
+impl Client {
+    /// Requests until `end`: back to back, or at `(first, interval)`.
+    async fn run(&mut self, end: Instant, mut schedule: Option<(Instant, Duration)>) -> Figures {
+        let mut figures = Figures::default();
+        loop {
+            let started = match &mut schedule {
+                None => Instant::now(),
+                Some((due, interval)) => {
+                    let this = *due;
+                    *due += *interval;
+                    tokio::time::sleep_until(this.into()).await;
+                    this
+                }
+            };
+            if started >= end {
+                break;
+            }
+            loop {
+                match self.request().await {
+                    Outcome::Answered => figures.latencies.push(started.elapsed()),
+                    Outcome::Failed => figures.errors += 1,
+                    Outcome::Again => continue,
+                }
+                break;
+            }
+        }
+        figures
+    }
+
+    async fn request(&mut self) -> Outcome {
+        match self.kind {
+            Kind::Http => self.forwarded_get().await,
+            Kind::Connect => {
+                // A tunnel per request, one GET through it.
+                let Some(mut sender) =
+                    tunnel(self.proxy, self.credentials.as_deref(), self.origin).await
+                else {
+                    return Outcome::Failed;
+                };
+                get(&mut sender, self.origin).await
+            }
+            Kind::Tunnel => {
+                // A tunnel kept for as long as the proxy keeps it.
+                let current = match self.sender.take().filter(|s| !s.is_closed()) {
+                    Some(current) => current,
+                    None => {
+                        match tunnel(self.proxy, self.credentials.as_deref(), self.origin).await {
+                            Some(current) => current,
+                            None => return Outcome::Failed,
+                        }
+                    }
+                };
+                let mut current = current;
+                let outcome = get(&mut current, self.origin).await;
+                if matches!(outcome, Outcome::Answered) {
+                    self.sender = Some(current);
+                }
+                outcome
+            }
+        }
+    }
+
+    /// An absolute-form GET, on the connection kept from the last one
+    /// when the proxy kept it.
+    async fn forwarded_get(&mut self) -> Outcome {
+        let current = match self.sender.take().filter(|s| !s.is_closed()) {
+            Some(current) => Some(current),
+            None => match dial(self.proxy).await {
+                Some(stream) => http1(stream).await,
+                None => None,
+            },
+        };
+        let Some(mut current) = current else { return Outcome::Failed };
+        let origin = self.origin;
+        let mut request =
+            Request::get(format!("http://{origin}/")).header("host", origin.to_string());
+        if let Some(credentials) = &self.credentials {
+            request = request.header("proxy-authorization", credentials);
+        }
+        let request = request.body(Empty::new()).expect("a valid request");
+        if current.ready().await.is_err() {
+            return Outcome::Failed;
+        }
+        match current.send_request(request).await {
+            Ok(response) => {
+                let close = response
+                    .headers()
+                    .get("connection")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+                let ok = response.status().is_success();
+                let read = response.into_body().collect().await.is_ok();
+                if !close {
+                    self.sender = Some(current);
+                }
+                if read && ok { Outcome::Answered } else { Outcome::Failed }
+            }
+            Err(err) if err.is_canceled() || err.is_incomplete_message() => Outcome::Again,
+            Err(_) => Outcome::Failed,
+        }
+    }
+}
 
 /// A new connection to `proxy`.
 async fn dial(proxy: SocketAddr) -> Option<TcpStream> {
@@ -348,86 +547,12 @@ async fn http1(stream: TcpStream) -> Option<Sender> {
     Some(sender)
 }
 
-/// Absolute-form GETs, on one connection for as long as the proxy keeps it.
-async fn http_client(
-    proxy: SocketAddr,
-    credentials: Option<String>,
-    origin: SocketAddr,
-    end: Instant,
-) -> Figures {
-    let mut figures = Figures::default();
-    let mut sender: Option<Sender> = None;
-    while Instant::now() < end {
-        let started = Instant::now();
-        let current = match sender.take().filter(|s| !s.is_closed()) {
-            Some(current) => Some(current),
-            None => match dial(proxy).await {
-                Some(stream) => http1(stream).await,
-                None => None,
-            },
-        };
-        let Some(mut current) = current else {
-            figures.errors += 1;
-            continue;
-        };
-        let mut request =
-            Request::get(format!("http://{origin}/")).header("host", origin.to_string());
-        if let Some(credentials) = &credentials {
-            request = request.header("proxy-authorization", credentials);
-        }
-        let request = request.body(Empty::new()).expect("a valid request");
-        if current.ready().await.is_err() {
-            figures.errors += 1;
-            continue;
-        }
-        match current.send_request(request).await {
-            Ok(response) => {
-                let close = response
-                    .headers()
-                    .get("connection")
-                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-                let ok = response.status().is_success();
-                if response.into_body().collect().await.is_ok() && ok {
-                    figures.latencies.push(started.elapsed());
-                } else {
-                    figures.errors += 1;
-                }
-                if !close {
-                    sender = Some(current);
-                }
-            }
-            // A kept-alive connection the proxy closed meanwhile: what any
-            // client does is send the request again on a new one.
-            Err(err) if err.is_canceled() || err.is_incomplete_message() => {}
-            Err(_) => figures.errors += 1,
-        }
-    }
-    figures
-}
-
-/// A CONNECT tunnel per request, with one GET through it.
-async fn connect_client(
-    proxy: SocketAddr,
-    credentials: Option<String>,
-    origin: SocketAddr,
-    end: Instant,
-) -> Figures {
-    let mut figures = Figures::default();
-    while Instant::now() < end {
-        let started = Instant::now();
-        match tunnel_get(proxy, credentials.as_deref(), origin).await {
-            Some(()) => figures.latencies.push(started.elapsed()),
-            None => figures.errors += 1,
-        }
-    }
-    figures
-}
-
-async fn tunnel_get(
+/// An HTTP/1.1 connection to `origin` through a tunnel `proxy` opened.
+async fn tunnel(
     proxy: SocketAddr,
     credentials: Option<&str>,
     origin: SocketAddr,
-) -> Option<()> {
+) -> Option<Sender> {
     let mut stream = dial(proxy).await?;
     let auth = credentials.map(|c| format!("Proxy-Authorization: {c}\r\n")).unwrap_or_default();
     let head = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
@@ -446,11 +571,23 @@ async fn tunnel_get(
     if !answer.starts_with(b"HTTP/1.1 200") && !answer.starts_with(b"HTTP/1.0 200") {
         return None;
     }
-    let mut sender = http1(stream).await?;
-    let request =
-        Request::get("/").header("host", origin.to_string()).body(Empty::<Bytes>::new()).ok()?;
-    let response = sender.send_request(request).await.ok()?;
+    http1(stream).await
+}
+
+/// An origin-form GET on `sender`, its answer read to the end.
+async fn get(sender: &mut Sender, origin: SocketAddr) -> Outcome {
+    if sender.ready().await.is_err() {
+        return Outcome::Failed;
+    }
+    let Ok(request) = Request::get("/").header("host", origin.to_string()).body(Empty::new())
+    else {
+        return Outcome::Failed;
+    };
+    let Ok(response) = sender.send_request(request).await else { return Outcome::Failed };
     let ok = response.status().is_success();
-    response.into_body().collect().await.ok()?;
-    ok.then_some(())
+    if response.into_body().collect().await.is_ok() && ok {
+        Outcome::Answered
+    } else {
+        Outcome::Failed
+    }
 }
