@@ -18,6 +18,23 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(0.0, |stat| cpu_seconds_of(&stat))
 }
 
+/// CPU seconds the whole machine has been busy (every core, all but idle
+/// and I/O wait) in the text of `/proc/stat`; 0 when it cannot be read.
+pub fn busy_seconds_of(stat: &str) -> f64 {
+    let Some(line) = stat.lines().find(|line| line.starts_with("cpu ")) else { return 0.0 };
+    let ticks: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is
+    // counted in user already).
+    let total: f64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    (total - idle) / 100.0
+}
+
+/// CPU seconds the whole machine has been busy since it booted.
+pub fn machine_busy_seconds() -> f64 {
+    std::fs::read_to_string("/proc/stat").map_or(0.0, |stat| busy_seconds_of(&stat))
+}
+
 /// A memory line (`VmRSS:`, `VmHWM:`) of a `/proc/<pid>/status` text, in
 /// MiB.
 pub fn status_mib(status: &str, field: &str) -> Option<f64> {
@@ -45,6 +62,8 @@ mod tests {
         assert_eq!(status_mib(status, "VmRSS:"), Some(64.0));
         assert_eq!(status_mib(status, "VmHWM:"), Some(68.0));
         assert_eq!(status_mib(status, "VmSwap:"), None);
+        let machine = "cpu  300 10 90 1000 50 5 5 0 0 0\ncpu0 150 5 45 500 25 2 3 0 0 0\n";
+        assert!((busy_seconds_of(machine) - 4.1).abs() < 1e-9, "{}", busy_seconds_of(machine));
         let own = std::process::id();
         assert!(memory_mib(own).0 > 0.0, "this process has resident memory");
     }

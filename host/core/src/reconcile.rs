@@ -84,6 +84,15 @@ impl Policy {
         raw.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
     }
 
+    /// When to look again at a running Proxy: `resync` spread by `jitter`
+    /// to ±20%. Proxies that came up together (a new fleet, every Proxy of
+    /// a restarted operator) would otherwise all be looked at in the same
+    /// second every interval: a burst of calls at the backend's API each
+    /// time, instead of a steady trickle.
+    pub fn resync_after(&self, jitter: f64) -> Duration {
+        self.resync.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+    }
+
     /// When to poll again an instance that has been starting (or going
     /// away) for `waited`: after half that, no sooner than
     /// `provisioning_poll_first` and no later than `provisioning_poll`.
@@ -352,7 +361,7 @@ impl Pass<'_> {
                     "Running",
                     format!("instance {} runs at {ip}", instance.provider_id),
                 );
-                self.outcome.requeue_after = Some(self.policy.resync);
+                self.outcome.requeue_after = Some(self.policy.resync_after(self.jitter));
             }
             (InstanceState::Failed, _) => {
                 self.event(

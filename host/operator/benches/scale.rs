@@ -19,7 +19,9 @@
 //! processes on loopback, so every probe goes through a real proxy.
 //! `--entry static` lists N endpoints on 127.0.x.y, where nothing listens:
 //! its probes are refused. `--concurrency` is the entry's
-//! `limits.concurrency` and `mutations`. `--mode kube` runs `proxyfleet
+//! `limits.concurrency`, `mutations` and `httpInFlight` (each call of the
+//! gcp plugin holds one request open at a time: with fewer requests than
+//! calls allowed, calls would wait for a request slot). `--mode kube` runs `proxyfleet
 //! run` against the test API server (`deploy/dev/kube-apiserver/start.sh`)
 //! with the Proxies as objects there.
 //!
@@ -29,8 +31,10 @@
 //! backend need for one Proxy); add the other N-1 and time them all to
 //! Running. The bound the entry's limits set is
 //! `ceil((N-1) / concurrency) × t1`, and the figure to watch is the ratio
-//! to it. Then the settled operator idles
-//! for `--idle-secs`. It prints the operator process's own figures (CPU and
+//! to it. Then the settled operator idles for `--idle-secs`; then it
+//! restarts with probes an hour apart and, once its start-up calls are
+//! over, idles as long again: the difference is what probing costs, the
+//! rest is what an idle operator spends on anything else. It prints the operator process's own figures (CPU and
 //! memory from `/proc`, calls and the probe round from its `/metrics`),
 //! never the simulator's or this process's. A figure, not a test.
 
@@ -168,7 +172,7 @@ impl Backends {
         let ca = dir.join("ca.pem");
         let limits = |keys: usize| {
             format!(
-                "    limits: {{ concurrency: {c}, mutations: {c}, kvKeys: {keys}, kvTotalKiB: {kib} }}\n",
+                "    limits: {{ concurrency: {c}, mutations: {c}, httpInFlight: {c}, kvKeys: {keys}, kvTotalKiB: {kib} }}\n",
                 c = options.concurrency,
                 kib = (keys * 200 / 1024).max(512),
             )
@@ -452,6 +456,26 @@ impl Operator {
         }
     }
 
+    /// Waits until the bench entry has made no provider call for 3 s;
+    /// the time from now until its last call.
+    async fn settle(&mut self, within: Duration) -> Result<Duration, Box<dyn Error>> {
+        let started = Instant::now();
+        let mut last = (f64::NAN, Instant::now());
+        loop {
+            self.check_alive()?;
+            let calls = self.metrics_text().await.map_or(f64::NAN, |text| bench_calls(&text));
+            if calls != last.0 {
+                last = (calls, Instant::now());
+            } else if last.1.elapsed() >= Duration::from_secs(3) {
+                return Ok(last.1 - started);
+            }
+            if started.elapsed() > within {
+                return Err(format!("provider calls went on for {within:?} after a restart").into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// CPU seconds the process has used.
     fn cpu(&self) -> f64 {
         procfs::cpu_seconds(self.pid())
@@ -469,6 +493,29 @@ impl Drop for Operator {
     }
 }
 
+/// Where the machine's CPU went: cumulative seconds, or the difference of
+/// two readings. The rest (tinyproxy, whose workers are processes of
+/// their own, an API server, anything else running) is what the machine
+/// was busy with beyond the operator and this process.
+struct Machine {
+    busy: f64,
+    bench: f64,
+}
+
+impl Machine {
+    fn now() -> Self {
+        Self {
+            busy: procfs::machine_busy_seconds(),
+            // The simulator runs in this process.
+            bench: procfs::cpu_seconds(std::process::id()),
+        }
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        Self { busy: self.busy - before.busy, bench: self.bench - before.bench }
+    }
+}
+
 /// The sum of the samples of `name` in the metrics text, of those whose
 /// labels hold `label` when one is given.
 fn metric_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
@@ -479,6 +526,11 @@ fn metric_sum(text: &str, name: &str, label: Option<&str>) -> f64 {
         .filter(|rest| label.is_none_or(|label| rest.contains(label)))
         .filter_map(|rest| rest.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
+}
+
+/// Health probes made so far, passed or failed.
+fn probes(text: &str) -> f64 {
+    metric_sum(text, "proxyfleet_health_probes_total", None)
 }
 
 fn bench_calls(text: &str) -> f64 {
@@ -537,11 +589,13 @@ async fn measure(
     let before = operator.metrics_text().await.unwrap_or_default();
     let (calls_before, busy_before) = (bench_calls(&before), bring_up_seconds(&before));
     let cpu_before = operator.cpu();
+    let machine_before = Machine::now();
     let added = since();
     operator.add(backends, 1, n).await?;
     let (converged, first) =
         operator.time_to_running(1, n as u64, Duration::from_secs(3600), added).await?;
     let converge_cpu = operator.cpu() - cpu_before;
+    let machine = Machine::now().since(&machine_before);
     let (rss, hwm) = operator.memory();
     let after = operator.metrics_text().await.unwrap_or_default();
     let calls = bench_calls(&after) - calls_before;
@@ -550,6 +604,7 @@ async fn measure(
     let busy = bring_up_seconds(&after) - busy_before;
     let filled = busy / (converged.as_secs_f64() * options.concurrency.min(n - 1) as f64);
 
+    let probes_before = probes(&operator.metrics_text().await.unwrap_or_default());
     let idle_before = operator.cpu();
     tokio::time::sleep(options.idle).await;
     let idle_cpu = (operator.cpu() - idle_before) / options.idle.as_secs_f64();
@@ -557,6 +612,19 @@ async fn measure(
     let text = operator.metrics_text().await.unwrap_or_default();
     let round = metric_sum(&text, "proxyfleet_health_round_seconds", None);
     let healthy = metric_sum(&text, "proxyfleet_proxies_health", Some("state=\"healthy\""));
+    let probes_per_second = (probes(&text) - probes_before) / options.idle.as_secs_f64();
+
+    // The same settled fleet without probes, to tell what probing costs
+    // from the rest: a restart with rounds an hour apart (the first one
+    // runs at start), idle again once its start-up calls are over.
+    operator.command.args(["--health-interval", "1h"]);
+    let restart = operator.start().await?;
+    let (restart_rss, _) = operator.memory();
+    let settled = operator.settle(Duration::from_secs(600)).await?;
+    let quiet_before = operator.cpu();
+    tokio::time::sleep(options.idle).await;
+    let quiet_cpu = (operator.cpu() - quiet_before) / options.idle.as_secs_f64();
+    let per_probe = (idle_cpu - quiet_cpu) / probes_per_second.max(f64::MIN_POSITIVE);
 
     let waves = (n - 1).div_ceil(options.concurrency) as f64;
     let bound = per_proxy * waves;
@@ -588,6 +656,15 @@ async fn measure(
         filled * 100.0,
         busy / rest
     );
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let seconds = converged.as_secs_f64();
+    println!(
+        "  machine while converging  {:>10.2} of {cores} cores busy: operator {:.2}, simulator and bench {:.2}, the rest {:.2}",
+        machine.busy / seconds,
+        converge_cpu / seconds,
+        machine.bench / seconds,
+        (machine.busy - converge_cpu - machine.bench) / seconds,
+    );
     println!("  provider calls per Proxy  {:>10.2}", calls / rest);
     println!("  operator CPU per Proxy    {:>10.2} ms", converge_cpu / rest * 1000.0);
     println!("  RSS after converging      {rss:>10.1} MiB (high-water {hwm:.1} MiB)");
@@ -596,6 +673,20 @@ async fn measure(
         options.idle.as_secs(),
         idle_cpu * 100.0,
     );
+    println!(
+        "  of which probes           {probes_per_second:>10.0} /s at {:.0} µs of CPU each",
+        per_probe * 1e6
+    );
     println!("  last probe round          {round:>10.2} s ({healthy} healthy)");
+    println!(
+        "  restart with {n:<6}       {:>10.2} s to ready, RSS {restart_rss:.1} MiB; start-up calls over after {:.2} s",
+        restart.as_secs_f64(),
+        settled.as_secs_f64()
+    );
+    println!(
+        "  idle CPU without probes   {:>10.2} % of a core (over {} s)",
+        quiet_cpu * 100.0,
+        options.idle.as_secs()
+    );
     Ok(())
 }

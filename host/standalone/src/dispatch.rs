@@ -5,6 +5,12 @@
 //! lets it have open at once. So convergence runs at the speed each entry's
 //! limits allow, and an entry whose backend is slow fills only its own
 //! slots: the others' Proxies keep starting.
+//!
+//! Within an entry, passes that finish work already begun (an instance
+//! starting or going away) go ahead of those that would begin new work:
+//! a fleet of thousands comes up a slot's worth at a time, each Proxy
+//! Running soon after its create, instead of every create first and then
+//! every poll, with nothing Running until the last create is done.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -17,11 +23,42 @@ use futures::{FutureExt as _, StreamExt as _};
 /// its reconcile only reports the entry missing.
 pub const UNKNOWN_ENTRY_CONCURRENCY: usize = 4;
 
+/// Whether a pass finishes begun work or begins new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Finishes work begun: goes ahead of every [`Turn::Behind`] pass.
+    Ahead,
+    /// Begins new work, or only looks again.
+    Behind,
+}
+
+/// One entry's waiting passes, each line in the order they became due.
+struct Line<T> {
+    ahead: VecDeque<(String, T)>,
+    behind: VecDeque<(String, T)>,
+}
+
+impl<T> Default for Line<T> {
+    fn default() -> Self {
+        Self { ahead: VecDeque::new(), behind: VecDeque::new() }
+    }
+}
+
+impl<T> Line<T> {
+    fn pop(&mut self) -> Option<(String, T)> {
+        self.ahead.pop_front().or_else(|| self.behind.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ahead.is_empty() && self.behind.is_empty()
+    }
+}
+
 /// Reconciles waiting for a slot of their entry and reconciles in flight.
 /// A Proxy is in it at most once: waiting or running, it is busy.
 pub(crate) struct Dispatch<'a, T> {
-    /// By entry, each queue in the order its Proxies became due.
-    waiting: BTreeMap<String, VecDeque<(String, T)>>,
+    /// By entry.
+    waiting: BTreeMap<String, Line<T>>,
     running: FuturesUnordered<BoxFuture<'a, (String, String)>>,
     per_entry: HashMap<String, usize>,
     busy: HashSet<String>,
@@ -42,11 +79,16 @@ impl<'a, T> Dispatch<'a, T> {
         self.busy.contains(key)
     }
 
-    /// Puts the reconcile of `key` through `entry` in line; it starts once
-    /// the entry has room. A busy key is not queued twice.
-    pub(crate) fn queue(&mut self, key: String, entry: String, item: T) {
+    /// Puts the reconcile of `key` through `entry` in line, ahead or
+    /// behind; it starts once the entry has room. A busy key is not queued
+    /// twice.
+    pub(crate) fn queue(&mut self, key: String, entry: String, item: T, turn: Turn) {
         if self.busy.insert(key.clone()) {
-            self.waiting.entry(entry).or_default().push_back((key, item));
+            let line = self.waiting.entry(entry).or_default();
+            match turn {
+                Turn::Ahead => line.ahead.push_back((key, item)),
+                Turn::Behind => line.behind.push_back((key, item)),
+            }
         }
     }
 
@@ -63,7 +105,7 @@ impl<'a, T> Dispatch<'a, T> {
             let bound = limit(entry).max(1);
             let count = self.per_entry.entry(entry.clone()).or_default();
             while *count < bound {
-                let Some((key, item)) = queue.pop_front() else { break };
+                let Some((key, item)) = queue.pop() else { break };
                 *count += 1;
                 let (done_key, done_entry) = (key.clone(), entry.clone());
                 self.running.push(work(key, item).map(move |()| (done_key, done_entry)).boxed());
@@ -103,12 +145,12 @@ mod tests {
         let mut waiting = Some(waiting);
         let mut dispatch: Dispatch<'_, ()> = Dispatch::new();
         for key in ["ns/slow-1", "ns/slow-2"] {
-            dispatch.queue(key.into(), "slow".into(), ());
+            dispatch.queue(key.into(), "slow".into(), (), Turn::Behind);
         }
         for i in 0..4 {
-            dispatch.queue(format!("ns/fast-{i}"), "fast".into(), ());
+            dispatch.queue(format!("ns/fast-{i}"), "fast".into(), (), Turn::Behind);
         }
-        dispatch.queue("ns/fast-0".into(), "fast".into(), ());
+        dispatch.queue("ns/fast-0".into(), "fast".into(), (), Turn::Behind);
         // The slow entry's one slot is taken by a reconcile that waits; the
         // other entry still starts three of its own.
         let mut started = Vec::new();
@@ -145,5 +187,29 @@ mod tests {
         dispatch.start(limits, |_, ()| async {});
         assert_eq!(dispatch.next().await.as_deref(), Some("ns/slow-2"));
         assert!(!dispatch.is_busy("ns/slow-2"));
+    }
+
+    #[tokio::test]
+    async fn begun_work_goes_ahead_of_new_work_in_its_entry() {
+        let mut dispatch: Dispatch<'_, ()> = Dispatch::new();
+        for i in 0..3 {
+            dispatch.queue(format!("ns/new-{i}"), "slow".into(), (), Turn::Behind);
+        }
+        dispatch.queue("ns/starting".into(), "slow".into(), (), Turn::Ahead);
+        dispatch.queue("ns/other".into(), "fast".into(), (), Turn::Behind);
+        let mut order = Vec::new();
+        loop {
+            dispatch.start(limits, |key, ()| {
+                order.push(key);
+                async {}
+            });
+            if dispatch.next().await.is_none() {
+                break;
+            }
+        }
+        let slow: Vec<&str> =
+            order.iter().map(String::as_str).filter(|key| !key.ends_with("other")).collect();
+        assert_eq!(slow, ["ns/starting", "ns/new-0", "ns/new-1", "ns/new-2"]);
+        assert!(order.contains(&"ns/other".to_owned()), "the other entry's pass runs too");
     }
 }

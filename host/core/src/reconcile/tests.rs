@@ -248,6 +248,15 @@ async fn an_instance_created_after_failed_attempts_is_polled_soon() {
 }
 
 #[test]
+fn resyncs_spread_within_twenty_percent_so_a_fleet_started_together_is_not_looked_at_in_lockstep() {
+    let policy = Policy::default();
+    assert_eq!(policy.resync_after(0.5), policy.resync);
+    assert_eq!(policy.resync_after(0.0), Duration::from_secs(48));
+    let high = policy.resync_after(0.999);
+    assert!(high > Duration::from_millis(71_900) && high < Duration::from_secs(72), "{high:?}");
+}
+
+#[test]
 fn backoff_is_capped_and_jittered_within_twenty_percent() {
     let policy = Policy::default();
     assert_eq!(policy.backoff(ErrorClass::Transient, 30, 0.5), policy.backoff_max);

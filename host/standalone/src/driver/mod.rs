@@ -25,8 +25,8 @@ use proxyfleet_housekeeping::{
 use proxyfleet_metrics::Metrics;
 
 use crate::desired;
-use crate::dispatch::Dispatch;
 pub use crate::dispatch::UNKNOWN_ENTRY_CONCURRENCY;
+use crate::dispatch::{Dispatch, Turn};
 use crate::error::{Error, Result};
 use crate::state::StateDb;
 use crate::store::{ProxyRecord, Store, record_key};
@@ -564,7 +564,10 @@ impl Standalone {
         self.schedule().remove(&key);
         match self.store.record(&key) {
             Ok(Some(record)) => {
-                dispatch.queue(key, record.desired.provider.clone(), record);
+                let begun = record.deleting
+                    || matches!(record.status.phase, Phase::Provisioning | Phase::Deleting);
+                let turn = if begun { Turn::Ahead } else { Turn::Behind };
+                dispatch.queue(key, record.desired.provider.clone(), record, turn);
                 true
             }
             Ok(None) => false,
