@@ -7,10 +7,13 @@
 //! slots: the others' Proxies keep starting.
 //!
 //! Within an entry, passes that finish work already begun (an instance
-//! starting or going away) go ahead of those that would begin new work:
-//! a fleet of thousands comes up a slot's worth at a time, each Proxy
-//! Running soon after its create, instead of every create first and then
-//! every poll, with nothing Running until the last create is done.
+//! starting or going away) go ahead of those that would begin new work,
+//! taking every other slot while both wait: a fleet of thousands comes up
+//! a slot's worth at a time, each Proxy Running soon after its create,
+//! instead of every create first and then every poll, with nothing Running
+//! until the last create is done. Every other slot, not every one: the
+//! polls of many slow-booting instances would otherwise hold back new
+//! creates for as long as the boots take.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -36,17 +39,23 @@ pub(crate) enum Turn {
 struct Line<T> {
     ahead: VecDeque<(String, T)>,
     behind: VecDeque<(String, T)>,
+    /// Whether the last pass started came from `ahead`.
+    last_ahead: bool,
 }
 
 impl<T> Default for Line<T> {
     fn default() -> Self {
-        Self { ahead: VecDeque::new(), behind: VecDeque::new() }
+        Self { ahead: VecDeque::new(), behind: VecDeque::new(), last_ahead: false }
     }
 }
 
 impl<T> Line<T> {
+    /// The next pass: from `ahead` unless the last one was and `behind`
+    /// has one waiting.
     fn pop(&mut self) -> Option<(String, T)> {
-        self.ahead.pop_front().or_else(|| self.behind.pop_front())
+        let from_ahead = !self.ahead.is_empty() && (!self.last_ahead || self.behind.is_empty());
+        self.last_ahead = from_ahead;
+        if from_ahead { self.ahead.pop_front() } else { self.behind.pop_front() }
     }
 
     fn is_empty(&self) -> bool {
@@ -190,12 +199,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn begun_work_goes_ahead_of_new_work_in_its_entry() {
+    async fn begun_work_goes_ahead_of_new_work_in_its_entry_taking_every_other_slot() {
         let mut dispatch: Dispatch<'_, ()> = Dispatch::new();
         for i in 0..3 {
             dispatch.queue(format!("ns/new-{i}"), "slow".into(), (), Turn::Behind);
         }
-        dispatch.queue("ns/starting".into(), "slow".into(), (), Turn::Ahead);
+        for i in 0..3 {
+            dispatch.queue(format!("ns/starting-{i}"), "slow".into(), (), Turn::Ahead);
+        }
         dispatch.queue("ns/other".into(), "fast".into(), (), Turn::Behind);
         let mut order = Vec::new();
         loop {
@@ -209,7 +220,10 @@ mod tests {
         }
         let slow: Vec<&str> =
             order.iter().map(String::as_str).filter(|key| !key.ends_with("other")).collect();
-        assert_eq!(slow, ["ns/starting", "ns/new-0", "ns/new-1", "ns/new-2"]);
+        assert_eq!(
+            slow,
+            ["ns/starting-0", "ns/new-0", "ns/starting-1", "ns/new-1", "ns/starting-2", "ns/new-2"]
+        );
         assert!(order.contains(&"ns/other".to_owned()), "the other entry's pass runs too");
     }
 }
