@@ -469,8 +469,20 @@ async fn validate(
     }
 }
 
+/// Reads the providers file, and logs the settings in it that are valid
+/// but work against each other.
+fn load_providers(path: &std::path::Path) -> anyhow::Result<ProvidersConfig> {
+    let providers = ProvidersConfig::load(path)?;
+    for entry in &providers.entries {
+        for warning in entry.warnings() {
+            tracing::warn!(entry = %entry.name, "{warning}");
+        }
+    }
+    Ok(providers)
+}
+
 async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
-    let config = ProvidersConfig::load(&setup.providers)?;
+    let config = load_providers(&setup.providers)?;
     let runtime = Runtime::new(setup.runtime_options())?;
     // Checks do not write bookkeeping; an in-memory store is enough here.
     let kv = Arc::new(MemoryKv::new());
@@ -510,7 +522,7 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
 
 async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stop = shutdown::on_signal()?;
-    let providers = ProvidersConfig::load(&args.setup.providers)?;
+    let providers = load_providers(&args.setup.providers)?;
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
@@ -651,7 +663,7 @@ async fn serve_metrics(
 }
 
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
-    let providers = ProvidersConfig::load(&args.setup.providers)?;
+    let providers = load_providers(&args.setup.providers)?;
     let mut settings = Settings::new(args.proxies);
     settings.concurrency = providers.concurrency();
     settings.gc_dry_run = args.housekeeping.gc_dry_run;

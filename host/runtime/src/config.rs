@@ -112,6 +112,27 @@ struct RawGrants {
     libvirt: Vec<RawLibvirtGrant>,
 }
 
+impl EntryConfig {
+    /// Settings that are valid but work against each other, each a
+    /// sentence naming the fields and the fix: the operator logs them at
+    /// start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let limits = &self.limits;
+        // A call of an HTTP plugin holds a request open most of its time:
+        // calls beyond the open requests allowed mostly wait.
+        if !self.grants.http.is_empty() && limits.http_in_flight < limits.concurrency {
+            warnings.push(format!(
+                "limits.concurrency ({}) is above limits.httpInFlight ({}): calls beyond {} \
+                 wait for a request slot and Proxies come up slower; raise httpInFlight to \
+                 at least concurrency",
+                limits.concurrency, limits.http_in_flight, limits.http_in_flight
+            ));
+        }
+        warnings
+    }
+}
+
 impl ProvidersConfig {
     /// Reads and validates a providers file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -586,5 +607,29 @@ providers:
             config.entries[0].limits.http_in_flight_per_call, 2,
             "the default shrinks to fit"
         );
+    }
+
+    #[test]
+    fn more_calls_than_open_requests_warns_an_http_entry_only() {
+        let entry = |grants: &str, limits: &str| {
+            ProvidersConfig::parse(&format!(
+                "providers:\n  - name: a\n    plugin: x\n    grants: {grants}\n    limits: {limits}\n"
+            ))
+            .unwrap()
+            .entries
+            .remove(0)
+        };
+        let http = "{ http: [ { url: 'https://h:443' } ] }";
+        let warnings = entry(http, "{ concurrency: 64, mutations: 64 }").warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("limits.concurrency (64)")
+                && warnings[0].contains("limits.httpInFlight (32)")
+                && warnings[0].contains("raise httpInFlight"),
+            "{warnings:?}"
+        );
+        let matched = "{ concurrency: 64, mutations: 64, httpInFlight: 64 }";
+        assert!(entry(http, matched).warnings().is_empty());
+        assert!(entry("{}", "{ concurrency: 64, mutations: 64 }").warnings().is_empty());
     }
 }
