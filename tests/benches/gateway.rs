@@ -473,7 +473,7 @@ impl Client {
             }
             Kind::Tunnel => {
                 // A tunnel kept for as long as the proxy keeps it.
-                let current = match self.sender.take().filter(|s| !s.is_closed()) {
+                let mut current = match self.sender.take().filter(|s| !s.is_closed()) {
                     Some(current) => current,
                     None => {
                         match tunnel(self.proxy, self.credentials.as_deref(), self.origin).await {
@@ -482,7 +482,6 @@ impl Client {
                         }
                     }
                 };
-                let mut current = current;
                 let outcome = get(&mut current, self.origin).await;
                 if matches!(outcome, Outcome::Answered) {
                     self.sender = Some(current);

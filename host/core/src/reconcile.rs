@@ -81,7 +81,7 @@ impl Policy {
         };
         let exponent = attempts.saturating_sub(1).min(20);
         let raw = base.saturating_mul(1 << exponent).min(max);
-        raw.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+        spread(raw, jitter)
     }
 
     /// When to look again at a running Proxy: `resync` spread by `jitter`
@@ -90,7 +90,7 @@ impl Policy {
     /// second every interval: a burst of calls at the backend's API each
     /// time, instead of a steady trickle.
     pub fn resync_after(&self, jitter: f64) -> Duration {
-        self.resync.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
+        spread(self.resync, jitter)
     }
 
     /// When to poll again an instance that has been starting (or going
@@ -100,6 +100,11 @@ impl Policy {
         let first = self.provisioning_poll_first;
         (waited / 2).min(self.provisioning_poll.max(first)).max(first)
     }
+}
+
+/// `duration` spread by `jitter` in `[0, 1)` to ±20%.
+fn spread(duration: Duration, jitter: f64) -> Duration {
+    duration.mul_f64(0.8 + 0.4 * jitter.clamp(0.0, 1.0))
 }
 
 /// A jitter for [`reconcile`] and [`Policy::backoff`]: uniform in `[0, 1)`,

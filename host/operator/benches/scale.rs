@@ -21,9 +21,10 @@
 //! its probes are refused. `--concurrency` is the entry's
 //! `limits.concurrency`, `mutations` and `httpInFlight` (each call of the
 //! gcp plugin holds one request open at a time: with fewer requests than
-//! calls allowed, calls would wait for a request slot). `--mode kube` runs `proxyfleet
-//! run` against the test API server (`deploy/dev/kube-apiserver/start.sh`)
-//! with the Proxies as objects there.
+//! calls allowed, calls would wait for a request slot). `--mode kube`
+//! runs `proxyfleet run` against the test API server
+//! (`deploy/dev/kube-apiserver/start.sh`) with the Proxies as objects
+//! there.
 //!
 //! The run: start the operator on no Proxies and wait for `/readyz`; add
 //! one Proxy and time it to Running, and the provider calls that brought
@@ -34,9 +35,11 @@
 //! to it. Then the settled operator idles for `--idle-secs`; then it
 //! restarts with probes an hour apart and, once its start-up calls are
 //! over, idles as long again: the difference is what probing costs, the
-//! rest is what an idle operator spends on anything else. It prints the operator process's own figures (CPU and
-//! memory from `/proc`, calls and the probe round from its `/metrics`),
-//! never the simulator's or this process's. A figure, not a test.
+//! rest is what an idle operator spends on anything else. It prints the
+//! operator process's own figures (CPU and memory from `/proc`, calls and
+//! the probe round from its `/metrics`), never the simulator's or this
+//! process's; only the line on the machine while converging says how busy
+//! the rest of it was. A figure, not a test.
 
 #![allow(clippy::print_stdout, reason = "a bench binary prints its figures")]
 

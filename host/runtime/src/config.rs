@@ -122,11 +122,11 @@ impl EntryConfig {
         // A call of an HTTP plugin holds a request open most of its time:
         // calls beyond the open requests allowed mostly wait.
         if !self.grants.http.is_empty() && limits.http_in_flight < limits.concurrency {
+            let (calls, requests) = (limits.concurrency, limits.http_in_flight);
             warnings.push(format!(
-                "limits.concurrency ({}) is above limits.httpInFlight ({}): calls beyond {} \
-                 wait for a request slot and Proxies come up slower; raise httpInFlight to \
-                 at least concurrency",
-                limits.concurrency, limits.http_in_flight, limits.http_in_flight
+                "limits.concurrency ({calls}) is above limits.httpInFlight ({requests}): calls \
+                 beyond {requests} wait for a request slot and Proxies come up slower; raise \
+                 httpInFlight to at least concurrency"
             ));
         }
         warnings

@@ -29,7 +29,8 @@ pub const UNKNOWN_ENTRY_CONCURRENCY: usize = 4;
 /// Whether a pass finishes begun work or begins new work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Turn {
-    /// Finishes work begun: goes ahead of every [`Turn::Behind`] pass.
+    /// Finishes work begun: goes ahead of the [`Turn::Behind`] passes,
+    /// taking every other slot while both wait.
     Ahead,
     /// Begins new work, or only looks again.
     Behind,
