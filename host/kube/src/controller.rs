@@ -180,6 +180,10 @@ fn spec_or_finalizers(proxy: &Proxy) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// When a pass that put the finalizer on runs again if the watch has not
+/// woken it before.
+const AFTER_FINALIZER_FALLBACK: Duration = Duration::from_secs(10);
+
 fn error_policy(proxy: Arc<Proxy>, err: &Error, _context: Arc<Context>) -> Action {
     tracing::warn!(proxy = %proxy.name_any(), "{err}; retrying in 15s");
     Action::requeue(Duration::from_secs(15))
@@ -296,6 +300,16 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
             "metadata": { "resourceVersion": proxy.resource_version(), "finalizers": list }
         });
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    if outcome.finalizer == FinalizerChange::Add {
+        // The watch brings the patched object back, and its new finalizers
+        // wake the next pass on a cache that holds them. A requeue right
+        // away would often run before that, on the object as it was, and
+        // patch again with the old resourceVersion (409); going on here with
+        // the patch's answer would race the same watch event into a second
+        // pass that has not seen this one's status. The requeue is only a
+        // fallback should the event not come.
+        return Ok(Action::requeue(AFTER_FINALIZER_FALLBACK));
     }
     Ok(match outcome.requeue_after {
         Some(after) => Action::requeue(after.max(Duration::from_millis(100))),

@@ -67,6 +67,9 @@ pub struct Store {
     /// is this process's alone (redb locks the file), so an unchanged
     /// number means unchanged records.
     record_writes: AtomicU64,
+    /// Moves on with every record removed: of all record writes, the only
+    /// kind that changes what the manifests' Proxies outside pools need.
+    record_removals: AtomicU64,
     /// How many times every record was read ([`Store::records`]): the
     /// cost an idle installation must not keep paying.
     record_scans: AtomicU64,
@@ -96,6 +99,7 @@ impl Store {
         Ok(Self {
             db: Arc::new(db),
             record_writes: AtomicU64::new(0),
+            record_removals: AtomicU64::new(0),
             record_scans: AtomicU64::new(0),
             changed: Mutex::default(),
         })
@@ -188,6 +192,7 @@ impl Store {
         let txn = self.db.begin_write().map_err(store_err)?;
         txn.open_table(PROXIES).map_err(store_err)?.remove(key).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
+        self.record_removals.fetch_add(1, Ordering::AcqRel);
         self.committed([key.to_owned()]);
         Ok(())
     }
@@ -211,6 +216,11 @@ impl Store {
     /// [`Store::records`], and the same number later means nothing changed.
     pub fn record_writes(&self) -> u64 {
         self.record_writes.load(Ordering::Acquire)
+    }
+
+    /// How many records were removed; read it as [`Store::record_writes`].
+    pub fn record_removals(&self) -> u64 {
+        self.record_removals.load(Ordering::Acquire)
     }
 
     /// How many times every record was read.

@@ -114,9 +114,11 @@ pub struct Standalone {
     synced: Mutex<Option<Synced>>,
 }
 
-/// What a sync read: while the manifests keep their stamp, no record is
-/// written and no pool's member reaches its `maxAge`, another sync would
-/// change nothing, so it reads nothing.
+/// What a sync read: while the manifests keep their stamp, no pool's member
+/// reaches its `maxAge` and no record is written (with pools: a member's
+/// readiness plans its pool) or removed (without: a Proxy still wanted
+/// whose deletion ended needs its record again), another sync would change
+/// nothing, so it reads nothing.
 #[derive(Debug)]
 struct Synced {
     stamp: desired::Stamp,
@@ -124,6 +126,10 @@ struct Synced {
     referenced: Vec<std::path::PathBuf>,
     /// The store's record-write count before the sync read the records.
     writes: u64,
+    /// The store's record-removal count, read with `writes`.
+    removals: u64,
+    /// Whether the manifests declared a pool.
+    pools: bool,
     /// The Unix second a pool's oldest member expires, the soonest of all.
     until: Option<u64>,
 }
@@ -369,7 +375,10 @@ impl Standalone {
     ///
     /// When neither the manifests nor any record changed since the last
     /// sync, and no pool member has reached its `maxAge`, it reads nothing:
-    /// an idle installation does no work per Proxy here.
+    /// an idle installation does no work per Proxy here. Without pools,
+    /// only a removed record counts as a change: the passes of a converging
+    /// fleet write records all the time, and none of those writes changes
+    /// what the manifests want.
     pub fn sync_desired(&self) -> Result<()> {
         let referenced =
             self.synced().as_ref().map(|last| last.referenced.clone()).unwrap_or_default();
@@ -377,10 +386,11 @@ impl Standalone {
         // Read before the records, as the fleet publish does: the sync's
         // own writes make the next one read again, never miss a change.
         let writes = self.store.record_writes();
+        let removals = self.store.record_removals();
         let now = unix_now();
         let unchanged = self.synced().as_ref().is_some_and(|last| {
             stamp.unchanged_since(&last.stamp)
-                && last.writes == writes
+                && if last.pools { last.writes == writes } else { last.removals == removals }
                 && last.until.is_none_or(|at| now < at)
         });
         if unchanged {
@@ -453,7 +463,9 @@ impl Standalone {
                 tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
             }
         }
-        *self.synced() = Some(Synced { stamp, referenced: wanted.referenced, writes, until });
+        let pools = !wanted.pools.is_empty();
+        *self.synced() =
+            Some(Synced { stamp, referenced: wanted.referenced, writes, removals, pools, until });
         Ok(())
     }
 

@@ -84,6 +84,48 @@ async fn regression_a_new_proxys_first_pass_creates_its_instance() {
     assert!(record.status.provider_id.is_some(), "{record:?}");
 }
 
+/// Without pools, the records a converging fleet's passes write change
+/// nothing a sync decides: it used to read every record again after any
+/// write, every 2 s while 10,000 Proxies came up. A removed record still
+/// counts: a Proxy put back while its old instance was being deleted gets
+/// its record, and a new instance, once that deletion ends.
+#[tokio::test]
+async fn regression_passes_writing_records_make_no_sync_read_them_and_a_removal_does() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    // File times tell only once they are older than the clock's tick.
+    tokio::time::sleep(crate::desired::Stamp::RECENT + Duration::from_millis(100)).await;
+    standalone.sync_desired().unwrap();
+    let writes = standalone.record_writes();
+    standalone.reconcile_due().await;
+    assert!(standalone.record_writes() > writes, "the pass wrote the record");
+    let scans = standalone.record_scans();
+    standalone.sync_desired().unwrap();
+    assert_eq!(standalone.record_scans(), scans, "the sync read the records again");
+
+    site.write("");
+    standalone.sync_desired().unwrap();
+    site.write(&manifest("a", "fake"));
+    standalone.sync_desired().unwrap();
+    let old = standalone.records().unwrap().remove(0);
+    assert!(old.deleting, "{old:?}");
+    for _ in 0..100 {
+        if standalone.records().unwrap().is_empty() {
+            break;
+        }
+        standalone.reconcile_due().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(provider.instances().is_empty(), "the old instance was deleted");
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_ne!(records[0].meta.uid, old.meta.uid, "a new incarnation");
+    assert_eq!(records[0].status.phase, Phase::Running, "{records:?}");
+    assert_eq!(provider.instances().len(), 1);
+}
+
 #[tokio::test]
 async fn proxies_converge_on_the_source_and_go_when_removed() {
     let site = Site::new();
