@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo bench -p proxyfleet-tests --bench gateway -- \
-//!     [--connections 64] [--secs 10] [--upstreams 4]
+//!     [--connections 64] [--secs 10] [--upstreams 4] [--kinds http,connect,tunnel]
 //! ```
 //!
 //! Each kind runs three loads: saturated (`--connections` connections,
@@ -59,11 +59,17 @@ struct Options {
     connections: usize,
     duration: Duration,
     upstreams: usize,
+    kinds: Vec<Kind>,
 }
 
 impl Options {
     fn parse() -> Result<Self, Box<dyn Error>> {
-        let mut options = Self { connections: 64, duration: Duration::from_secs(10), upstreams: 4 };
+        let mut options = Self {
+            connections: 64,
+            duration: Duration::from_secs(10),
+            upstreams: 4,
+            kinds: vec![Kind::Http, Kind::Connect, Kind::Tunnel],
+        };
         let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
         while let Some(flag) = args.next() {
             let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -71,6 +77,10 @@ impl Options {
                 "--connections" => options.connections = value()?.parse()?,
                 "--secs" => options.duration = Duration::from_secs(value()?.parse()?),
                 "--upstreams" => options.upstreams = value()?.parse()?,
+                "--kinds" => {
+                    options.kinds =
+                        value()?.split(',').map(Kind::parse).collect::<Result<_, _>>()?;
+                }
                 other => return Err(format!("unknown flag {other}").into()),
             }
         }
@@ -115,6 +125,17 @@ enum Kind {
 }
 
 impl Kind {
+    fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "http" => Ok(Kind::Http),
+            "connect" => Ok(Kind::Connect),
+            "tunnel" => Ok(Kind::Tunnel),
+            other => {
+                Err(format!("--kinds: unknown kind {other:?}; the kinds are http, connect, tunnel"))
+            }
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::Http => "http",
@@ -202,7 +223,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let pids: Vec<u32> = upstreams.iter().filter_map(Tinyproxy::pid).collect();
     let bench = Bench { origin, duration: options.duration, pids };
     let paths = [("direct", Path::Direct(addrs.clone())), ("gateway", Path::Gateway(gateway))];
-    for kind in [Kind::Http, Kind::Connect, Kind::Tunnel] {
+    for kind in options.kinds.iter().copied() {
         // The most each path carries with every connection busy.
         let saturated = bench.compare(&paths, kind, options.connections, Offer::Saturate).await;
         println!(

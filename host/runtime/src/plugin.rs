@@ -78,6 +78,8 @@ impl Runtime {
         let component = match cached {
             Some(component) => component,
             None => {
+                // Never closed: the runtime owns it for its whole life.
+                let _turn = inner.compiling.acquire().await;
                 let engine = inner.engine.clone();
                 let compiled = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
                     .await

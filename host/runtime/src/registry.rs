@@ -224,13 +224,13 @@ impl Registry {
         Ok((registry, PendingLoad { files, cold }))
     }
 
-    /// Compiles the files [`Registry::open`] read that entries name, side by
-    /// side, then pulls the references the store does not hold, and makes
+    /// Compiles the files [`Registry::open`] read that entries name (one
+    /// compilation at a time, each on every core), then pulls the references the store does not hold, and makes
     /// each entry ready (or failed, with the reason) as soon as its plugin
     /// is compiled and bound. Rescans wait until it is done.
     pub async fn load_pending(&self, pending: PendingLoad) {
         let _one_at_a_time = self.scanning.lock().await;
-        // Plugins compile side by side: an entry waits for its own plugin,
+        // Plugins load side by side: an entry waits for its own plugin,
         // not for every one before it. A build under a second name (two
         // equal files, a file and a pulled reference) waits for the first
         // to compile and takes its revision.
@@ -828,8 +828,9 @@ async fn bind(
         .map_err(|err| Refusal::Config(err.to_string()))
 }
 
-/// Plugins compiled at once during a load: the machine's cores (each
-/// compile is parallel inside as well, so more would only queue).
+/// Plugins loaded at once: pulls, checks and the plugins' own `describe`
+/// and config validation go side by side; the compilations among them take
+/// turns, each on every core (see `RuntimeInner::compiling`).
 fn load_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
 }
