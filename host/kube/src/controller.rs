@@ -121,12 +121,18 @@ pub async fn run(
     // (every pass's) and the publisher's health merges would otherwise
     // each come back as a watch event and run another pass with a `get`.
     let (reader, writer) = reflector::store();
+    let cache_changes = Arc::new(crate::fleet::CacheChanges::default());
     let changes = watcher(proxies, watcher::Config::default())
         .default_backoff()
         // Server-side apply's field records are most of a stored Proxy's
         // bytes, and nothing here reads them.
         .modify(|proxy| proxy.managed_fields_mut().clear())
         .reflect(writer)
+        // After `reflect`: the event is in the cache when it is counted.
+        .inspect({
+            let cache_changes = Arc::clone(&cache_changes);
+            move |_| cache_changes.bump()
+        })
         .applied_objects()
         .predicate_filter(spec_or_finalizers, PredicateConfig::default());
     let controller = Controller::for_stream(changes, reader);
@@ -140,6 +146,7 @@ pub async fn run(
             let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
             let publisher = tokio::spawn(crate::fleet::publish(
                 controller.store(),
+                cache_changes,
                 fleet,
                 Arc::clone(&context.credentials),
                 wake,

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube::ResourceExt as _;
@@ -22,8 +23,25 @@ use tokio::sync::mpsc;
 use crate::crd::{POOL_LABEL, Proxy, ProxyPhase};
 use crate::credentials::Credentials;
 
-/// How often the catalog is refreshed from the controller's cache.
+/// How often the publisher looks for changes: the catalog is rebuilt at
+/// most this often, and only after the cache or a credential changed.
 const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+
+/// Counts the watch events the controller's cache has taken, so the
+/// publisher can tell whether it changed since the last look.
+#[derive(Debug, Default)]
+pub struct CacheChanges(AtomicU64);
+
+impl CacheChanges {
+    /// One more event applied to the cache: call after it is applied.
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
 
 /// The catalog member of a Proxy: it gets an endpoint only while it is
 /// `Running` with an address and not being deleted, with the credential
@@ -64,24 +82,67 @@ pub fn member_of(proxy: &Proxy, credentials: &Credentials) -> Option<Member> {
     })
 }
 
-/// Runs until aborted: publishes the cache, wakes the controller for
-/// changed verdicts, deletes reported pool members.
+/// The publisher's view of what it last published.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// The counts of cache and credential changes it was built from.
+    seen: Option<(u64, u64)>,
+    /// The published Proxies by UID, to wake one whose verdict changed.
+    by_uid: HashMap<String, ObjectRef<Proxy>>,
+}
+
+impl Published {
+    /// Rebuilds the catalog from `store` when the cache or a credential
+    /// changed since the last call (always on the first); returns whether
+    /// it did. An idle fleet costs nothing here: this used to rebuild every
+    /// member every second.
+    pub fn refresh(
+        &mut self,
+        store: &Store<Proxy>,
+        changes: &CacheChanges,
+        fleet: &Fleet,
+        credentials: &Credentials,
+    ) -> bool {
+        // Read before the cache: a change landing in between is published
+        // now and once more next time, never missed.
+        let seen = (changes.get(), credentials.changes());
+        if self.seen == Some(seen) {
+            return false;
+        }
+        let proxies = store.state();
+        fleet.publish(proxies.iter().filter_map(|p| member_of(p, credentials)).collect());
+        self.by_uid = proxies
+            .iter()
+            .filter_map(|p| Some((p.uid()?, ObjectRef::from_obj(p.as_ref()))))
+            .collect();
+        credentials.retain(|uid| self.by_uid.contains_key(uid));
+        self.seen = Some(seen);
+        true
+    }
+
+    /// The Proxy published under `uid`.
+    pub fn proxy(&self, uid: &str) -> Option<&ObjectRef<Proxy>> {
+        self.by_uid.get(uid)
+    }
+}
+
+/// Runs until aborted: publishes the cache when it changed (`changes`
+/// counts its events), wakes the controller for changed verdicts, deletes
+/// reported pool members.
 pub async fn publish(
     store: Store<Proxy>,
+    changes: Arc<CacheChanges>,
     fleet: Arc<Fleet>,
     credentials: Arc<Credentials>,
     wake: mpsc::UnboundedSender<ObjectRef<Proxy>>,
     client: kube::Client,
 ) {
+    let mut published = Published::default();
     loop {
-        let proxies = store.state();
-        fleet.publish(proxies.iter().filter_map(|p| member_of(p, &credentials)).collect());
-        let by_uid: HashMap<String, &Arc<Proxy>> =
-            proxies.iter().filter_map(|p| Some((p.uid()?, p))).collect();
-        credentials.retain(|uid| by_uid.contains_key(uid));
+        published.refresh(&store, &changes, &fleet, &credentials);
         for (uid, _) in fleet.take_verdict_changes() {
-            if let Some(proxy) = by_uid.get(&uid) {
-                let _ = wake.send(ObjectRef::from_obj(proxy.as_ref()));
+            if let Some(proxy) = published.proxy(&uid) {
+                let _ = wake.send(proxy.clone());
             }
         }
         for member in fleet.take_replacements() {
@@ -104,5 +165,67 @@ pub async fn publish(
             }
         }
         tokio::time::sleep(PUBLISH_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+    use proxyfleet_core::credential::ProxyCredential;
+    use proxyfleet_fleet::FleetSettings;
+    use proxyfleet_metrics::Metrics;
+
+    use super::*;
+
+    fn running(name: &str, ip: &str) -> Proxy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "Proxy",
+            "metadata": { "name": name, "namespace": "ns", "uid": format!("uid-{name}") },
+            "spec": { "provider": "lab", "port": 3128 },
+            "status": { "phase": "Running", "ip": ip },
+        }))
+        .expect("a Proxy")
+    }
+
+    /// The publisher rebuilt every member from the cache every second,
+    /// whether or not anything had changed: per-Proxy work on an idle
+    /// operator.
+    #[test]
+    fn regression_an_idle_publisher_rebuilds_nothing_and_a_change_is_published() {
+        let (store, mut writer) = reflector::store::<Proxy>();
+        let changes = CacheChanges::default();
+        let credentials = Credentials::default();
+        let fleet = Fleet::new(FleetSettings::default(), Arc::new(Metrics::new()));
+        let mut published = Published::default();
+        let mut apply = |proxy: Proxy| {
+            writer.apply_watcher_event(&watcher::Event::Apply(proxy));
+            changes.bump();
+        };
+        apply(running("a", "10.0.0.1"));
+
+        assert!(published.refresh(&store, &changes, &fleet, &credentials), "the first look");
+        assert_eq!(fleet.get("uid-a").expect("published").name, "a");
+        assert!(published.proxy("uid-a").is_some());
+        for _ in 0..3 {
+            assert!(!published.refresh(&store, &changes, &fleet, &credentials), "nothing changed");
+        }
+
+        apply(running("b", "10.0.0.2"));
+        assert!(published.refresh(&store, &changes, &fleet, &credentials), "a new Proxy");
+        assert!(fleet.get("uid-b").is_ok());
+
+        // A credential read by a pass changes the member without any
+        // change to the cached object.
+        let credential =
+            ProxyCredential::new("crawler".into(), "secret-password".into()).expect("valid");
+        credentials.set("uid-a", Some(credential.clone()));
+        assert!(published.refresh(&store, &changes, &fleet, &credentials), "a new credential");
+        credentials.set("uid-a", Some(credential));
+        assert!(
+            !published.refresh(&store, &changes, &fleet, &credentials),
+            "the same credential read again"
+        );
     }
 }
