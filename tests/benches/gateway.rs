@@ -68,7 +68,7 @@ impl Options {
             connections: 64,
             duration: Duration::from_secs(10),
             upstreams: 4,
-            kinds: vec![Kind::Http, Kind::Connect, Kind::Tunnel],
+            kinds: Kind::ALL.to_vec(),
         };
         let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
         while let Some(flag) = args.next() {
@@ -125,15 +125,13 @@ enum Kind {
 }
 
 impl Kind {
+    const ALL: [Kind; 3] = [Kind::Http, Kind::Connect, Kind::Tunnel];
+
     fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "http" => Ok(Kind::Http),
-            "connect" => Ok(Kind::Connect),
-            "tunnel" => Ok(Kind::Tunnel),
-            other => {
-                Err(format!("--kinds: unknown kind {other:?}; the kinds are http, connect, tunnel"))
-            }
-        }
+        Self::ALL.into_iter().find(|kind| kind.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = Self::ALL.iter().map(|kind| kind.name()).collect();
+            format!("--kinds: unknown kind {name:?}; the kinds are {}", known.join(", "))
+        })
     }
 
     fn name(self) -> &'static str {

@@ -23,7 +23,11 @@ impl Credentials {
     pub fn set(&self, uid: &str, credential: Option<ProxyCredential>) {
         let mut map = self.lock();
         let changed = match credential {
-            Some(credential) => map.insert(uid.to_owned(), credential.clone()) != Some(credential),
+            Some(credential) if map.get(uid) == Some(&credential) => false,
+            Some(credential) => {
+                map.insert(uid.to_owned(), credential);
+                true
+            }
             None => map.remove(uid).is_some(),
         };
         if changed {

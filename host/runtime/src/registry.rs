@@ -225,9 +225,10 @@ impl Registry {
     }
 
     /// Compiles the files [`Registry::open`] read that entries name (one
-    /// compilation at a time, each on every core), then pulls the references the store does not hold, and makes
-    /// each entry ready (or failed, with the reason) as soon as its plugin
-    /// is compiled and bound. Rescans wait until it is done.
+    /// compilation at a time, each on every core), then pulls the
+    /// references the store does not hold, and makes each entry ready (or
+    /// failed, with the reason) as soon as its plugin is compiled and
+    /// bound. Rescans wait until it is done.
     pub async fn load_pending(&self, pending: PendingLoad) {
         let _one_at_a_time = self.scanning.lock().await;
         // Plugins load side by side: an entry waits for its own plugin,
