@@ -12,9 +12,10 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
-use proxyfleet_core::pool::{PoolMember, PoolSpec, parse_max_age, plan};
+use proxyfleet_core::pool::{PoolMember, PoolPlan, PoolSpec, parse_max_age, plan};
 
 use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
 
@@ -29,6 +30,28 @@ pub enum Error {
     Spec(String),
 }
 
+/// What a pool pass reads besides its pool: the client and the members as
+/// the controller's own watch last saw them.
+#[derive(Clone)]
+pub struct PoolContext {
+    client: kube::Client,
+    members: Store<Proxy>,
+}
+
+impl std::fmt::Debug for PoolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolContext").field("members", &self.members.len()).finish_non_exhaustive()
+    }
+}
+
+impl PoolContext {
+    /// A context over `members`, a cache of the Proxies that carry the pool
+    /// label (the controller's own, or a test's).
+    pub fn new(client: kube::Client, members: Store<Proxy>) -> Self {
+        Self { client, members }
+    }
+}
+
 /// Runs the pool controller over `namespace` (all when `None`) until
 /// `shutdown`.
 pub async fn run(
@@ -40,10 +63,19 @@ pub async fn run(
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
+    // Members only: every Proxy a pool made carries its label. The cache
+    // lets a pass that has nothing to change skip listing them.
+    let (members, writer) = reflector::store();
+    let changes = watcher(proxies, watcher::Config::default().labels(POOL_LABEL))
+        .default_backoff()
+        .modify(|proxy| proxy.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
+    let context = Arc::new(PoolContext::new(client, members));
     Controller::new(pools, watcher::Config::default())
-        .owns(proxies, watcher::Config::default())
+        .owns_stream(changes)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_pool, error_policy, Arc::new(client))
+        .run(reconcile_pool, error_policy, context)
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::warn!("pool reconcile failed: {err}");
@@ -52,7 +84,7 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(pool: Arc<ProxyPool>, err: &Error, _client: Arc<kube::Client>) -> Action {
+fn error_policy(pool: Arc<ProxyPool>, err: &Error, _context: Arc<PoolContext>) -> Action {
     tracing::warn!(pool = %pool.name_any(), "{err}; retrying in 15s");
     Action::requeue(Duration::from_secs(15))
 }
@@ -84,74 +116,159 @@ fn member_spec(pool: &ProxyPool, provider: &str) -> ProxySpec {
     spec
 }
 
-async fn reconcile_pool(pool: Arc<ProxyPool>, client: Arc<kube::Client>) -> Result<Action, Error> {
+/// Member creates, deletions or spec patches a pass sends at once, at most.
+const MAX_IN_FLIGHT: usize = 32;
+
+/// What a pass would change about a pool's members, seen from one view of
+/// them.
+struct Changes {
+    plan: PoolPlan,
+    /// Members whose spec no longer follows the template, with the spec
+    /// they should have.
+    drifted: Vec<(String, ProxySpec)>,
+}
+
+impl Changes {
+    fn of(pool: &ProxyPool, planned: &PoolSpec, members: &[Arc<Proxy>], now: u64) -> Self {
+        let plan = plan(planned, &members.iter().map(|p| pool_member(p)).collect::<Vec<_>>(), now);
+        let drifted = members
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none() && !plan.delete.contains(&p.name_any())
+            })
+            .filter_map(|p| {
+                let want = member_spec(pool, &p.spec.provider);
+                (p.spec != want).then(|| (p.name_any(), want))
+            })
+            .collect();
+        Self { plan, drifted }
+    }
+
+    fn any(&self) -> bool {
+        !self.plan.create.is_empty() || !self.plan.delete.is_empty() || !self.drifted.is_empty()
+    }
+}
+
+fn pool_member(proxy: &Proxy) -> PoolMember {
+    PoolMember {
+        name: proxy.name_any(),
+        provider: proxy.spec.provider.clone(),
+        created_at: proxy
+            .creation_timestamp()
+            .map_or(0, |t| u64::try_from(t.0.as_second()).unwrap_or(0)),
+        ready: proxy
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        deleting: proxy.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// The pool's members among `proxies`: those it is the controller owner of.
+fn owned_by(pool: &ProxyPool, proxies: impl IntoIterator<Item = Arc<Proxy>>) -> Vec<Arc<Proxy>> {
+    let uid = pool.uid();
+    proxies
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+        .collect()
+}
+
+/// Runs `call` for each of `items`, in batches of 1, 2, 4, … up to
+/// [`MAX_IN_FLIGHT`] sent at once, and stops after the first batch with a
+/// failure: a pool whose creates are refused (a quota, an admission
+/// webhook) costs one refused request, not one per missing member. The
+/// ReplicaSet controller's slow start does the same.
+async fn slow_start<'a, T, F, Fut>(items: &'a [T], call: F) -> Result<(), Error>
+where
+    F: Fn(&'a T) -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
+    let mut batch = 1;
+    let mut rest = items;
+    while !rest.is_empty() {
+        let (now, later) = rest.split_at(batch.min(rest.len()));
+        for result in futures::future::join_all(now.iter().map(&call)).await {
+            result?;
+        }
+        rest = later;
+        batch = (batch * 2).min(MAX_IN_FLIGHT);
+    }
+    Ok(())
+}
+
+/// One pass over a pool: plans from the cached members, and when the plan
+/// changes anything, plans again from a fresh list and applies that.
+pub async fn reconcile_pool(
+    pool: Arc<ProxyPool>,
+    context: Arc<PoolContext>,
+) -> Result<Action, Error> {
     let namespace =
         pool.namespace().ok_or_else(|| Error::Spec("the pool has no namespace".into()))?;
     let name = pool.name_any();
     let planned = pool_spec(&pool)?;
-    let proxies: Api<Proxy> = Api::namespaced(client.as_ref().clone(), &namespace);
+    let client = &context.client;
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let selector = format!("{POOL_LABEL}={name}");
-    let owned: Vec<Proxy> = proxies
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == pool.uid().as_ref()))
-        .collect();
-    let members: Vec<PoolMember> = owned
-        .iter()
-        .map(|p| PoolMember {
-            name: p.name_any(),
-            provider: p.spec.provider.clone(),
-            created_at: p
-                .creation_timestamp()
-                .map_or(0, |t| u64::try_from(t.0.as_second()).unwrap_or(0)),
-            ready: p.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-            }),
-            deleting: p.metadata.deletion_timestamp.is_some(),
-        })
-        .collect();
     let now = proxyfleet_core::clock::unix_now();
-    let decided = plan(&planned, &members, now);
+    // Every member's status write wakes its pool; on the cache such a
+    // pass costs no request unless the counts it reports moved.
+    let mut decided = Changes::of(&pool, &planned, &owned_by(&pool, context.members.state()), now);
+    if decided.any() {
+        // The cache may not hold this controller's last creates and
+        // deletions yet: what to change is decided on a fresh list, so a
+        // cache that lags never makes or removes a member twice.
+        let listed = proxies.list(&ListParams::default().labels(&selector)).await?.items;
+        decided =
+            Changes::of(&pool, &planned, &owned_by(&pool, listed.into_iter().map(Arc::new)), now);
+    }
+    let Changes { plan: decided, drifted } = decided;
 
-    for member in &decided.delete {
-        tracing::info!(pool = %name, proxy = %member, "removing a member");
-        proxies.delete(member, &DeleteParams::default()).await?;
-    }
-    for proxy in owned.iter().filter(|p| {
-        p.metadata.deletion_timestamp.is_none() && !decided.delete.contains(&p.name_any())
-    }) {
-        let want = member_spec(&pool, &proxy.spec.provider);
-        if proxy.spec != want {
-            // The Proxy controller replaces the instance when the change
-            // needs one.
-            let patch = serde_json::json!({ "spec": want });
-            proxies
-                .patch(&proxy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+    slow_start(&decided.delete, |member| {
+        let proxies = &proxies;
+        let name = &name;
+        async move {
+            tracing::info!(pool = %name, proxy = %member, "removing a member");
+            proxies.delete(member, &DeleteParams::default()).await?;
+            Ok(())
         }
-    }
+    })
+    .await?;
+    // The Proxy controller replaces the instance when the change needs one.
+    slow_start(&drifted, |(member, want)| {
+        let proxies = &proxies;
+        async move {
+            let patch = serde_json::json!({ "spec": want });
+            proxies.patch(member, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            Ok(())
+        }
+    })
+    .await?;
     let owner =
         pool.controller_owner_ref(&()).ok_or_else(|| Error::Spec("the pool has no UID".into()))?;
-    for provider in &decided.create {
-        let mut labels: BTreeMap<String, String> =
-            pool.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-        labels.insert(POOL_LABEL.to_owned(), name.clone());
+    let mut labels: BTreeMap<String, String> =
+        pool.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+    labels.insert(POOL_LABEL.to_owned(), name.clone());
+    slow_start(&decided.create, |provider| {
         let member = Proxy {
             metadata: kube::api::ObjectMeta {
                 generate_name: Some(format!("{name}-")),
                 namespace: Some(namespace.clone()),
-                labels: Some(labels),
+                labels: Some(labels.clone()),
                 owner_references: Some(vec![owner.clone()]),
                 ..Default::default()
             },
             spec: member_spec(&pool, provider),
             status: None,
         };
-        let created = proxies.create(&PostParams::default(), &member).await?;
-        tracing::info!(pool = %name, proxy = %created.name_any(), provider = %provider, "added a member");
-    }
+        let proxies = &proxies;
+        let name = &name;
+        async move {
+            let created = proxies.create(&PostParams::default(), &member).await?;
+            tracing::info!(pool = %name, proxy = %created.name_any(), provider = %provider, "added a member");
+            Ok(())
+        }
+    })
+    .await?;
 
     let status = ProxyPoolStatus {
         replicas: decided.total,
@@ -160,7 +277,7 @@ async fn reconcile_pool(pool: Arc<ProxyPool>, client: Arc<kube::Client>) -> Resu
         observed_generation: pool.metadata.generation.unwrap_or(0),
     };
     if pool.status.as_ref() != Some(&status) {
-        let pools: Api<ProxyPool> = Api::namespaced(client.as_ref().clone(), &namespace);
+        let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
         let patch = serde_json::json!({
             "apiVersion": "proxyfleet.io/v1alpha1",
             "kind": "ProxyPool",

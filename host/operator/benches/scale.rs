@@ -10,7 +10,7 @@
 //! cargo xtask plugins
 //! cargo bench -p proxyfleet-operator --bench scale -- \
 //!     [--mode standalone|kube] [--entry gcp|static] [--proxies N] [--latency-ms MS] \
-//!     [--concurrency C] [--idle-secs S] [--keep-logs DIR] [--create-first]
+//!     [--concurrency C] [--idle-secs S] [--keep-logs DIR] [--create-first] [--pool]
 //! ```
 //!
 //! `--entry gcp` (the default) runs the gcp plugin against `tools/gce-sim`
@@ -27,6 +27,9 @@
 //! there. `--create-first` (Kubernetes mode) makes the N−1 Proxies while
 //! the operator is stopped and then starts it, as a new leader finds a
 //! fleet that was scaled up meanwhile: the time counts from its start.
+//! `--pool` declares one ProxyPool instead of single Proxies (replicas 1,
+//! then N; its members share the template's port): what the pool
+//! controller adds on top of the Proxies' own work.
 //!
 //! The run: start the operator on no Proxies and wait for `/readyz`; add
 //! one Proxy and time it to Running, and the provider calls that brought
@@ -55,7 +58,7 @@ use futures::StreamExt as _;
 use http::Method;
 use proxyfleet_fleet::client;
 use proxyfleet_gce_sim as gce;
-use proxyfleet_kube::crd::Proxy;
+use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_tests::ports::free_port;
 use proxyfleet_tests::procfs;
 use proxyfleet_tests::proxies::Tinyproxy;
@@ -77,6 +80,7 @@ struct Options {
     idle: Duration,
     keep_logs: Option<PathBuf>,
     create_first: bool,
+    pool: bool,
 }
 
 impl Options {
@@ -90,6 +94,7 @@ impl Options {
             idle: Duration::from_secs(60),
             keep_logs: None,
             create_first: false,
+            pool: false,
         };
         let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
         while let Some(flag) = args.next() {
@@ -117,6 +122,7 @@ impl Options {
                 "--idle-secs" => options.idle = Duration::from_secs(value()?.parse()?),
                 "--keep-logs" => options.keep_logs = Some(value()?.into()),
                 "--create-first" => options.create_first = true,
+                "--pool" => options.pool = true,
                 other => return Err(format!("unknown flag {other}").into()),
             }
         }
@@ -264,11 +270,14 @@ struct Operator {
     log: PathBuf,
     /// Standalone: the manifests folder. Kube: the Proxies' namespace.
     proxies: Place,
+    /// One ProxyPool instead of single Proxies.
+    pool: bool,
 }
 
 enum Place {
     Folder(PathBuf),
-    Namespace(Box<kube::Api<Proxy>>),
+    /// The Proxies' and pools' namespace, and both namespaces the run made.
+    Namespace(Box<kube::Api<Proxy>>, Box<kube::Api<ProxyPool>>, [String; 2]),
 }
 
 impl Operator {
@@ -298,7 +307,11 @@ impl Operator {
                 .arg("run")
                 .args(["--namespace", &namespace, "--watch-namespace", &watch])
                 .args(["--identity", "scale-0", "--lease-name", LEASE]);
-            Place::Namespace(Box::new(kube::Api::namespaced(client, &watch)))
+            Place::Namespace(
+                Box::new(kube::Api::namespaced(client.clone(), &watch)),
+                Box::new(kube::Api::namespaced(client, &watch)),
+                [namespace, watch],
+            )
         } else {
             let folder = dir.join("proxies");
             std::fs::create_dir_all(&folder)?;
@@ -321,7 +334,7 @@ impl Operator {
             .arg(dir.join("cache"))
             .args(["--installation-id", "scale", "--api-addr", &api, "--metrics-addr", &metrics])
             .stdout(Stdio::null());
-        Ok(Self { command, child: None, api, metrics, log, proxies: place })
+        Ok(Self { command, child: None, api, metrics, log, proxies: place, pool: options.pool })
     }
 
     /// Starts it (again, when it ran) and waits for `/readyz`; the time
@@ -363,8 +376,12 @@ impl Operator {
     }
 
     /// Adds Proxies `from..to`: the standalone manifest is written whole
-    /// (all of them), the cluster gets one object each.
+    /// (all of them), the cluster gets one object each. With `--pool`, the
+    /// pool's replicas become `to`.
     async fn add(&self, backends: &Backends, from: usize, to: usize) -> Result<(), Box<dyn Error>> {
+        if self.pool {
+            return self.scale_pool(backends, from, to).await;
+        }
         match &self.proxies {
             Place::Folder(folder) => {
                 let yaml: String = (0..to)
@@ -380,7 +397,7 @@ impl Operator {
                 std::fs::write(&next, yaml)?;
                 std::fs::rename(next, folder.join("proxies.yaml"))?;
             }
-            Place::Namespace(api) => {
+            Place::Namespace(api, _, _) => {
                 let post = kube::api::PostParams::default();
                 let results: Vec<_> = futures::stream::iter(from..to)
                     .map(|i| {
@@ -404,6 +421,83 @@ impl Operator {
                     result?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Declares the pool `bench` with `to` replicas: made when `from` is
+    /// 0, scaled after.
+    async fn scale_pool(
+        &self,
+        backends: &Backends,
+        from: usize,
+        to: usize,
+    ) -> Result<(), Box<dyn Error>> {
+        let pool = serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "ProxyPool",
+            "metadata": { "name": "bench" },
+            "spec": {
+                "replicas": to,
+                "template": { "spec": { "provider": "bench", "image": "debian-12", "port": backends.port(0) } },
+            },
+        });
+        match &self.proxies {
+            Place::Folder(folder) => {
+                let next = folder.with_extension("next");
+                std::fs::write(&next, serde_json::to_string(&pool)?)?;
+                std::fs::rename(next, folder.join("proxies.yaml"))?;
+            }
+            Place::Namespace(_, pools, _) if from == 0 => {
+                pools
+                    .create(&kube::api::PostParams::default(), &serde_json::from_value(pool)?)
+                    .await?;
+            }
+            Place::Namespace(_, pools, _) => {
+                let patch = serde_json::json!({ "spec": { "replicas": to } });
+                pools
+                    .patch(
+                        "bench",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kubernetes mode: stops the operator and removes what the run left
+    /// in the test cluster. Its Proxies keep the operator's finalizer, and
+    /// a cluster that kept every run's thousand of them would slow the
+    /// runs after it (the controller manager lists them all).
+    async fn clean_up(&mut self) -> Result<(), Box<dyn Error>> {
+        self.stop();
+        let Place::Namespace(proxies, _, namespaces) = &self.proxies else {
+            return Ok(());
+        };
+        let strip = serde_json::json!({ "metadata": { "finalizers": null } });
+        let (params, patch) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(&strip));
+        let names: Vec<String> = proxies
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| !p.metadata.finalizers.as_deref().unwrap_or_default().is_empty())
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let stripped: Vec<_> = futures::stream::iter(&names)
+            .map(|name| proxies.patch(name, &params, &patch))
+            .buffer_unordered(ADD_IN_FLIGHT)
+            .collect()
+            .await;
+        for result in stripped {
+            result?;
+        }
+        let client = proxyfleet_tests::kube_admin_client().await;
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+        for namespace in namespaces {
+            api.delete(namespace, &kube::api::DeleteParams::default()).await?;
         }
         Ok(())
     }
@@ -570,11 +664,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let dir = tempfile::tempdir()?;
     let mut operator = Operator::prepare(&options, &backends, dir.path()).await?;
     let result = measure(&options, &backends, &mut operator).await;
+    let cleaned = operator.clean_up().await;
     if let Some(keep) = &options.keep_logs {
         std::fs::create_dir_all(keep)?;
         std::fs::copy(&operator.log, keep.join("operator.log"))?;
     }
-    result
+    result.and(cleaned)
 }
 
 async fn measure(
@@ -659,7 +754,8 @@ async fn measure(
     let waves = (n - 1).div_ceil(options.concurrency) as f64;
     let bound = per_proxy * waves;
     println!(
-        "scale: {n} Proxies on the {} plugin, {} mode, concurrency {}{}",
+        "scale: {n} Proxies{} on the {} plugin, {} mode, concurrency {}{}",
+        if options.pool { " in one ProxyPool" } else { "" },
         options.entry(),
         if options.kube { "kube" } else { "standalone" },
         options.concurrency,
@@ -681,7 +777,13 @@ async fn measure(
         first.as_secs_f64(),
         converged.as_secs_f64() / bound,
     );
-    if options.kube {
+    if options.kube && options.pool {
+        println!(
+            "  {} scaling the pool {:>10.2} s (one request; the pool controller makes the Proxies)",
+            if options.create_first { "before that," } else { "of which" },
+            created.as_secs_f64(),
+        );
+    } else if options.kube {
         // Counted from the first create; the bench looks for Running ones
         // only once it has made them all, so `first` is no earlier.
         println!(

@@ -1,6 +1,8 @@
 //! The fast tier of the Kubernetes mode: the exact requests of a reconcile
-//! pass against a mocked API server (tower-test) and the generated CRDs.
+//! pass, Proxy or ProxyPool, against a mocked API server (tower-test) and
+//! the generated CRDs.
 //! Needs no service; plain `cargo test` runs it.
 
 mod controller_requests;
 mod crd;
+mod pool_requests;

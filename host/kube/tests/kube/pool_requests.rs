@@ -1,0 +1,202 @@
+//! The requests one ProxyPool pass makes, against a mocked API server
+//! (tower-test): what it reads from the members' cache and when it lists.
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::{reflector, watcher};
+use proxyfleet_kube::crd::{Proxy, ProxyPool};
+use proxyfleet_kube::pool::{PoolContext, reconcile_pool};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+type Respond = tower_test::mock::SendResponse<Response<Body>>;
+
+fn pool(replicas: u32, status: Option<(u32, u32)>) -> ProxyPool {
+    let mut pool = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": { "name": "crawl", "namespace": "ns", "uid": "uid-pool", "generation": 1 },
+        "spec": { "replicas": replicas, "template": { "spec": { "provider": "lab" } } },
+    });
+    if let Some((total, ready)) = status {
+        pool["status"] = serde_json::json!({
+            "replicas": total, "readyReplicas": ready,
+            "selector": "proxyfleet.io/pool=crawl", "observedGeneration": 1,
+        });
+    }
+    serde_json::from_value(pool).unwrap()
+}
+
+fn member(name: &str, ready: bool) -> Proxy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": {
+            "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "creationTimestamp": "2026-12-01T00:00:00Z",
+            "labels": { "proxyfleet.io/pool": "crawl" },
+            "ownerReferences": [{
+                "apiVersion": "proxyfleet.io/v1alpha1", "kind": "ProxyPool", "name": "crawl",
+                "uid": "uid-pool", "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": { "provider": "lab" },
+        "status": { "conditions": [{
+            "type": "Ready", "status": if ready { "True" } else { "False" },
+            "reason": "Probed", "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z",
+        }] },
+    }))
+    .unwrap()
+}
+
+/// A context whose members' cache holds `cached`.
+fn context(client: kube::Client, cached: Vec<Proxy>) -> Arc<PoolContext> {
+    let (store, mut writer) = reflector::store::<Proxy>();
+    for proxy in cached {
+        writer.apply_watcher_event(&watcher::Event::Apply(proxy));
+    }
+    Arc::new(PoolContext::new(client, store))
+}
+
+async fn next(handle: &mut Handle) -> (Method, String, serde_json::Value, Respond) {
+    let (request, respond) = handle.next_request().await.expect("a request");
+    let (method, uri) = (request.method().clone(), request.uri().to_string());
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (method, uri, body, respond)
+}
+
+fn reply(respond: Respond, status: u16, body: &serde_json::Value) {
+    respond.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap(),
+    );
+}
+
+fn list_of(items: &[Proxy]) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1", "kind": "ProxyList",
+        "metadata": { "resourceVersion": "9" }, "items": items,
+    })
+}
+
+/// No further request came: none is pending, or the client is gone.
+async fn no_more_requests(handle: &mut Handle) -> bool {
+    let next =
+        tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request()).await;
+    matches!(next, Err(_) | Ok(None))
+}
+
+/// Every member's status write wakes its pool. Each such pass used to
+/// list every member from the API server: with 1,000 members coming up,
+/// the pool listed 1,000 Proxies back to back for the whole scale-up. A
+/// pass whose cache says nothing is to change sends nothing.
+#[tokio::test]
+async fn regression_a_pass_with_nothing_to_change_lists_nothing() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client, vec![member("crawl-a", true), member("crawl-b", false)]);
+    let action = reconcile_pool(Arc::new(pool(2, Some((2, 1)))), context).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(no_more_requests(&mut handle).await);
+}
+
+#[tokio::test]
+async fn a_member_turning_ready_is_reported_from_the_cache_with_one_status_apply() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client, vec![member("crawl-a", true), member("crawl-b", true)]);
+    let server = tokio::spawn(async move {
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH);
+        assert!(
+            uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxypools/crawl/status?"),
+            "{uri}"
+        );
+        assert_eq!(body["status"]["readyReplicas"], 2);
+        reply(respond, 200, &serde_json::to_value(pool(2, Some((2, 2)))).unwrap());
+        handle
+    });
+    reconcile_pool(Arc::new(pool(2, Some((2, 1)))), context).await.unwrap();
+    let mut handle = server.await.unwrap();
+    assert!(no_more_requests(&mut handle).await);
+}
+
+/// The cache lags the pass's own creates: it shows one member where the
+/// API server already holds three. The pass lists before it acts and
+/// makes none again.
+#[tokio::test]
+async fn a_cache_behind_the_last_creates_is_checked_on_a_list_and_nothing_is_made_twice() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client, vec![member("crawl-a", true)]);
+    let server = tokio::spawn(async move {
+        let (method, uri, _, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::GET);
+        assert!(uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies?"), "{uri}");
+        assert!(uri.contains("labelSelector=proxyfleet.io%2Fpool%3Dcrawl"), "{uri}");
+        let listed = [member("crawl-a", true), member("crawl-b", false), member("crawl-c", false)];
+        reply(respond, 200, &list_of(&listed));
+
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH, "{uri}: the status, no create");
+        assert_eq!(body["status"]["replicas"], 3);
+        assert_eq!(body["status"]["readyReplicas"], 1);
+        reply(respond, 200, &serde_json::to_value(pool(3, Some((3, 1)))).unwrap());
+        handle
+    });
+    reconcile_pool(Arc::new(pool(3, Some((1, 1)))), context).await.unwrap();
+    let mut handle = server.await.unwrap();
+    assert!(no_more_requests(&mut handle).await);
+}
+
+/// Creates go out in batches of 1, 2, 4, …; when a batch is refused the
+/// pass ends there with the API's error, and the rest wait for a retry.
+#[tokio::test]
+async fn creates_start_slow_and_a_refused_batch_stops_the_rest() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let context = context(client, Vec::new());
+    let server = tokio::spawn(async move {
+        let (method, _, _, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::GET);
+        reply(respond, 200, &list_of(&[]));
+        // The first batch: one create, accepted.
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::POST);
+        assert!(uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies?"), "{uri}");
+        assert_eq!(body["metadata"]["generateName"], "crawl-");
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-pool");
+        reply(respond, 201, &serde_json::to_value(member("crawl-a", false)).unwrap());
+        // The second: two at once, both refused by a quota.
+        let mut refused = Vec::new();
+        for _ in 0..2 {
+            let (method, _, _, respond) = next(&mut handle).await;
+            assert_eq!(method, Method::POST);
+            refused.push(respond);
+        }
+        for respond in refused {
+            let status = serde_json::json!({
+                "apiVersion": "v1", "kind": "Status", "status": "Failure",
+                "message": "exceeded quota: proxies", "reason": "Forbidden", "code": 403,
+            });
+            reply(respond, 403, &status);
+        }
+        handle
+    });
+    let err = reconcile_pool(Arc::new(pool(10, None)), context).await.unwrap_err();
+    assert!(
+        matches!(&err, proxyfleet_kube::pool::Error::Kube(kube::Error::Api(status)) if status.code == 403),
+        "{err}"
+    );
+    let mut handle = server.await.unwrap();
+    assert!(no_more_requests(&mut handle).await, "no third batch and no status write");
+}
