@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Method, Request, Response};
-use kube::client::Body;
+use http::Method;
 use kube::runtime::controller::Action;
 use proxyfleet_core::Provider;
 use proxyfleet_core::fake::{FakeProvider, Op};
@@ -17,7 +16,7 @@ use proxyfleet_core::{Instance, InstanceState};
 use proxyfleet_kube::controller::{Context, reconcile_proxy};
 use proxyfleet_kube::crd::Proxy;
 
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+use crate::mock::{next, no_more_requests, pair, reply};
 
 /// A context with no provider entries: every provider is unavailable, so
 /// a pass makes API requests only. No plugin runtime is involved.
@@ -49,26 +48,6 @@ fn proxy(finalizers: &[&str]) -> Proxy {
     .unwrap()
 }
 
-async fn next(
-    handle: &mut Handle,
-) -> (Method, String, serde_json::Value, tower_test::mock::SendResponse<Response<Body>>) {
-    let (request, respond) = handle.next_request().await.expect("a request");
-    let (method, uri) = (request.method().clone(), request.uri().to_string());
-    let bytes = request.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::from_slice(&bytes).or_else(|_| yaml_serde::from_slice(&bytes)).unwrap()
-    };
-    (method, uri, body, respond)
-}
-
-fn reply(respond: tower_test::mock::SendResponse<Response<Body>>, body: &serde_json::Value) {
-    respond.send_response(
-        Response::builder().body(Body::from(serde_json::to_vec(body).unwrap())).unwrap(),
-    );
-}
-
 /// The first pass only puts the finalizer on, guarded by the
 /// resourceVersion, and leaves the next pass to the watch event the patch
 /// causes. It used to requeue at once: on a busy API server that pass often
@@ -77,8 +56,7 @@ fn reply(respond: tower_test::mock::SendResponse<Response<Body>>, body: &serde_j
 /// Proxies came up in the scale bench).
 #[tokio::test]
 async fn regression_the_first_pass_only_puts_the_finalizer_on_and_waits_for_the_watch() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client).await;
     let object = proxy(&[]);
     let server = tokio::spawn(async move {
@@ -87,7 +65,7 @@ async fn regression_the_first_pass_only_puts_the_finalizer_on_and_waits_for_the_
         assert!(uri.starts_with("/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies/a?"), "{uri}");
         assert_eq!(body["metadata"]["finalizers"], serde_json::json!([FINALIZER]));
         assert_eq!(body["metadata"]["resourceVersion"], "7");
-        reply(respond, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
+        reply(respond, 200, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
         handle
     });
     let action = reconcile_proxy(Arc::new(object), context).await.unwrap();
@@ -99,8 +77,7 @@ async fn regression_the_first_pass_only_puts_the_finalizer_on_and_waits_for_the_
 
 #[tokio::test]
 async fn an_unknown_entry_makes_one_warning_event_and_one_status_apply() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client).await;
     let server = tokio::spawn(async move {
         // It may create: it reads the Proxy afresh first.
@@ -109,14 +86,14 @@ async fn an_unknown_entry_makes_one_warning_event_and_one_status_apply() {
             (method, uri.as_str()),
             (Method::GET, "/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies/a")
         );
-        reply(respond, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
+        reply(respond, 200, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
 
         let (method, uri, body, respond) = next(&mut handle).await;
         assert_eq!(method, Method::POST);
         assert!(uri.starts_with("/apis/events.k8s.io/v1/namespaces/ns/events"), "{uri}");
         assert_eq!(body["type"], "Warning");
         assert_eq!(body["reason"], "ProviderUnavailable");
-        reply(respond, &body);
+        reply(respond, 200, &body);
 
         let (method, uri, body, respond) = next(&mut handle).await;
         assert_eq!(method, Method::PATCH);
@@ -128,7 +105,7 @@ async fn an_unknown_entry_makes_one_warning_event_and_one_status_apply() {
         let conditions = body["status"]["conditions"].as_array().unwrap();
         let provisioned = conditions.iter().find(|c| c["type"] == "Provisioned").unwrap();
         assert_eq!(provisioned["reason"], "ProviderUnavailable");
-        reply(respond, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
+        reply(respond, 200, &serde_json::to_value(proxy(&[FINALIZER])).unwrap());
         handle
     });
     reconcile_proxy(Arc::new(proxy(&[FINALIZER])), context).await.unwrap();
@@ -143,8 +120,7 @@ async fn an_unknown_entry_makes_one_warning_event_and_one_status_apply() {
 /// may create now reads the Proxy afresh and finds the instance there.
 #[tokio::test]
 async fn regression_a_pass_on_a_cache_without_the_last_status_write_makes_no_second_instance() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let fake = Arc::new(FakeProvider::new("lab"));
     fake.insert(Instance {
         provider_id: "lab-1".into(),
@@ -173,14 +149,14 @@ async fn regression_a_pass_on_a_cache_without_the_last_status_write_makes_no_sec
             (method, uri.as_str()),
             (Method::GET, "/apis/proxyfleet.io/v1alpha1/namespaces/ns/proxies/a")
         );
-        reply(respond, &stored);
+        reply(respond, 200, &stored);
         // Then whatever the pass reports about the instance it found.
         let mut requests = Vec::new();
         while let Ok(Some((request, respond))) =
             tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
         {
             requests.push((request.method().clone(), request.uri().path().to_owned()));
-            reply(respond, &stored);
+            reply(respond, 200, &stored);
         }
         requests
     });
@@ -195,11 +171,4 @@ async fn regression_a_pass_on_a_cache_without_the_last_status_write_makes_no_sec
             .all(|(method, path)| !(*method == Method::POST && path.ends_with("/proxies"))),
         "{requests:?}"
     );
-}
-
-/// No further request came: none is pending, or the client is gone.
-async fn no_more_requests(handle: &mut Handle) -> bool {
-    let next =
-        tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request()).await;
-    matches!(next, Err(_) | Ok(None))
 }

@@ -5,4 +5,5 @@
 
 mod controller_requests;
 mod crd;
+mod mock;
 mod pool_requests;

@@ -3,15 +3,13 @@
 
 use std::sync::Arc;
 
-use http::{Method, Request, Response};
-use kube::client::Body;
+use http::Method;
 use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_kube::pool::{PoolContext, reconcile_pool};
 
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
-type Respond = tower_test::mock::SendResponse<Response<Body>>;
+use crate::mock::{next, no_more_requests, pair, reply};
 
 fn pool(replicas: u32, status: Option<(u32, u32)>) -> ProxyPool {
     let mut pool = serde_json::json!({
@@ -60,39 +58,11 @@ fn context(client: kube::Client, cached: Vec<Proxy>) -> Arc<PoolContext> {
     Arc::new(PoolContext::new(client, store))
 }
 
-async fn next(handle: &mut Handle) -> (Method, String, serde_json::Value, Respond) {
-    let (request, respond) = handle.next_request().await.expect("a request");
-    let (method, uri) = (request.method().clone(), request.uri().to_string());
-    let bytes = request.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (method, uri, body, respond)
-}
-
-fn reply(respond: Respond, status: u16, body: &serde_json::Value) {
-    respond.send_response(
-        Response::builder()
-            .status(status)
-            .body(Body::from(serde_json::to_vec(body).unwrap()))
-            .unwrap(),
-    );
-}
-
 fn list_of(items: &[Proxy]) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1", "kind": "ProxyList",
         "metadata": { "resourceVersion": "9" }, "items": items,
     })
-}
-
-/// No further request came: none is pending, or the client is gone.
-async fn no_more_requests(handle: &mut Handle) -> bool {
-    let next =
-        tokio::time::timeout(std::time::Duration::from_millis(50), handle.next_request()).await;
-    matches!(next, Err(_) | Ok(None))
 }
 
 /// Every member's status write wakes its pool. Each such pass used to
@@ -101,8 +71,7 @@ async fn no_more_requests(handle: &mut Handle) -> bool {
 /// pass whose cache says nothing is to change sends nothing.
 #[tokio::test]
 async fn regression_a_pass_with_nothing_to_change_lists_nothing() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client, vec![member("crawl-a", true), member("crawl-b", false)]);
     let action = reconcile_pool(Arc::new(pool(2, Some((2, 1)))), context).await.unwrap();
     assert_eq!(action, Action::await_change());
@@ -111,8 +80,7 @@ async fn regression_a_pass_with_nothing_to_change_lists_nothing() {
 
 #[tokio::test]
 async fn a_member_turning_ready_is_reported_from_the_cache_with_one_status_apply() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client, vec![member("crawl-a", true), member("crawl-b", true)]);
     let server = tokio::spawn(async move {
         let (method, uri, body, respond) = next(&mut handle).await;
@@ -135,8 +103,7 @@ async fn a_member_turning_ready_is_reported_from_the_cache_with_one_status_apply
 /// makes none again.
 #[tokio::test]
 async fn a_cache_behind_the_last_creates_is_checked_on_a_list_and_nothing_is_made_twice() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client, vec![member("crawl-a", true)]);
     let server = tokio::spawn(async move {
         let (method, uri, _, respond) = next(&mut handle).await;
@@ -162,8 +129,7 @@ async fn a_cache_behind_the_last_creates_is_checked_on_a_list_and_nothing_is_mad
 /// pass ends there with the API's error, and the rest wait for a retry.
 #[tokio::test]
 async fn creates_start_slow_and_a_refused_batch_stops_the_rest() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = pair();
     let context = context(client, Vec::new());
     let server = tokio::spawn(async move {
         let (method, _, _, respond) = next(&mut handle).await;
