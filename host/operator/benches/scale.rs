@@ -393,9 +393,7 @@ impl Operator {
                         )
                     })
                     .collect();
-                let next = folder.with_extension("next");
-                std::fs::write(&next, yaml)?;
-                std::fs::rename(next, folder.join("proxies.yaml"))?;
+                write_manifests(folder, &yaml)?;
             }
             Place::Namespace(api, _, _) => {
                 let post = kube::api::PostParams::default();
@@ -444,9 +442,7 @@ impl Operator {
         });
         match &self.proxies {
             Place::Folder(folder) => {
-                let next = folder.with_extension("next");
-                std::fs::write(&next, serde_json::to_string(&pool)?)?;
-                std::fs::rename(next, folder.join("proxies.yaml"))?;
+                write_manifests(folder, &serde_json::to_string(&pool)?)?;
             }
             Place::Namespace(_, pools, _) if from == 0 => {
                 pools
@@ -494,8 +490,8 @@ impl Operator {
         for result in stripped {
             result?;
         }
-        let client = proxyfleet_tests::kube_admin_client().await;
-        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(proxies.as_ref().clone().into_client());
         for namespace in namespaces {
             api.delete(namespace, &kube::api::DeleteParams::default()).await?;
         }
@@ -652,6 +648,14 @@ fn bring_up_seconds(text: &str) -> f64 {
             metric_sum(text, "proxyfleet_provider_call_seconds_sum", Some(&label))
         })
         .sum()
+}
+
+/// Replaces the standalone operator's manifests with `text` in one rename,
+/// so its next read sees all of them or none.
+fn write_manifests(folder: &Path, text: &str) -> std::io::Result<()> {
+    let next = folder.with_extension("next");
+    std::fs::write(&next, text)?;
+    std::fs::rename(next, folder.join("proxies.yaml"))
 }
 
 /// Creates the bench sends to the API server at once in Kubernetes mode.
