@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{Event, EventType, Recorder, Reporter};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, reflector, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::clock::unix_now;

@@ -1,10 +1,12 @@
 //! proxyfleet in Kubernetes: the `Proxy` and `ProxyPool` resources and
 //! their conversion to the core model.
 
+pub mod client;
 pub mod controller;
 pub mod convert;
 pub mod crd;
 pub mod credentials;
+pub mod events;
 pub mod fleet;
 pub mod kv;
 pub mod lease;

@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{Event, EventType, Recorder, Reporter};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
 use proxyfleet_core::spec_key::SpecKey;

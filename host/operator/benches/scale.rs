@@ -81,6 +81,8 @@ struct Options {
     keep_logs: Option<PathBuf>,
     create_first: bool,
     pool: bool,
+    /// Kube: the operator's `--api-in-flight`, when not its default.
+    api_in_flight: Option<usize>,
 }
 
 impl Options {
@@ -95,6 +97,7 @@ impl Options {
             keep_logs: None,
             create_first: false,
             pool: false,
+            api_in_flight: None,
         };
         let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
         while let Some(flag) = args.next() {
@@ -123,6 +126,7 @@ impl Options {
                 "--keep-logs" => options.keep_logs = Some(value()?.into()),
                 "--create-first" => options.create_first = true,
                 "--pool" => options.pool = true,
+                "--api-in-flight" => options.api_in_flight = Some(value()?.parse()?),
                 other => return Err(format!("unknown flag {other}").into()),
             }
         }
@@ -131,6 +135,9 @@ impl Options {
         }
         if options.create_first && !options.kube {
             return Err("--create-first: only with --mode kube".into());
+        }
+        if options.api_in_flight.is_some() && !options.kube {
+            return Err("--api-in-flight: only with --mode kube".into());
         }
         if options.concurrency == 0 {
             return Err("--concurrency: at least 1".into());
@@ -307,6 +314,9 @@ impl Operator {
                 .arg("run")
                 .args(["--namespace", &namespace, "--watch-namespace", &watch])
                 .args(["--identity", "scale-0", "--lease-name", LEASE]);
+            if let Some(in_flight) = options.api_in_flight {
+                command.args(["--api-in-flight", &in_flight.to_string()]);
+            }
             Place::Namespace(
                 Box::new(kube::Api::namespaced(client.clone(), &watch)),
                 Box::new(kube::Api::namespaced(client, &watch)),

@@ -130,6 +130,10 @@ struct RunArgs {
     /// How long the Lease holds without renewal.
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     lease_duration: Duration,
+    /// Requests to the API server waiting for an answer at once, at most;
+    /// more wait their turn. Each one in flight holds a connection.
+    #[arg(long, value_name = "N", default_value_t = proxyfleet_kube::client::DEFAULT_IN_FLIGHT)]
+    api_in_flight: std::num::NonZeroUsize,
     #[command(flatten)]
     housekeeping: Housekeeping,
     #[command(flatten)]
@@ -523,7 +527,9 @@ async fn check(setup: Setup) -> anyhow::Result<ExitCode> {
 async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let stop = shutdown::on_signal()?;
     let providers = load_providers(&args.setup.providers)?;
-    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let config = kube::Config::infer().await.context("finding the Kubernetes API's address")?;
+    let client = proxyfleet_kube::client::bounded(config, args.api_in_flight)
+        .context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
     let (installation, settled) =

@@ -1,9 +1,12 @@
 //! The fast tier of the Kubernetes mode: the exact requests of a reconcile
-//! pass, Proxy or ProxyPool, against a mocked API server (tower-test) and
-//! the generated CRDs.
+//! pass, Proxy or ProxyPool, and of the Event recorder, against a mocked
+//! API server (tower-test); the generated CRDs; and the client's bound on requests in flight,
+//! against an HTTP server on loopback.
 //! Needs no service; plain `cargo test` runs it.
 
+mod client;
 mod controller_requests;
 mod crd;
+mod events;
 mod mock;
 mod pool_requests;

@@ -1,4 +1,4 @@
-//! The mocked API server both request tests talk to: take the next
+//! The mocked API server the request tests talk to: take the next
 //! request, answer it, and check that none is left.
 
 use http::{Method, Request, Response};
