@@ -47,7 +47,7 @@ pub struct FleetArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub health_timeout: Duration,
     /// Probes in flight at once.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = proxyfleet_fleet::health::DEFAULT_CONCURRENCY)]
     pub health_concurrency: usize,
     /// Passing probes in a row before a proxy is healthy.
     #[arg(long, default_value_t = 2)]
