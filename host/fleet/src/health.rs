@@ -19,9 +19,9 @@ use crate::probe::{CheckTarget, ProbeFailure, ProbeMode, probe};
 /// tunnel, and the check target's on the operator's own API): in the scale
 /// bench, 1,000 Proxies probed 256 at once put the operator's high-water
 /// mark 5 MiB above the same run at 64, with rounds as short (0.25 s,
-/// bound by the machine's CPU). 64 keep up with 1,000 Proxies every 10 s as long as a probe
-/// takes under 0.6 s; more Proxies or slower proxies need more (the engine
-/// warns when a round outlasts the interval).
+/// bound by the machine's CPU). 64 keep up with 1,000 Proxies every 10 s
+/// as long as a probe takes under 0.6 s; more Proxies or slower proxies
+/// need more (the engine warns when a round outlasts the interval).
 pub const DEFAULT_CONCURRENCY: usize = 64;
 
 /// How the engine probes.

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::events::{Event, EventType, Recorder, Reporter};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
@@ -27,6 +26,7 @@ use proxyfleet_metrics::Metrics;
 use crate::convert;
 use crate::crd::{MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, USER_DATA_SECRET_LABEL};
 use crate::credentials::Credentials;
+use crate::events::{Event, EventType, Recorder, Reporter};
 
 /// Why a reconcile could not finish; the Proxy is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -189,14 +189,13 @@ fn spec_or_finalizers(proxy: &Proxy) -> Option<u64> {
 }
 
 /// Passes in flight at once, at most. Provider calls are bounded by each
-/// entry's limits in the runtime; this bounds the rest of a pass, its API
-/// requests. kube's client opens a connection for every request in flight
-/// and keeps it: unbounded, 1,000 Proxies woken together (their health
-/// verdicts arriving in one round) held 1,006 connections to the API
-/// server and took the operator from 70 to 100 MiB. At 256 the scale bench
-/// converges as fast as unbounded (9.0 s unbounded, 10.0 s at 256, 12.1 s
-/// at 128, within this bench's spread) with about 280 connections and
-/// 81 MiB at most. A bound of one entry's 64 filled only half of its call
+/// entry's limits in the runtime, and API requests (each of which holds a
+/// connection of kube's HTTP/1.1 client) by the client itself
+/// ([`crate::client`]); this bounds the passes' own state. Unbounded,
+/// 1,000 Proxies woken together (their health verdicts arriving in one
+/// round) all ran at once. At 256 the scale bench converges as fast as
+/// unbounded (9.0 s unbounded, 10.0 s at 256, 12.1 s at 128, within this
+/// bench's spread). A bound of one entry's 64 filled only half of its call
 /// slots: a pass holds its place through its API writes.
 const PASSES: u16 = 256;
 

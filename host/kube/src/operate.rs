@@ -6,7 +6,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::events::{Event, EventType, Recorder, Reporter};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
@@ -25,6 +24,7 @@ use crate::controller::{self, Context};
 use crate::crd::{
     PluginRevisionRef, ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus, RejectedRevision,
 };
+use crate::events::{Event, EventType, Recorder, Reporter};
 
 /// How the leader works.
 #[derive(Debug, Clone)]
