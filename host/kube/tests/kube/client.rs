@@ -23,10 +23,11 @@ struct Seen {
     answers: Semaphore,
 }
 
-/// An API server stand-in on loopback: a request is held until the test
+/// An API server stand-in on loopback, and a client for it with at most
+/// `in_flight` requests waiting at once: a request is held until the test
 /// adds an answer; a watch (`watch=true`) is answered at once with a body
 /// that never ends.
-async fn server() -> (Arc<Seen>, impl FnOnce(usize) -> kube::Client) {
+async fn server(in_flight: usize) -> (Arc<Seen>, kube::Client) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url: http::Uri =
         format!("http://{}", listener.local_addr().expect("address")).parse().expect("server URL");
@@ -44,12 +45,9 @@ async fn server() -> (Arc<Seen>, impl FnOnce(usize) -> kube::Client) {
             }
         }
     });
-    let config = kube::Config::new(url);
-    let client_for = move |in_flight: usize| {
-        let in_flight = NonZeroUsize::new(in_flight).expect("a bound above zero");
-        bounded(config, in_flight).expect("a client for the server")
-    };
-    (seen, client_for)
+    let in_flight = NonZeroUsize::new(in_flight).expect("a bound above zero");
+    let client = bounded(kube::Config::new(url), in_flight).expect("a client for the server");
+    (seen, client)
 }
 
 /// One connection: requests one after another, as HTTP/1.1 keeps them.
@@ -101,8 +99,7 @@ fn get(path: &str) -> http::Request<Vec<u8>> {
 
 #[tokio::test]
 async fn at_most_the_bound_of_requests_wait_for_an_answer_at_once() {
-    let (seen, client_for) = server().await;
-    let client = client_for(2);
+    let (seen, client) = server(2).await;
     let requests: Vec<_> = (0..6)
         .map(|i| {
             let client = client.clone();
@@ -128,8 +125,7 @@ async fn at_most_the_bound_of_requests_wait_for_an_answer_at_once() {
 
 #[tokio::test]
 async fn a_watch_holds_no_place_once_the_server_answers() {
-    let (seen, client_for) = server().await;
-    let client = client_for(1);
+    let (seen, client) = server(1).await;
     let watch = tokio::time::timeout(
         Duration::from_secs(30),
         client.request_stream(get("/api/v1/namespaces/default/configmaps?watch=true")),
