@@ -484,6 +484,8 @@ pub struct Controllers {
     pub registry: Arc<Registry>,
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The store's watch, which runs until aborted.
+    follow: tokio::task::JoinHandle<()>,
     _plugins: tempfile::TempDir,
 }
 
@@ -498,7 +500,9 @@ impl Controllers {
     ) -> Self {
         let plugins = tempfile::tempdir().expect("temp dir");
         std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).expect("copy plugin");
-        let kv = Arc::new(proxyfleet_kube::kv::ConfigMapKv::new(client.clone(), namespace));
+        let (kv, follow) = proxyfleet_kube::kv::ConfigMapKv::watched(client.clone(), namespace);
+        let kv = Arc::new(kv);
+        let follow = tokio::spawn(follow);
         let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
         let config = ProvidersConfig::parse(providers).expect("valid providers file");
         let registry = Arc::new(
@@ -528,7 +532,7 @@ impl Controllers {
                 proxyfleet_kube::pool::run(client, Some(&ns), until_stopped(rx)).await;
             }));
         }
-        Self { kv, registry, stop, tasks, _plugins: plugins }
+        Self { kv, registry, stop, tasks, follow, _plugins: plugins }
     }
 
     /// Stops the controllers and waits for them.
@@ -537,6 +541,7 @@ impl Controllers {
         for task in self.tasks {
             task.await.expect("controller task");
         }
+        self.follow.abort();
     }
 }
 

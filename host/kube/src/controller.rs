@@ -27,6 +27,7 @@ use crate::convert;
 use crate::crd::{MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, USER_DATA_SECRET_LABEL};
 use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
+use crate::own_writes::OwnWrites;
 
 /// Why a reconcile could not finish; the Proxy is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +53,7 @@ pub struct Context {
     fleet: Option<Arc<Fleet>>,
     credentials: Arc<Credentials>,
     spec_key: SpecKey,
+    own_writes: OwnWrites,
 }
 
 impl std::fmt::Debug for Context {
@@ -82,6 +84,7 @@ impl Context {
             fleet: None,
             credentials: Arc::default(),
             spec_key,
+            own_writes: OwnWrites::default(),
         }
     }
 
@@ -208,33 +211,13 @@ fn error_policy(proxy: Arc<Proxy>, err: &Error, _context: Arc<Context>) -> Actio
     Action::requeue(Duration::from_secs(15))
 }
 
-/// Whether a pass on `proxy` as cached may create an instance: it carries
-/// the finalizer, is not being deleted and records none.
-fn may_create(proxy: &Proxy) -> bool {
-    proxy.metadata.deletion_timestamp.is_none()
-        && proxy.finalizers().iter().any(|f| f == FINALIZER)
-        && proxy.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none()
-}
-
 /// One pass over one Proxy.
 pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Action, Error> {
     let namespace = proxy.namespace().ok_or(Error::Incomplete("a namespace"))?;
     let name = proxy.name_any();
     let api: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
-    // A create is the one step a pass cannot take back, and the cache may
-    // not yet hold the status the previous pass wrote: a pass that polls a
-    // new instance often runs before the watch brings that write back, and
-    // on the cached object would make the instance again (438 of 1,000
-    // Proxies in the scale bench). So a pass that may create reads the
-    // Proxy afresh and works on that.
-    let proxy = if may_create(&proxy) {
-        match api.get_opt(&name).await? {
-            Some(fresh) => Arc::new(fresh),
-            None => return Ok(Action::await_change()),
-        }
-    } else {
-        proxy
-    };
+    // The cache may not hold the previous pass's status write yet.
+    let proxy = context.own_writes.latest(proxy);
     let meta = ProxyMeta {
         uid: proxy.uid().ok_or(Error::Incomplete("a UID"))?,
         namespace: namespace.clone(),
@@ -320,8 +303,14 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
             "kind": "Proxy",
             "status": convert::status_to_crd(&outcome.status),
         });
-        api.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
+        let answer = api
+            .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
             .await?;
+        // A new instance recorded: a first create, or a replacement.
+        if outcome.status.provider_id.is_some() && outcome.status.provider_id != written.provider_id
+        {
+            context.own_writes.record(answer);
+        }
     }
     let finalizers = match outcome.finalizer {
         FinalizerChange::Keep => None,
@@ -331,6 +320,7 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
             Some(list)
         }
         FinalizerChange::Remove => {
+            context.own_writes.forget(&meta.uid);
             Some(proxy.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect())
         }
     };

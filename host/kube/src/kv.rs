@@ -6,15 +6,28 @@
 //! update loses a race (409) the whole operation starts over from a fresh
 //! read, so two operator replicas or a restart can never both win the same
 //! key: the API server serialises the writes, the versions decide.
+//!
+//! A store made with [`ConfigMapKv::watched`] answers `get` and `list` from
+//! a watch of its ConfigMaps ([`cache`]): this process's own writes at once,
+//! other replicas' within the watch's delay. Compare-and-swap always reads
+//! the API server.
+
+mod cache;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use proxyfleet_core::kv::{self, CasOutcome, KvEntry, KvError, KvStore};
+
+use self::cache::{Cache, Lookup};
 
 /// Label on every store ConfigMap.
 pub const KV_LABEL: &str = "proxyfleet.io/kv";
@@ -27,20 +40,76 @@ const MAX_ATTEMPTS: u32 = 16;
 #[derive(Debug, Clone)]
 pub struct ConfigMapKv {
     api: Api<ConfigMap>,
+    /// `None`: every read is a request.
+    cache: Option<Arc<Cache>>,
 }
 
 impl ConfigMapKv {
-    /// A store in `namespace`.
+    /// A store in `namespace` whose every read is a request to the API
+    /// server.
     pub fn new(client: kube::Client, namespace: &str) -> Self {
-        Self { api: Api::namespaced(client, namespace) }
+        Self { api: Api::namespaced(client, namespace), cache: None }
+    }
+
+    /// A store in `namespace` that answers reads from a watch of its
+    /// ConfigMaps, and the watch to run beside it for as long as the store
+    /// is used (until its first list, reads are requests). Needs `list` and
+    /// `watch` on ConfigMaps in `namespace`.
+    pub fn watched(
+        client: kube::Client,
+        namespace: &str,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let api = Api::namespaced(client, namespace);
+        let cache = Arc::new(Cache::default());
+        let follow = follow(api.clone(), Arc::clone(&cache));
+        (Self { api, cache: Some(cache) }, follow)
+    }
+
+    /// Whether reads are answered from the watch now: a store made with
+    /// [`ConfigMapKv::watched`] whose watch has listed the ConfigMaps.
+    pub fn follows_watch(&self) -> bool {
+        self.cache.as_ref().is_some_and(|cache| cache.synced())
     }
 
     fn name(scope: &str) -> String {
         format!("proxyfleet-kv-{scope}")
     }
 
-    async fn read(&self, scope: &str) -> Result<Option<ConfigMap>, KvError> {
-        self.api.get_opt(&Self::name(scope)).await.map_err(|err| unavailable(&err))
+    /// The scope's ConfigMap as the cache knows it, or from the server.
+    async fn read(&self, scope: &str) -> Result<Option<Arc<ConfigMap>>, KvError> {
+        if let Some(cache) = &self.cache
+            && let Lookup::Known(map) = cache.lookup(&Self::name(scope))
+        {
+            return Ok(map);
+        }
+        Ok(self.read_fresh(scope).await?.map(Arc::new))
+    }
+
+    /// The scope's ConfigMap from the server.
+    async fn read_fresh(&self, scope: &str) -> Result<Option<ConfigMap>, KvError> {
+        let map = self.api.get_opt(&Self::name(scope)).await.map_err(|err| unavailable(&err))?;
+        if let (Some(cache), Some(map)) = (&self.cache, &map) {
+            cache.observe(map.clone());
+        }
+        Ok(map)
+    }
+}
+
+/// Feeds `cache` from a watch of every store ConfigMap `api` reaches.
+async fn follow(api: Api<ConfigMap>, cache: Arc<Cache>) {
+    let config = watcher::Config::default().labels(KV_LABEL);
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => cache.apply(event),
+            // The watcher resumes from the last version it saw, or lists
+            // again when that is gone: no change is lost, only late, as
+            // in any informer. The process's own writes are in the cache
+            // already.
+            Err(err) => {
+                tracing::warn!(error = %err, "watch of the plugins' store ConfigMaps failed; retrying")
+            }
+        }
     }
 }
 
@@ -93,7 +162,7 @@ impl KvStore for ConfigMapKv {
     ) -> Result<CasOutcome, KvError> {
         kv::validate_request(key, value.as_deref())?;
         for _ in 0..MAX_ATTEMPTS {
-            let current = self.read(scope).await?;
+            let current = self.read_fresh(scope).await?;
             let existing = current.as_ref().and_then(|map| entries(map).remove(key));
             if existing.as_ref().map(|e| e.version) != expected {
                 return Ok(CasOutcome::Conflict(existing));
@@ -132,7 +201,12 @@ impl KvStore for ConfigMapKv {
                 self.api.create(&PostParams::default(), &map).await
             };
             match written {
-                Ok(_) => return Ok(outcome),
+                Ok(written) => {
+                    if let Some(cache) = &self.cache {
+                        cache.observe(written);
+                    }
+                    return Ok(outcome);
+                }
                 Err(err) if is_conflict(&err) => continue,
                 Err(err) => return Err(unavailable(&err)),
             }

@@ -11,6 +11,8 @@ pub mod fleet;
 pub mod kv;
 pub mod lease;
 pub mod operate;
+mod own_writes;
 pub mod pool;
+mod resource_version;
 pub mod secrets;
 pub mod spec_key;

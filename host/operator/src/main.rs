@@ -531,7 +531,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let client = proxyfleet_kube::client::bounded(config, args.api_in_flight)
         .context("connecting to the Kubernetes API")?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
-    let kv = Arc::new(ConfigMapKv::new(client.clone(), &args.namespace));
+    let (kv, follow_kv) = ConfigMapKv::watched(client.clone(), &args.namespace);
+    tokio::spawn(follow_kv);
+    let kv = Arc::new(kv);
     let (installation, settled) =
         installation::settle(kv.as_ref(), args.housekeeping.installation_id.as_ref()).await?;
     tracing::info!(installation = %installation, ?settled, "installation");

@@ -213,6 +213,11 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
         1,
         "the ConfigMap store is allowed"
     );
+    let following = wait_for(Duration::from_secs(10), || async {
+        controllers.kv.follows_watch().then_some(())
+    })
+    .await;
+    assert!(following.is_some(), "the Role allows listing and watching the store's ConfigMaps");
     let metrics = proxyfleet_metrics::Metrics::new();
     let failures = proxyfleet_kube::operate::check_providers(
         &user,

@@ -165,3 +165,42 @@ async fn regression_a_new_leader_honours_the_discovery_leases_the_last_one_grant
     next.release(&held.id).await.unwrap();
     assert_eq!(catalog().restore_leases().await.unwrap(), 0, "a release is kept too");
 }
+
+/// A store that answers reads from its watch: its own writes at once, and
+/// another replica's once the watch brings them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_store_reads_its_own_writes_at_once_and_another_replicas_soon() {
+    use std::time::{Duration, Instant};
+
+    let client = kube_admin_client().await;
+    let namespace = kube_test_namespace(&client, "pf-kv-watch").await;
+    let (store, follow) = ConfigMapKv::watched(kube_admin_client().await, &namespace);
+    let follow = tokio::spawn(follow);
+    let other = ConfigMapKv::new(client, &namespace);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.follows_watch() {
+        assert!(Instant::now() < deadline, "the watch lists the store's ConfigMaps");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut version = None;
+    for round in 0..20u8 {
+        let written =
+            store.compare_and_swap("lab", "counter", version, Some(vec![round])).await.unwrap();
+        let CasOutcome::Applied(v) = written else { panic!("round {round}: {written:?}") };
+        let read = store.get("lab", "counter").await.unwrap().unwrap();
+        assert_eq!((read.value, read.version), (vec![round], v), "round {round}");
+        version = Some(v);
+    }
+    assert!(store.follows_watch(), "those reads came from the watch");
+
+    other.compare_and_swap("lab", "from/other", None, Some(b"x".to_vec())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.get("lab", "from/other").await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the other replica's write arrives");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let keys: Vec<_> = store.list("lab", "").await.unwrap().into_iter().map(|e| e.key).collect();
+    assert_eq!(keys, ["counter", "from/other"]);
+    follow.abort();
+}
