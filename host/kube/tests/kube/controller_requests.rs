@@ -147,3 +147,49 @@ async fn regression_a_pass_on_a_cache_without_the_last_status_write_makes_no_sec
         "no Proxy was read: {requests:?}"
     );
 }
+
+/// The same rule on the replacement path: a pass that replaced the
+/// instance made for an older spec recorded the new one, and the next pass,
+/// on a cache that still shows the old instance and spec hash, polls the
+/// new instance instead of replacing it in turn.
+#[tokio::test]
+async fn a_pass_on_a_cache_without_the_replacement_replaces_nothing_again() {
+    let (client, mut handle) = pair();
+    let fake = Arc::new(FakeProvider::new("lab").start_provisioning());
+    let context = context_with(client, &fake, SpecKey::generate());
+    let mut cached = serde_json::to_value(proxy(&[FINALIZER])).unwrap();
+    cached["status"] = serde_json::json!({
+        "phase": "Running", "providerID": "old-1", "specHash": "an-older-spec",
+        "observedGeneration": 1,
+    });
+    let cached: Arc<Proxy> = Arc::new(serde_json::from_value(cached).unwrap());
+    let server = tokio::spawn(async move {
+        let mut status_writes = 0;
+        while let Ok(Some((request, respond))) =
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
+        {
+            let path = request.uri().path().to_owned();
+            let bytes = request.into_body().collect_bytes().await.unwrap();
+            let mut answer = serde_json::to_value(proxy(&[FINALIZER])).unwrap();
+            if path.ends_with("/status") {
+                status_writes += 1;
+                let sent: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                answer["status"] = sent["status"].clone();
+                answer["metadata"]["resourceVersion"] = (7 + status_writes).to_string().into();
+            }
+            reply(respond, 200, &answer);
+        }
+    });
+    reconcile_proxy(Arc::clone(&cached), Arc::clone(&context)).await.unwrap();
+    reconcile_proxy(cached, context).await.unwrap();
+    server.await.unwrap();
+    assert_eq!(
+        fake.calls(),
+        [
+            (Op::Delete, "old-1".to_owned()),
+            (Op::Get, "old-1".to_owned()),
+            (Op::Create, "uid-a".to_owned()),
+            (Op::Get, "fake-1".to_owned()),
+        ]
+    );
+}
