@@ -14,6 +14,7 @@
 
 mod cache;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -89,7 +90,7 @@ impl ConfigMapKv {
     async fn read_fresh(&self, scope: &str) -> Result<Option<ConfigMap>, KvError> {
         let map = self.api.get_opt(&Self::name(scope)).await.map_err(|err| unavailable(&err))?;
         if let (Some(cache), Some(map)) = (&self.cache, &map) {
-            cache.observe(map.clone());
+            cache.observe(Cow::Borrowed(map));
         }
         Ok(map)
     }
@@ -203,7 +204,7 @@ impl KvStore for ConfigMapKv {
             match written {
                 Ok(written) => {
                     if let Some(cache) = &self.cache {
-                        cache.observe(written);
+                        cache.observe(Cow::Owned(written));
                     }
                     return Ok(outcome);
                 }

@@ -14,6 +14,7 @@
 //! Until the watch has listed the namespace once, and while it lists again,
 //! the cache answers nothing and reads go to the API server.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -72,9 +73,16 @@ fn trimmed(mut map: ConfigMap) -> Arc<ConfigMap> {
 
 impl Inner {
     /// Whether `map` replaces what is held under `name`: nothing is held,
-    /// or `map` is not the older state.
+    /// `map` is the later state, or the versions cannot be compared (the
+    /// state that arrived last is taken). The same version is the same
+    /// state, and is not copied again.
     fn takes(&self, name: &str, map: &ConfigMap) -> bool {
-        self.maps.get(name).is_none_or(|held| !later(held, map))
+        self.maps.get(name).is_none_or(|held| {
+            crate::resource_version::later(
+                map.metadata.resource_version.as_deref(),
+                held.metadata.resource_version.as_deref(),
+            ) != Some(false)
+        })
     }
 }
 
@@ -97,12 +105,14 @@ impl Cache {
     }
 
     /// A state this process read or wrote with a request of its own: kept
-    /// when later than the held one.
-    pub(super) fn observe(&self, map: ConfigMap) {
+    /// when later than the held one. A read's answer is borrowed, and
+    /// copied only when kept: a compare-and-swap mostly reads the state the
+    /// cache holds already.
+    pub(super) fn observe(&self, map: Cow<'_, ConfigMap>) {
         let name = map.name_any();
         let mut inner = self.lock();
         if inner.takes(&name, &map) {
-            inner.maps.insert(name.clone(), trimmed(map));
+            inner.maps.insert(name.clone(), trimmed(map.into_owned()));
         }
         if let Some(relist) = inner.relist.as_mut() {
             relist.written.insert(name);
@@ -195,7 +205,7 @@ mod tests {
     #[test]
     fn answers_nothing_until_listed() {
         let cache = Cache::default();
-        cache.observe(map("a", "5", "mine"));
+        cache.observe(Cow::Owned(map("a", "5", "mine")));
         assert_eq!(cache.lookup("a"), Lookup::Unknown);
         listed(&cache, vec![map("a", "5", "mine")]);
         assert_eq!(value(&cache, "a").as_deref(), Some("mine"));
@@ -208,7 +218,7 @@ mod tests {
     fn an_own_write_is_not_undone_by_the_watch_catching_up() {
         let cache = Cache::default();
         listed(&cache, vec![map("a", "5", "old")]);
-        cache.observe(map("a", "9", "mine"));
+        cache.observe(Cow::Owned(map("a", "9", "mine")));
         assert_eq!(value(&cache, "a").as_deref(), Some("mine"));
         cache.apply(Event::Apply(map("a", "7", "between")));
         assert_eq!(value(&cache, "a").as_deref(), Some("mine"));
@@ -221,7 +231,7 @@ mod tests {
     fn a_fresh_read_older_than_the_watch_is_ignored() {
         let cache = Cache::default();
         listed(&cache, vec![map("a", "12", "new")]);
-        cache.observe(map("a", "9", "answered late"));
+        cache.observe(Cow::Owned(map("a", "9", "answered late")));
         assert_eq!(value(&cache, "a").as_deref(), Some("new"));
     }
 
@@ -231,7 +241,7 @@ mod tests {
         listed(&cache, vec![map("a", "5", "x"), map("b", "6", "y")]);
         cache.apply(Event::Delete(map("a", "8", "x")));
         assert_eq!(cache.lookup("a"), Lookup::Known(None));
-        cache.observe(map("b", "10", "rewritten"));
+        cache.observe(Cow::Owned(map("b", "10", "rewritten")));
         cache.apply(Event::Delete(map("b", "7", "y")));
         assert_eq!(value(&cache, "b").as_deref(), Some("rewritten"));
     }
@@ -242,8 +252,8 @@ mod tests {
         listed(&cache, vec![map("gone", "3", "x"), map("kept", "4", "x")]);
         cache.apply(Event::Init);
         assert_eq!(cache.lookup("kept"), Lookup::Unknown, "no answers while listing");
-        cache.observe(map("new", "20", "created while listing"));
-        cache.observe(map("kept", "21", "written while listing"));
+        cache.observe(Cow::Owned(map("new", "20", "created while listing")));
+        cache.observe(Cow::Owned(map("kept", "21", "written while listing")));
         cache.apply(Event::InitApply(map("kept", "15", "listed")));
         cache.apply(Event::InitDone);
         assert_eq!(cache.lookup("gone"), Lookup::Known(None));
@@ -257,5 +267,18 @@ mod tests {
         listed(&cache, vec![map("a", "opaque-1", "listed")]);
         cache.apply(Event::Apply(map("a", "opaque-0", "watched")));
         assert_eq!(value(&cache, "a").as_deref(), Some("watched"));
+    }
+
+    #[test]
+    fn the_same_version_read_again_is_not_copied() {
+        let cache = Cache::default();
+        listed(&cache, vec![map("a", "5", "x")]);
+        let Lookup::Known(Some(held)) = cache.lookup("a") else { panic!("listed") };
+        let read = map("a", "5", "x");
+        cache.observe(Cow::Borrowed(&read));
+        let Lookup::Known(Some(after)) = cache.lookup("a") else { panic!("still held") };
+        assert!(Arc::ptr_eq(&held, &after), "the held state stays");
+        cache.observe(Cow::Borrowed(&map("a", "6", "y")));
+        assert_eq!(value(&cache, "a").as_deref(), Some("y"), "a later read is kept");
     }
 }
