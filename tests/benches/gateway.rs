@@ -364,7 +364,12 @@ async fn start_gateway(
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n"))?;
     let auth = Arc::new(ApiAuth::from_file(tokens, false)?);
-    let gateway = Arc::new(Gateway::new(fleet, auth, GatewaySettings::default()));
+    // The origin is on loopback; the bench's connections are many.
+    let mut settings = GatewaySettings::default();
+    settings.targets.allow.push("127.0.0.0/8".parse()?);
+    settings.connections.max_connections = 4096;
+    settings.max_per_client = 4096;
+    let gateway = Arc::new(Gateway::new(fleet, auth, settings));
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;

@@ -9,6 +9,7 @@ pub mod procfs;
 pub mod proxies;
 pub mod registry;
 pub mod standalone;
+pub mod stub_registry;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

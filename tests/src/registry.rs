@@ -22,6 +22,9 @@ pub enum RegistryAuth {
     /// Bearer tokens: JWTs that [`OciRegistry::token`] signs, as a token
     /// server would.
     Token,
+    /// As [`RegistryAuth::Token`], with the challenge's realm
+    /// `http://127.0.0.1:PORT/token`: a token server the test runs there.
+    TokenRealm(u16),
 }
 
 /// The `service` (audience) and `issuer` of the registry's tokens.
@@ -92,14 +95,19 @@ impl OciRegistry {
                     .expect("htpasswd");
                 format!("  htpasswd:\n    realm: proxyfleet-test\n    path: {root}/htpasswd\n")
             }
-            RegistryAuth::Token => {
+            RegistryAuth::Token | RegistryAuth::TokenRealm(_) => {
                 let (signer_cert, signer_key) = token_signer();
                 std::fs::write(dir.path().join("token-signer.crt"), signer_cert).expect("signer");
                 std::fs::write(dir.path().join("token-signer.key"), signer_key).expect("signer");
-                // The realm is where a client would fetch tokens; these
-                // tests hand them out themselves, so it is never asked.
+                // The realm is where a client fetches tokens. Without a
+                // token server of the test's, the test hands tokens out
+                // itself, and the realm is never asked.
+                let realm = match auth {
+                    RegistryAuth::TokenRealm(port) => format!("http://127.0.0.1:{port}/token"),
+                    _ => "https://127.0.0.1:9/token".to_owned(),
+                };
                 format!(
-                    "  token:\n    realm: https://127.0.0.1:9/token\n    service: {TOKEN_SERVICE}\n    \
+                    "  token:\n    realm: {realm}\n    service: {TOKEN_SERVICE}\n    \
                      issuer: {TOKEN_ISSUER}\n    rootcertbundle: {root}/token-signer.crt\n"
                 )
             }
@@ -118,6 +126,9 @@ impl OciRegistry {
         .expect("write the config");
         Self { child: None, host: format!("{name}:{}", addr.port()), ca_file, addr, dir }
     }
+
+    /// The `service` its token challenges name.
+    pub const TOKEN_SERVICE: &'static str = TOKEN_SERVICE;
 
     /// A bearer token a [`RegistryAuth::Token`] registry accepts, granting
     /// `actions` (`pull`, `push`) on `repository` for an hour.

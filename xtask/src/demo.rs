@@ -75,6 +75,9 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
                 // tokens; both listen on loopback only.
                 .arg("--api-open-writes")
                 .args(["--gateway-addr", DEMO_GATEWAY, "--gateway-open"])
+                // The demo's origin is on loopback, which crawlers may not
+                // reach through the gateway unless allowed.
+                .args(["--gateway-allow-targets", "127.0.0.0/8"])
                 .args(["--health-interval", "2s", "--health-timeout", "2s"]),
             &work,
         )?;

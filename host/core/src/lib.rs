@@ -6,6 +6,7 @@
 //! [`Provider`] for plugins, tests implement it with fakes, and the
 //! reconciler acts on [`ErrorClass`] without caring which it talks to.
 
+pub mod address;
 pub mod clock;
 pub mod credential;
 mod error;

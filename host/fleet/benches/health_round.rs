@@ -69,7 +69,7 @@ fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let echo = listener.local_addr().unwrap();
         let api_server = Arc::new(Api::new(Arc::clone(&fleet), Arc::new(ApiAuth::open())));
-        tokio::spawn(api::serve(listener, api_server, std::future::pending()));
+        tokio::spawn(api::serve(listener, api_server, api::ConnectionLimits::default(), std::future::pending()));
         fleet.publish(
             (0..MEMBERS)
                 .map(|i| {

@@ -122,6 +122,11 @@ async fn discovery(proxies: u16) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let api = Arc::new(Api::new(fleet, Arc::new(ApiAuth::open())));
-    tokio::spawn(api::serve(listener, api, std::future::pending()));
+    tokio::spawn(api::serve(
+        listener,
+        api,
+        api::ConnectionLimits::default(),
+        std::future::pending(),
+    ));
     addr
 }

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use crate::auth::{Access, ApiAuth};
 use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Selector, Strategy, site_of};
 use crate::leases::LeaseView;
-pub use crate::server::DRAIN;
+pub use crate::server::{ConnectionLimits, DRAIN};
 
 /// Request bodies are small JSON objects.
 const MAX_BODY: usize = 64 * 1024;
@@ -102,15 +102,20 @@ impl Api {
 
 /// Serves `api` on `listener` until `shutdown` resolves, then drains the
 /// connections (at most [`DRAIN`]) and returns.
-pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
-    let service = move |peer: SocketAddr| {
+pub async fn serve(
+    listener: TcpListener,
+    api: Arc<Api>,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let service = move |peer: SocketAddr, _slot| {
         let api = Arc::clone(&api);
         hyper::service::service_fn(move |request: Request<Incoming>| {
             let api = Arc::clone(&api);
             async move { Ok::<_, Infallible>(handle(&api, peer, request).await) }
         })
     };
-    crate::server::serve(listener, "discovery API", service, shutdown).await;
+    crate::server::serve(listener, "discovery API", limits, service, shutdown).await;
 }
 
 /// A response, or an error response.

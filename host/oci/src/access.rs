@@ -8,12 +8,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::destination::Destinations;
 use crate::error::OciError;
 use crate::reference::is_loopback_host;
 
@@ -21,6 +23,8 @@ use crate::reference::is_loopback_host;
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a registry may go quiet while answering.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// What the pull's requests call themselves.
+const USER_AGENT: &str = concat!("proxyfleet/", env!("CARGO_PKG_VERSION"));
 
 /// One `registries[]` item as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -211,7 +215,40 @@ impl RegistryAccess {
         self.plain_http
     }
 
-    /// A registry client for this registry, its CA file read now.
+    /// The HTTP client of a pull from this registry, its CA file read now:
+    /// redirects and resolved names are judged by `destinations`.
+    pub(crate) fn http_client(
+        &self,
+        destinations: &Arc<Destinations>,
+    ) -> Result<reqwest_oci::Client, OciError> {
+        crate::tls::install_default_provider();
+        let mut roots = Vec::new();
+        if let Some(path) = &self.ca_file {
+            let pem = self.read(path, "caFile")?;
+            let certificate =
+                reqwest_oci::Certificate::from_pem(&pem).map_err(|err| OciError::AccessFile {
+                    registry: self.host.clone(),
+                    field: "caFile",
+                    path: path.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, err),
+                })?;
+            roots.push(certificate);
+        }
+        reqwest_oci::Client::builder()
+            .tls_certs_merge(roots)
+            // As the push's client: a registry that hangs must not hold a
+            // pull (and a cold start) forever; a slow one may still send a
+            // large layer.
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(USER_AGENT)
+            .redirect(destinations.redirect_policy())
+            .dns_resolver(destinations.resolver())
+            .build()
+            .map_err(|source| OciError::Client { registry: self.host.clone(), source })
+    }
+
+    /// A registry client for this registry (pushes), its CA file read now.
     pub(crate) fn client(&self) -> Result<oci_client::Client, OciError> {
         crate::tls::install_default_provider();
         let extra_root_certificates = match &self.ca_file {

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::answer::{Overrun, without_query};
+use crate::destination::RefusedDestination;
 use crate::layout::LayoutError;
 
 /// A failed pull, push or store operation.
@@ -60,6 +62,39 @@ pub enum OciError {
         registry: String,
         /// The registry client's error.
         source: oci_client::errors::OciDistributionError,
+    },
+    /// The registry sent the pull (a redirect, its token realm) somewhere
+    /// the address policy refuses; nothing was sent there.
+    #[error(
+        "{reference}: registry {registry} sent the pull elsewhere, and the host refused: {source}"
+    )]
+    Refused {
+        /// The reference.
+        reference: String,
+        /// The registry host.
+        registry: String,
+        /// Where it sent the pull, and why that is refused.
+        source: RefusedDestination,
+    },
+    /// No HTTP client could be made for the registry.
+    #[error("registry {registry}: cannot make an HTTP client: {source}")]
+    Client {
+        /// The registry host.
+        registry: String,
+        /// Why.
+        source: reqwest_oci::Error,
+    },
+    /// A manifest, or what a tag points at, is larger than any manifest the
+    /// host reads.
+    #[error("{reference}: the manifest {size}, over the limit of {limit} bytes for a manifest")]
+    ManifestTooLarge {
+        /// The reference.
+        reference: String,
+        /// What its `Content-Length` declared, or what had arrived when it
+        /// was cut off.
+        size: Overrun,
+        /// The limit.
+        limit: u64,
     },
     /// The registry took longer than a pull or a look may take.
     #[error("{reference}: the registry did not finish within {after:?}")]
@@ -155,7 +190,37 @@ impl OciError {
     /// digests), so asking again for the same manifest cannot help; false
     /// for what may pass (the registry, credentials, the store).
     pub fn refuses_the_build(&self) -> bool {
-        matches!(self, Self::Layout { .. } | Self::TooLarge { .. } | Self::Digest { .. })
+        matches!(
+            self,
+            Self::Layout { .. }
+                | Self::TooLarge { .. }
+                | Self::ManifestTooLarge { .. }
+                | Self::Digest { .. }
+        )
+    }
+
+    /// A request that failed on its way: refused by the address policy
+    /// (found by type in the error's sources, wherever the transport wraps
+    /// it), or the transport's error, its URL shown without its query.
+    pub(crate) fn from_transport(
+        reference: &crate::PluginReference,
+        source: reqwest_oci::Error,
+    ) -> Self {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+        while let Some(error) = cause {
+            if let Some(refused) = error.downcast_ref::<RefusedDestination>() {
+                return Self::Refused {
+                    reference: reference.to_string(),
+                    registry: reference.registry().to_owned(),
+                    source: refused.clone(),
+                };
+            }
+            cause = error.source();
+        }
+        Self::from_client(
+            reference,
+            oci_client::errors::OciDistributionError::RequestError(without_query(source)),
+        )
     }
 
     /// Sorts a registry client error into the cases callers act on.

@@ -19,6 +19,9 @@ pub const CONFIG_MEDIA_TYPE: &str = oci_wasm::WASM_MANIFEST_CONFIG_MEDIA_TYPE;
 pub const LAYER_MEDIA_TYPE: &str = oci_wasm::WASM_LAYER_MEDIA_TYPE;
 /// The largest config blob read; the layout's configs are a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// The largest manifest read, the bound the distribution spec sets for
+/// registries (4 MiB); a Wasm component's manifest is under 1 KiB.
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// An artifact that is not a component in the Wasm OCI layout.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -140,7 +143,7 @@ pub fn check_manifest(bytes: &[u8]) -> Result<CheckedManifest, LayoutError> {
         return Err(LayoutError::LayerMediaType { found: layer.media_type });
     }
     for (what, descriptor) in [("config", &manifest.config), ("layer", &layer)] {
-        if !crate::reference::is_sha256(&descriptor.digest) {
+        if !crate::digest::is_sha256(&descriptor.digest) {
             return Err(LayoutError::DigestAlgorithm { what, digest: descriptor.digest.clone() });
         }
         if descriptor.urls.as_ref().is_some_and(|urls| !urls.is_empty()) {

@@ -4,20 +4,28 @@
 //! `oci://REGISTRY/REPO@sha256:DIGEST` ([`PluginReference`]). This crate
 //! reaches registries as `registries[]` allows ([`Registries`]), pulls a
 //! build in the Wasm OCI artifact layout ([`layout`]) with every digest
-//! checked and the size bounded ([`pull()`]), keeps it content-addressed
-//! on disk ([`Store`]), and publishes one ([`push()`]). What a pulled
-//! build is allowed to do is the runtime's admission, as for a file.
+//! checked, every answer's size bounded and redirects held to the address
+//! policy ([`pull()`]), keeps it content-addressed on disk and checked
+//! whenever it is read ([`Store`]), and publishes one ([`push()`]). What a
+//! pulled build is allowed to do is the runtime's admission, as for a file.
 
 mod access;
+mod answer;
+mod destination;
+mod digest;
 mod error;
 pub mod layout;
 mod pull;
 mod push;
 mod reference;
+mod session;
 mod store;
 mod tls;
+mod token;
 
 pub use access::{InvalidRegistry, RawRegistry, Registries, RegistryAccess};
+pub use answer::Overrun;
+pub use destination::{MAX_REDIRECTS, RefusedDestination};
 pub use error::OciError;
 pub use pull::{DEFAULT_MAX_BYTES, PullLimits, Pulled, pull, resolve};
 pub use push::{Pushed, push};

@@ -1,10 +1,12 @@
-//! Fetching a plugin build: the manifest, checked against the layout and
-//! its digest; the config, checked against the manifest; the component
-//! layer, streamed under the size limit and checked against its digest.
+//! Fetching a plugin build: the manifest, read within the distribution
+//! spec's 4 MiB and checked against the layout and its digest; the config,
+//! checked against the manifest; the component layer, streamed under the
+//! size limit and checked against its digest.
 //!
 //! Nothing is trusted for being served: every blob is hashed as it
 //! arrives, and the declared size is checked before the layer is read, so
-//! an oversized artifact costs one manifest.
+//! an oversized artifact costs one manifest, and an oversized manifest no
+//! more than its bound.
 
 use std::time::Duration;
 
@@ -13,9 +15,11 @@ use oci_client::manifest::OciDescriptor;
 use sha2::{Digest as _, Sha256};
 
 use crate::access::Registries;
+use crate::digest::sha256;
 use crate::error::OciError;
 use crate::layout::{MANIFEST_MEDIA_TYPE, MAX_CONFIG_BYTES, check_config, check_manifest};
 use crate::reference::PluginReference;
+use crate::session::Session;
 
 /// The default largest component layer accepted: well above the largest
 /// plugin known (a componentize-py provider is about 18 MB).
@@ -39,6 +43,9 @@ impl Default for PullLimits {
 pub struct Pulled {
     /// The manifest's digest, `sha256:…`.
     pub manifest_digest: String,
+    /// The manifest, as the registry served it: what ties the manifest's
+    /// digest to the layer's in the store.
+    pub manifest: Vec<u8>,
     /// The component layer's digest, `sha256:…`: the component's own
     /// sha256, as `plugin inspect` and pins name it.
     pub layer_digest: String,
@@ -50,6 +57,7 @@ impl std::fmt::Debug for Pulled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pulled")
             .field("manifest_digest", &self.manifest_digest)
+            .field("manifest", &self.manifest.len())
             .field("layer_digest", &self.layer_digest)
             .field("bytes", &self.bytes.len())
             .finish()
@@ -68,22 +76,16 @@ pub async fn resolve(
     registries: &Registries,
     reference: &PluginReference,
 ) -> Result<String, OciError> {
-    if let Some(digest) = reference.digest() {
-        return Ok(digest.to_owned());
-    }
-    let access = registries.for_host(reference.registry());
-    let client = access.client()?;
-    let auth = access.auth()?;
-    let resolved = tokio::time::timeout(
-        RESOLVE_DEADLINE,
-        client.fetch_manifest_digest(&reference.to_client(), &auth),
-    )
-    .await
-    .map_err(|_| OciError::TimedOut {
+    let tag = match (reference.digest(), reference.tag()) {
+        (Some(digest), _) => return Ok(digest.to_owned()),
+        (None, Some(tag)) => tag,
+        (None, None) => unreachable!("a reference names a tag or a digest"),
+    };
+    let look = async { Session::open(registries, reference).await?.manifest_digest(tag).await };
+    tokio::time::timeout(RESOLVE_DEADLINE, look).await.map_err(|_| OciError::TimedOut {
         reference: reference.to_string(),
         after: RESOLVE_DEADLINE,
-    })?;
-    resolved.map_err(|err| OciError::from_client(reference, err))
+    })?
 }
 
 /// Fetches and verifies the build `reference` names, at `manifest_digest`
@@ -107,18 +109,14 @@ async fn pull_now(
     manifest_digest: Option<&str>,
     limits: PullLimits,
 ) -> Result<Pulled, OciError> {
-    let access = registries.for_host(reference.registry());
-    let client = access.client()?;
-    let auth = access.auth()?;
+    let session = Session::open(registries, reference).await?;
     let expected_manifest = manifest_digest.or(reference.digest());
-    let target = match expected_manifest {
-        Some(digest) => reference.at_digest(digest),
-        None => reference.to_client(),
+    let target = match (expected_manifest, reference.tag()) {
+        (Some(digest), _) => digest,
+        (None, Some(tag)) => tag,
+        (None, None) => unreachable!("a reference names a tag or a digest"),
     };
-    let (manifest, _) = client
-        .pull_manifest_raw(&target, &auth, &[MANIFEST_MEDIA_TYPE])
-        .await
-        .map_err(|err| OciError::from_client(reference, err))?;
+    let manifest = session.manifest(target, &[MANIFEST_MEDIA_TYPE]).await?;
     let actual = sha256(&manifest);
     if let Some(expected) = expected_manifest
         && actual != expected
@@ -141,19 +139,17 @@ async fn pull_now(
         });
     }
     let config =
-        read_blob(&client, &target, reference, &checked.config, "config", MAX_CONFIG_BYTES).await?;
+        read_blob(&session, reference, &checked.config, "config", MAX_CONFIG_BYTES).await?;
     check_config(&config, &checked.layer.digest).map_err(layout)?;
     let bytes =
-        read_blob(&client, &target, reference, &checked.layer, "component layer", limits.max_bytes)
-            .await?;
-    Ok(Pulled { manifest_digest: actual, layer_digest: checked.layer.digest, bytes })
+        read_blob(&session, reference, &checked.layer, "component layer", limits.max_bytes).await?;
+    Ok(Pulled { manifest_digest: actual, manifest, layer_digest: checked.layer.digest, bytes })
 }
 
 /// Streams one blob, refusing it once it outgrows `limit` or its declared
 /// size, and checks what arrived against its digest.
 async fn read_blob(
-    client: &oci_client::Client,
-    target: &oci_client::Reference,
+    session: &Session<'_>,
     reference: &PluginReference,
     descriptor: &OciDescriptor,
     what: &'static str,
@@ -161,11 +157,8 @@ async fn read_blob(
 ) -> Result<Vec<u8>, OciError> {
     let declared = u64::try_from(descriptor.size).unwrap_or(0);
     let too_large = |size| OciError::TooLarge { reference: reference.to_string(), size, limit };
-    let mut stream = client
-        .pull_blob_stream(target, descriptor)
-        .await
-        .map_err(|err| OciError::from_client(reference, err))?;
-    if let Some(length) = stream.content_length
+    let response = session.blob(&descriptor.digest).await?;
+    if let Some(length) = response.content_length()
         && length > limit.min(declared)
     {
         return Err(if length > limit {
@@ -174,22 +167,11 @@ async fn read_blob(
             mismatch(reference, what, descriptor, format!("{length} bytes served"))
         });
     }
+    let mut stream = response.bytes_stream();
     let mut bytes = Vec::with_capacity(usize::try_from(declared.min(limit)).unwrap_or(0));
     let mut hasher = Sha256::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            // The client checks the digest too and fails the stream's end
-            // on a mismatch; a complete blob is judged by its own hash.
-            Err(_) if bytes.len() as u64 == declared => break,
-            Err(source) => {
-                return Err(OciError::Registry {
-                    reference: reference.to_string(),
-                    registry: reference.registry().to_owned(),
-                    source: source.into(),
-                });
-            }
-        };
+        let chunk = chunk.map_err(|err| OciError::from_transport(reference, err))?;
         let size = bytes.len() as u64 + chunk.len() as u64;
         if size > limit {
             return Err(too_large(size));
@@ -224,9 +206,4 @@ fn mismatch(
         expected: descriptor.digest.clone(),
         actual,
     }
-}
-
-/// `sha256:` and the hex digest of `bytes`.
-pub(crate) fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }

@@ -8,9 +8,9 @@ use oci_wasm::{ToConfig as _, WasmConfig};
 use reqwest_oci::header::HeaderValue;
 
 use crate::access::Registries;
+use crate::digest::sha256;
 use crate::error::OciError;
 use crate::layout::MANIFEST_MEDIA_TYPE;
-use crate::pull::sha256;
 use crate::reference::PluginReference;
 
 /// What a push left in the registry.

@@ -12,6 +12,8 @@ use std::net::IpAddr;
 
 use thiserror::Error;
 
+use crate::digest::is_sha256;
+
 /// The scheme that marks a plugin source as an OCI reference.
 pub const SCHEME: &str = "oci://";
 
@@ -177,13 +179,6 @@ impl std::str::FromStr for PluginReference {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         Self::parse(text)
     }
-}
-
-/// `sha256:` and 64 lower-case hex digits.
-pub(crate) fn is_sha256(digest: &str) -> bool {
-    digest.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// True for `localhost` and loopback addresses, with or without a port.

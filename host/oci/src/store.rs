@@ -2,20 +2,28 @@
 //! registry down starts from what was last pulled.
 //!
 //! ```text
-//! DIR/blobs/sha256/HEX     a component, named by its sha256
+//! DIR/blobs/sha256/HEX     a component or a manifest, named by its sha256
 //! DIR/refs/HEX.json        what a reference last resolved to (HEX: sha256 of the reference)
 //! DIR/tmp/                 files being written
 //! ```
 //!
-//! A blob is checked against its name on every read: a damaged or planted
-//! file is refused (and removed) rather than compiled, and the reference
-//! counts as not held, so the next poll pulls it again. A reference keeps
-//! only its current build; other blobs are removed whenever a reference
-//! moves. Files are written whole in `tmp/` and renamed into place, so a
-//! crash leaves the old record or the new one, never half of one. One
-//! process writes at a time through a [`Store`] and its clones: writes and
-//! the clean-up after them hold one lock, so a clean-up never sees a blob
-//! whose record is still being written.
+//! Nothing is trusted for its path. A blob is checked against its name
+//! whenever it is read, and a record counts only when the manifest it
+//! names is held, hashes to that name (the reference's own digest, for a
+//! digest reference) and declares the record's component. A file that
+//! fails is a missing one: it is removed, with a warning naming it and
+//! both digests, and the reference counts as not held, so the next poll
+//! (or the load, when the registry answers) pulls it again. What remains is
+//! a tag's build as good as the directory: a manifest planted under its own
+//! digest, with a record naming it, is a build like any other to the store,
+//! which is why only the operator's user may write it.
+//!
+//! A reference keeps only its current build; other blobs are removed
+//! whenever a reference moves. Files are written whole in `tmp/` and
+//! renamed into place, so a crash leaves the old record or the new one,
+//! never half of one. One process writes at a time through a [`Store`] and
+//! its clones: writes, removals and the clean-up after them hold one lock,
+//! so a clean-up never sees a blob whose record is still being written.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,9 +31,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::{is_sha256, sha256};
 use crate::error::OciError;
-use crate::pull::{Pulled, sha256};
-use crate::reference::{PluginReference, is_sha256};
+use crate::layout::check_manifest;
+use crate::pull::Pulled;
+use crate::reference::PluginReference;
 
 /// A store directory; clones share its write lock.
 #[derive(Debug, Clone)]
@@ -70,7 +80,12 @@ impl Store {
         &self.dir
     }
 
-    /// What `reference` last resolved to, if it was ever pulled here.
+    /// What `reference` last resolved to, if it was pulled here and its
+    /// record holds: the record readable and naming this reference, its
+    /// manifest held and checked against its digest (which is the
+    /// reference's own, for a digest reference), and declaring the record's
+    /// component. A record that does not hold is removed, and the
+    /// reference is not held.
     pub fn current(&self, reference: &PluginReference) -> Result<Option<StoredRef>, OciError> {
         let path = self.ref_path(reference);
         let text = match std::fs::read(&path) {
@@ -78,47 +93,87 @@ impl Store {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(OciError::Store { path, source }),
         };
-        let stored: StoredRef = serde_json::from_slice(&text).map_err(|err| OciError::Store {
-            path: path.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, err),
-        })?;
-        if stored.reference != reference.as_str() || !is_sha256(&stored.layer_digest) {
-            return Err(OciError::Store {
-                path,
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "the record names another reference or no sha256 digest",
-                ),
-            });
+        let missing =
+            |why: &str, expected: &str, actual: &str| -> Result<Option<StoredRef>, OciError> {
+                tracing::warn!(
+                    path = %path.display(),
+                    expected,
+                    actual,
+                    "a stored record {why}: removed, the build counts as not held"
+                );
+                self.remove_if_unchanged(&path, &text);
+                Ok(None)
+            };
+        let stored = match serde_json::from_slice::<StoredRef>(&text) {
+            Ok(stored) => stored,
+            Err(err) => return missing("cannot be read", "a record", &err.to_string()),
+        };
+        if stored.reference != reference.as_str() {
+            return missing("names another reference", reference.as_str(), &stored.reference);
         }
-        Ok(Some(stored))
+        if !is_sha256(&stored.manifest_digest) || !is_sha256(&stored.layer_digest) {
+            return missing("names no sha256 digest", "sha256:…", &stored.manifest_digest);
+        }
+        if let Some(pinned) = reference.digest()
+            && stored.manifest_digest != pinned
+        {
+            return missing(
+                "names another manifest than its reference",
+                pinned,
+                &stored.manifest_digest,
+            );
+        }
+        let declared = self
+            .read(&stored.manifest_digest)?
+            .map(|manifest| check_manifest(&manifest).map(|checked| checked.layer.digest));
+        match declared {
+            Some(Ok(layer)) if layer == stored.layer_digest => Ok(Some(stored)),
+            Some(Ok(layer)) => missing(
+                "names a component its manifest does not declare",
+                &stored.layer_digest,
+                &layer,
+            ),
+            Some(Err(err)) => missing(
+                "names a manifest of another layout",
+                &stored.manifest_digest,
+                &err.to_string(),
+            ),
+            // Not held, or held with other content (which `read` removed).
+            None => missing("names a manifest not held", &stored.manifest_digest, "none"),
+        }
     }
 
-    /// The component `layer_digest` names, checked against it. A file that
-    /// does not match is removed, so the next pull writes it again.
-    pub fn read(&self, layer_digest: &str) -> Result<Vec<u8>, OciError> {
-        let path = self.blob_path(layer_digest)?;
-        let bytes = std::fs::read(&path)
-            .map_err(|source| OciError::Store { path: path.clone(), source })?;
+    /// The blob (a component or a manifest) `digest` names, checked against
+    /// it; `None` when it is not held, or held with other content, which is
+    /// removed so that the next pull writes it again.
+    pub fn read(&self, digest: &str) -> Result<Option<Vec<u8>>, OciError> {
+        let path = self.blob_path(digest)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(OciError::Store { path, source }),
+        };
         let actual = sha256(&bytes);
-        if actual != layer_digest {
-            // Under the write lock, and only if it is still the bad copy: a
-            // put may have renamed a good one in meanwhile.
-            let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-            if std::fs::read(&path).is_ok_and(|now| sha256(&now) != layer_digest) {
-                let _ = std::fs::remove_file(&path);
-            }
-            return Err(OciError::Digest {
-                reference: path.display().to_string(),
-                what: "stored component",
-                expected: layer_digest.to_owned(),
-                actual,
-            });
+        if actual == digest {
+            return Ok(Some(bytes));
         }
-        Ok(bytes)
+        tracing::warn!(
+            path = %path.display(),
+            expected = digest,
+            actual = %actual,
+            "a stored blob does not match its name: removed, the build counts as not held"
+        );
+        // Under the write lock, and only if it is still the bad copy: a
+        // put may have renamed a good one in meanwhile.
+        let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        if std::fs::read(&path).is_ok_and(|now| sha256(&now) != digest) {
+            let _ = std::fs::remove_file(&path);
+        }
+        Ok(None)
     }
 
-    /// True when the build `layer_digest` names is on disk (unchecked).
+    /// True when the build `layer_digest` names is on disk (unchecked:
+    /// [`Store::read`] checks it).
     pub fn holds(&self, layer_digest: &str) -> bool {
         self.blob_path(layer_digest).is_ok_and(|path| path.is_file())
     }
@@ -132,9 +187,15 @@ impl Store {
         now_unix: u64,
     ) -> Result<StoredRef, OciError> {
         let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let blob = self.blob_path(&pulled.layer_digest)?;
-        if !blob.is_file() {
-            self.write_atomic(&blob, &pulled.bytes)?;
+        for (digest, bytes) in
+            [(&pulled.manifest_digest, &pulled.manifest), (&pulled.layer_digest, &pulled.bytes)]
+        {
+            let blob = self.blob_path(digest)?;
+            // A file already there is kept only if it is this very blob: a
+            // damaged or planted one is replaced.
+            if !std::fs::read(&blob).is_ok_and(|held| held == *bytes) {
+                self.write_atomic(&blob, bytes)?;
+            }
         }
         let stored = StoredRef {
             reference: reference.as_str().to_owned(),
@@ -151,6 +212,15 @@ impl Store {
         Ok(stored)
     }
 
+    /// Removes the record at `path` if it still reads `text`: a put may
+    /// have written a good one in meanwhile.
+    fn remove_if_unchanged(&self, path: &Path, text: &[u8]) {
+        let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        if std::fs::read(path).is_ok_and(|now| now == text) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
     /// Removes blobs that no record names; a failure leaves files behind,
     /// which costs disk, not correctness. Callers hold the write lock.
     fn collect_garbage(&self) {
@@ -160,6 +230,7 @@ impl Store {
             let Ok(text) = std::fs::read(record.path()) else { return };
             // An unreadable record may still name blobs: keep everything.
             let Ok(stored) = serde_json::from_slice::<StoredRef>(&text) else { return };
+            kept.insert(stored.manifest_digest);
             kept.insert(stored.layer_digest);
         }
         let Ok(blobs) = std::fs::read_dir(self.dir.join("blobs/sha256")) else { return };
@@ -208,13 +279,34 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 
+    /// A build of `bytes` with a manifest in the layout that declares it.
     fn pulled(bytes: &[u8]) -> Pulled {
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": { "mediaType": CONFIG_MEDIA_TYPE, "digest": sha256(b"{}"), "size": 2 },
+            "layers": [{ "mediaType": LAYER_MEDIA_TYPE, "digest": sha256(bytes), "size": bytes.len() }],
+        }))
+        .unwrap();
         Pulled {
-            manifest_digest: sha256(b"manifest"),
+            manifest_digest: sha256(&manifest),
+            manifest,
             layer_digest: sha256(bytes),
             bytes: bytes.to_vec(),
         }
+    }
+
+    /// What the runtime serves for `reference`: its record, then its
+    /// component, each checked.
+    fn served(store: &Store, reference: &PluginReference) -> Option<Vec<u8>> {
+        let stored = store.current(reference).unwrap()?;
+        store.read(&stored.layer_digest).unwrap()
+    }
+
+    fn blob_file(dir: &Path, digest: &str) -> PathBuf {
+        dir.join("blobs/sha256").join(&digest["sha256:".len()..])
     }
 
     #[test]
@@ -228,29 +320,103 @@ mod tests {
         }
         let current = store.current(&reference).unwrap().unwrap();
         assert_eq!(current.layer_digest, sha256(b"three"));
-        assert_eq!(store.read(&sha256(b"three")).unwrap(), b"three");
+        assert_eq!(current.manifest_digest, pulled(b"three").manifest_digest);
+        assert_eq!(store.read(&sha256(b"three")).unwrap().unwrap(), b"three");
         assert!(store.holds(&sha256(b"three")));
         assert!(!store.holds(&sha256(b"two")), "a replaced build is removed");
+        assert!(!store.holds(&pulled(b"two").manifest_digest), "and its manifest");
         // Another reference's build stays.
         let other = PluginReference::parse("oci://r.io/q:1").unwrap();
         store.put(&other, &pulled(b"other"), 3).unwrap();
         store.put(&reference, &pulled(b"four"), 4).unwrap();
         assert!(store.holds(&sha256(b"other")) && store.holds(&sha256(b"four")));
+        assert!(store.holds(&pulled(b"other").manifest_digest));
         assert!(!store.holds(&sha256(b"three")));
+        assert!(store.read("../../etc/passwd").is_err());
+    }
+
+    /// Issue 43, item 8: a blob planted under a digest its bytes do not hash
+    /// to (the component or the manifest) is not served for a tag reference
+    /// nor for a digest reference: it counts as missing and is removed, and
+    /// the next put writes the real one again.
+    #[test]
+    fn issue_43_item_8_a_planted_blob_is_missing_for_a_tag_and_a_digest_reference() {
+        let build = pulled(b"the real component");
+        let tag = PluginReference::parse("oci://r.io/p:1").unwrap();
+        let pinned =
+            PluginReference::parse(&format!("oci://r.io/p@{}", build.manifest_digest)).unwrap();
+        for reference in [&tag, &pinned] {
+            for planted_over in [&build.layer_digest, &build.manifest_digest] {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path()).unwrap();
+                store.put(reference, &build, 1).unwrap();
+                assert_eq!(served(&store, reference).as_deref(), Some(&b"the real component"[..]));
+                let file = blob_file(dir.path(), planted_over);
+                std::fs::write(&file, b"a planted build").unwrap();
+                assert_eq!(served(&store, reference), None, "{reference}, {planted_over}");
+                assert!(!file.exists(), "the planted file is removed");
+                store.put(reference, &build, 2).unwrap();
+                assert_eq!(served(&store, reference).as_deref(), Some(&b"the real component"[..]));
+            }
+        }
+    }
+
+    /// Issue 43, item 8: a record pointing at a planted build that hashes to
+    /// its own name is not served unless the manifest it names, checked
+    /// against its digest, declares that build; and for a digest reference
+    /// only the manifest the reference names counts.
+    #[test]
+    fn issue_43_item_8_a_record_pointing_at_a_planted_build_is_missing() {
+        let real = pulled(b"the real component");
+        let planted = pulled(b"a planted component");
+        let tag = PluginReference::parse("oci://r.io/p:1").unwrap();
+        let pinned =
+            PluginReference::parse(&format!("oci://r.io/p@{}", real.manifest_digest)).unwrap();
+        for reference in [&tag, &pinned] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            store.put(reference, &real, 1).unwrap();
+            let record = store.ref_path(reference);
+            // The planted component under its own digest, and the record
+            // moved to it with the real manifest's digest kept.
+            std::fs::write(blob_file(dir.path(), &planted.layer_digest), &planted.bytes).unwrap();
+            let forged = StoredRef {
+                reference: reference.as_str().to_owned(),
+                manifest_digest: real.manifest_digest.clone(),
+                layer_digest: planted.layer_digest.clone(),
+                pulled_at: 1,
+            };
+            std::fs::write(&record, serde_json::to_vec(&forged).unwrap()).unwrap();
+            assert_eq!(served(&store, reference), None, "{reference}");
+            assert!(!record.exists(), "the forged record is removed");
+        }
+        // A whole planted build (manifest and component, each under its own
+        // digest) is not the build a digest reference names.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let other = PluginReference::parse("oci://r.io/other:1").unwrap();
+        store.put(&other, &planted, 1).unwrap();
+        let forged = StoredRef {
+            reference: pinned.as_str().to_owned(),
+            manifest_digest: planted.manifest_digest.clone(),
+            layer_digest: planted.layer_digest.clone(),
+            pulled_at: 1,
+        };
+        std::fs::write(store.ref_path(&pinned), serde_json::to_vec(&forged).unwrap()).unwrap();
+        assert_eq!(served(&store, &pinned), None);
+        // A record of the earlier layout, without its manifest, is missing
+        // too: nothing ties its component to the manifest digest.
+        std::fs::remove_file(blob_file(dir.path(), &planted.manifest_digest)).unwrap();
+        assert_eq!(served(&store, &other), None);
     }
 
     #[test]
-    fn a_damaged_blob_is_refused_and_removed() {
+    fn an_unreadable_record_is_missing_not_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let reference = PluginReference::parse("oci://r.io/p:1").unwrap();
-        store.put(&reference, &pulled(b"component"), 1).unwrap();
-        let digest = sha256(b"component");
-        let path = dir.path().join("blobs/sha256").join(&digest["sha256:".len()..]);
-        std::fs::write(&path, b"planted").unwrap();
-        let err = store.read(&digest).unwrap_err();
-        assert!(matches!(err, OciError::Digest { what: "stored component", .. }), "{err}");
-        assert!(!path.exists());
-        assert!(store.read("../../etc/passwd").is_err());
+        std::fs::write(store.ref_path(&reference), b"not json").unwrap();
+        assert_eq!(store.current(&reference).unwrap(), None);
+        assert!(!store.ref_path(&reference).exists());
     }
 }

@@ -1,15 +1,19 @@
 //! Flags of the fleet services (health probes and the discovery API), the
 //! same in both modes, and starting the API server.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use proxyfleet_fleet::api::{Api, ModeStatus, Refusal};
+use ipnet::IpNet;
+use proxyfleet_fleet::api::{Api, ConnectionLimits, ModeStatus, Refusal};
 use proxyfleet_fleet::auth::ApiAuth;
+use proxyfleet_fleet::gateway::target::{OwnAddresses, TargetPolicy};
 use proxyfleet_fleet::gateway::{Gateway, GatewaySettings};
+
+use crate::descriptors;
 use proxyfleet_fleet::{CheckTarget, Fleet, FleetSettings, HealthSettings, ProbeMode, Strategy};
 
 /// Health probes and the discovery API.
@@ -31,6 +35,15 @@ pub struct FleetArgs {
     /// With --api-token-file: leave the read-only proxy list open.
     #[arg(long)]
     pub api_open_read: bool,
+    /// Client connections the API holds at once; further clients wait
+    /// until one closes. Default 256, lowered to fit the open-file limit.
+    #[arg(long)]
+    pub api_max_connections: Option<usize>,
+    /// How long the API and the gateway wait for a request head on a
+    /// connection (a new one, or a kept-alive one between requests) before
+    /// closing it.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Duration,
     /// The plain-HTTP URL probes fetch through each proxy. Default: this
     /// process's own /v1/echo on --api-addr, which also reveals the exit
     /// address; proxies on other machines need an address they can reach.
@@ -109,6 +122,27 @@ pub struct GatewayArgs {
     /// gateway closes it.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub gateway_tunnel_idle_timeout: Duration,
+    /// Client connections the gateway holds at once (each may hold one
+    /// more towards a proxy); further clients wait until one closes.
+    /// Default 1024, lowered to fit the open-file limit.
+    #[arg(long)]
+    pub gateway_max_connections: Option<usize>,
+    /// Requests in flight and CONNECT tunnels one API token holds at once
+    /// (one client address, on an open gateway).
+    #[arg(long, default_value_t = 256)]
+    pub gateway_max_per_client: usize,
+    /// Special-purpose addresses crawlers may reach through the gateway
+    /// after all, comma separated IP addresses or CIDR ranges (e.g.
+    /// 10.20.0.0/16 for an intranet crawl). Loopback, private, link-local
+    /// and the like are refused without it; cloud metadata addresses and
+    /// the operator's own listeners always.
+    #[arg(long, value_delimiter = ',')]
+    pub gateway_allow_targets: Vec<String>,
+    /// Addresses crawlers may never reach through the gateway, public or
+    /// not, comma separated IP addresses or CIDR ranges: the cluster's
+    /// service and pod ranges, say. They win over --gateway-allow-targets.
+    #[arg(long, value_delimiter = ',')]
+    pub gateway_deny_targets: Vec<String>,
 }
 
 /// The validated settings and the bound API listener.
@@ -118,14 +152,36 @@ pub struct FleetSetup {
     pub health: HealthSettings,
     pub auth: Arc<ApiAuth>,
     pub listener: tokio::net::TcpListener,
+    /// The API listener's bounds.
+    pub api_limits: ConnectionLimits,
     /// The gateway's settings and listener, when it is on.
     pub gateway: Option<(GatewaySettings, tokio::net::TcpListener)>,
 }
 
 impl FleetArgs {
     /// Validates the flags and binds the API address now, so a bad flag or
-    /// a taken port fails the start with a clear error.
-    pub async fn setup(&self) -> anyhow::Result<FleetSetup> {
+    /// a taken port fails the start with a clear error. `metrics_addr` is
+    /// the operator's metrics listener, which the gateway refuses as a
+    /// target like its own.
+    pub async fn setup(&self, metrics_addr: SocketAddr) -> anyhow::Result<FleetSetup> {
+        if self.header_read_timeout.is_zero() || self.header_read_timeout > Duration::from_secs(300)
+        {
+            anyhow::bail!(
+                "--header-read-timeout: {:?} must be above zero and at most 5m; give a time such as 10s",
+                self.header_read_timeout
+            );
+        }
+        let open_files = descriptors::raise_limit();
+        let budget = descriptors::budget(
+            open_files,
+            self.api_max_connections,
+            self.gateway.gateway_max_connections,
+            self.gateway.gateway_addr.is_some(),
+        )?;
+        let api_limits = ConnectionLimits {
+            max_connections: budget.api,
+            header_read_timeout: self.header_read_timeout,
+        };
         let listener = tokio::net::TcpListener::bind(self.api_addr).await.with_context(|| {
             format!("--api-addr {}: cannot listen; pick a free address", self.api_addr)
         })?;
@@ -178,10 +234,18 @@ impl FleetArgs {
                          as the proxy password) or, on a network only crawlers reach, --gateway-open"
                     );
                 }
-                let settings = self.gateway.settings(&health, self.lease_max_ttl)?;
+                let mut settings = self.gateway.settings(&health, self.lease_max_ttl)?;
                 let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
                     format!("--gateway-addr {addr}: cannot listen; pick a free address")
                 })?;
+                settings.connections = ConnectionLimits {
+                    max_connections: budget.gateway,
+                    header_read_timeout: self.header_read_timeout,
+                };
+                settings.targets.own = OwnAddresses::new(
+                    vec![bound, listener.local_addr()?, metrics_addr],
+                    cluster_addresses(),
+                );
                 Some((settings, listener))
             }
             None => None,
@@ -195,8 +259,37 @@ impl FleetArgs {
             None if self.api_open_writes => Arc::new(ApiAuth::open()),
             None => Arc::new(ApiAuth::reads_only()),
         };
-        Ok(FleetSetup { fleet, health, auth, listener, gateway })
+        Ok(FleetSetup { fleet, health, auth, listener, api_limits, gateway })
     }
+}
+
+/// Addresses of this operator's that a cluster gives it: its pod's IP
+/// (`POD_IP`, from the downward API) and the Kubernetes API's
+/// (`KUBERNETES_SERVICE_HOST`), refused as gateway targets on every port.
+fn cluster_addresses() -> Vec<IpAddr> {
+    ["POD_IP", "KUBERNETES_SERVICE_HOST"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter_map(|value| value.trim().parse().ok())
+        .collect()
+}
+
+/// Comma separated IP addresses and CIDR ranges of `flag`.
+fn ranges(flag: &str, texts: &[String]) -> anyhow::Result<Vec<IpNet>> {
+    texts
+        .iter()
+        .map(|text| text.trim())
+        .filter(|text| !text.is_empty())
+        .map(|text| {
+            text.parse::<IpNet>().or_else(|_| text.parse::<IpAddr>().map(IpNet::from)).map_err(
+                |_| {
+                    anyhow::anyhow!(
+                        "{flag}: {text:?} is neither an IP address nor a CIDR range like 10.0.0.0/8"
+                    )
+                },
+            )
+        })
+        .collect()
 }
 
 impl GatewayArgs {
@@ -240,6 +333,14 @@ impl GatewayArgs {
                 self.gateway_tunnel_idle_timeout
             );
         }
+        if self.gateway_max_per_client == 0 {
+            anyhow::bail!("--gateway-max-per-client: 0; give at least 1, such as 256");
+        }
+        let targets = TargetPolicy {
+            allow: ranges("--gateway-allow-targets", &self.gateway_allow_targets)?,
+            deny: ranges("--gateway-deny-targets", &self.gateway_deny_targets)?,
+            ..TargetPolicy::default()
+        };
         Ok(GatewaySettings {
             retries: self.gateway_retries,
             connect_timeout: self.gateway_connect_timeout,
@@ -249,6 +350,9 @@ impl GatewayArgs {
             tunnel_idle_timeout: self.gateway_tunnel_idle_timeout,
             healthy_after: health.healthy_after,
             unhealthy_after: health.unhealthy_after,
+            targets,
+            connections: ConnectionLimits::default(),
+            max_per_client: self.gateway_max_per_client,
         })
     }
 }
@@ -272,6 +376,7 @@ pub fn serve_gateway(
 /// ends once the connections are drained.
 pub fn serve_api(
     listener: tokio::net::TcpListener,
+    limits: ConnectionLimits,
     fleet: Arc<Fleet>,
     auth: Arc<ApiAuth>,
     mode: Arc<dyn ModeStatus>,
@@ -281,7 +386,7 @@ pub fn serve_api(
         tracing::info!("discovery API at http://{addr}/v1/proxies");
     }
     let api = Arc::new(Api::new(fleet, auth).with_mode(mode));
-    tokio::spawn(proxyfleet_fleet::api::serve(listener, api, stop.cancelled_owned()))
+    tokio::spawn(proxyfleet_fleet::api::serve(listener, api, limits, stop.cancelled_owned()))
 }
 
 /// What the API shows of a Kubernetes-mode installation's providers: the

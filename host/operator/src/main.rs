@@ -1,5 +1,6 @@
 //! `proxyfleet`: the operator binary.
 
+mod descriptors;
 mod fleet_args;
 mod malloc;
 mod plugin_fields;
@@ -569,7 +570,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
             renew_every: args.lease_duration / 3,
         },
     );
-    let fleet_setup = args.fleet.setup().await?;
+    let fleet_setup = args.fleet.setup(args.housekeeping.metrics_addr).await?;
     // Discovery leases live in the API server beside the plugins' store,
     // so a new leader honours the leases the last one granted.
     let fleet = Arc::new(
@@ -600,6 +601,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
     let api = fleet_args::serve_api(
         fleet_setup.listener,
+        fleet_setup.api_limits,
         fleet,
         fleet_setup.auth,
         Arc::new(fleet_args::SourceStatus(Arc::clone(&registry) as _)),
@@ -695,7 +697,7 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
         return settle_and_print(&standalone, args.settle_timeout).await;
     }
     let stop = shutdown::on_signal()?;
-    let fleet = args.fleet.setup().await?;
+    let fleet = args.fleet.setup(args.housekeeping.metrics_addr).await?;
     settings.fleet = fleet.fleet;
     settings.health = Some(fleet.health);
     let standalone =
@@ -709,6 +711,7 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     );
     let api = fleet_args::serve_api(
         fleet.listener,
+        fleet.api_limits,
         Arc::clone(standalone.fleet()),
         fleet.auth,
         Arc::clone(&standalone) as _,

@@ -18,6 +18,7 @@
 
 pub mod admission;
 mod bindings;
+mod bounds;
 mod cache;
 pub mod capabilities;
 pub mod config;

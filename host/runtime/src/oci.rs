@@ -302,9 +302,9 @@ impl StoredBuilds {
                 Ok(Some(file)) => {
                     files.insert(name, file);
                 }
+                // Not held, or not with its digests (the store warned and
+                // removed what it found): the next poll pulls it again.
                 Ok(None) => {}
-                // Removed by the store as damaged: the reference is not
-                // held any more, and the next poll pulls it again.
                 Err(err) => tracing::warn!(plugin = %name, "{err}"),
             }
         }
@@ -312,10 +312,13 @@ impl StoredBuilds {
     }
 }
 
-/// The build the store holds for `reference`, read and checked. Blocking.
+/// The build the store holds for `reference`, its record and component
+/// checked against their digests. Blocking.
 fn read_stored(store: &Store, reference: &PluginReference) -> Result<Option<PluginFile>, OciError> {
     let Some(stored) = store.current(reference)? else { return Ok(None) };
-    let bytes = store.read(&stored.layer_digest)?;
+    // Not held with its digest (the store removed what it found): the
+    // reference is not held, and the next poll pulls it again.
+    let Some(bytes) = store.read(&stored.layer_digest)? else { return Ok(None) };
     let digest = hex_of(&stored.layer_digest).to_owned();
     Ok(Some(PluginFile { path: PathBuf::from(reference.as_str()), bytes, digest }))
 }

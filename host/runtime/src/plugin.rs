@@ -73,7 +73,8 @@ impl Runtime {
         digest: String,
     ) -> Result<Arc<PluginRevision>, LoadError> {
         let inner = &self.inner;
-        let cached = inner.cache.as_ref().and_then(|cache| cache.load(&inner.engine, &digest));
+        let cached =
+            inner.cache.as_ref().and_then(|cache| cache.load(&inner.engine, &digest, bytes.len()));
         let from_cache = cached.is_some();
         let component = match cached {
             Some(component) => component,
@@ -261,8 +262,13 @@ async fn describe(
     if let Some(fault) = fault {
         span.record("fault", fault);
     }
+    // Checked before the span carries any of it.
+    let oversize = match &outcome {
+        Ok(Ok(info)) => crate::bounds::check_plugin_info(info).err(),
+        _ => None,
+    };
     match &outcome {
-        Ok(Ok(info)) => {
+        Ok(Ok(info)) if oversize.is_none() => {
             span.record("plugin", info.name.as_str());
             span.record("plugin_version", info.version.as_str());
         }
@@ -274,6 +280,9 @@ async fn describe(
     let info = outcome
         .map_err(|_| fail(format!("did not answer within {:?}", limits.call_timeout)))?
         .map_err(|err| fail(format!("{err:#}")))?;
+    if let Some(oversize) = oversize {
+        return Err(fail(oversize.to_string()));
+    }
     if !is_compatible(&info.contract_version) {
         return Err(LoadError::IncompatibleContract {
             path: path.to_owned(),

@@ -22,6 +22,7 @@ use tracing::Instrument as _;
 use wasmtime::Store;
 
 use crate::bindings::{Guest, types as wit};
+use crate::bounds::{self, Oversize};
 use crate::capabilities::CallScope;
 use crate::capabilities::Redactor;
 use crate::capabilities::address::refused_proxy_address;
@@ -419,6 +420,9 @@ impl PluginProvider {
             E::InvalidConfig(m) => (ErrorClass::InvalidConfig, m),
             E::InvalidSpec(m) => (ErrorClass::InvalidSpec, m),
         };
+        if let Err(oversize) = bounds::check_error_message(&message, class.as_str()) {
+            return oversize_fault(&oversize);
+        }
         ProviderError::new(class, self.redactor.redact(&message).into_owned())
     }
 
@@ -429,13 +433,15 @@ impl PluginProvider {
         }
     }
 
-    /// An instance the plugin returned, with no credential the host
-    /// injected left in it (a backend can echo one back, and these fields
-    /// go on into statuses, spans and Events): the name and the mark are
-    /// redacted, such an address is dropped, and an instance whose id holds
-    /// one is refused, since a changed id would name another instance.
-    /// Addresses are then held to the entry's rule.
+    /// An instance the plugin returned, within the bounds of every field
+    /// (refused otherwise, before anything reads it further), with no
+    /// credential the host injected left in it (a backend can echo one
+    /// back, and these fields go on into statuses, spans and Events): the
+    /// name and the mark are redacted, such an address is dropped, and an
+    /// instance whose id holds one is refused, since a changed id would
+    /// name another instance. Addresses are then held to the entry's rule.
     fn checked_instance(&self, instance: wit::Instance) -> Result<Instance, ProviderError> {
+        bounds::check_instance(&instance).map_err(|oversize| oversize_fault(&oversize))?;
         let mut instance = instance_from_wit(instance);
         let redactor = &self.redactor;
         if redactor.holds_secret(&instance.provider_id) {
@@ -536,25 +542,35 @@ impl Provider for PluginProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         match self.call(Operation::List).await? {
-            // One bad instance does not hide the others (orphan collection
-            // needs the list); it is left out, and said so.
-            Answer::Instances(list) => Ok(list
-                .into_iter()
-                .filter_map(|instance| {
-                    self.checked_instance(instance)
-                        .inspect_err(|err| {
-                            tracing::error!(entry = %self.config.name, "list: {err}");
-                        })
-                        .ok()
-                })
-                .collect()),
+            Answer::Instances(list) => {
+                // A list past its bound is refused whole: cut, it would
+                // read as "these are all".
+                bounds::check_list_len(list.len()).map_err(|oversize| oversize_fault(&oversize))?;
+                // One bad instance does not hide the others (orphan
+                // collection needs the list); it is left out, and said so.
+                Ok(list
+                    .into_iter()
+                    .filter_map(|instance| {
+                        self.checked_instance(instance)
+                            .inspect_err(|err| {
+                                tracing::error!(entry = %self.config.name, "list: {err}");
+                            })
+                            .ok()
+                    })
+                    .collect())
+            }
             _ => Err(ProviderError::plugin_fault("unexpected answer shape")),
         }
     }
 
     async fn check(&self) -> Health {
         match self.call(Operation::Check).await {
-            Ok(Answer::Health(health)) => health_from_wit(health, &self.redactor),
+            Ok(Answer::Health(health)) => match bounds::check_health(&health) {
+                Ok(()) => health_from_wit(health, &self.redactor),
+                Err(oversize) => {
+                    Health::unhealthy(HealthReason::Other, oversize_fault(&oversize).to_string())
+                }
+            },
             Ok(_) => Health::unhealthy(HealthReason::Other, "unexpected answer shape"),
             Err(err) => {
                 let reason = match err.class {
@@ -565,6 +581,11 @@ impl Provider for PluginProvider {
             }
         }
     }
+}
+
+/// A plugin's answer over a bound, as callers get it.
+fn oversize_fault(oversize: &Oversize) -> ProviderError {
+    ProviderError::plugin_fault(format!("{oversize}; the answer was dropped"))
 }
 
 fn spec_to_wit(spec: &ProxySpec, installation: &InstallationId) -> wit::ProxySpec {

@@ -22,7 +22,12 @@ async fn fleet_with_echo() -> (Arc<Fleet>, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let api = Arc::new(Api::new(Arc::clone(&fleet), Arc::new(ApiAuth::open())));
-    tokio::spawn(api::serve(listener, api, std::future::pending()));
+    tokio::spawn(api::serve(
+        listener,
+        api,
+        api::ConnectionLimits::default(),
+        std::future::pending(),
+    ));
     (fleet, addr)
 }
 

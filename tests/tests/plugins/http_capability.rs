@@ -82,7 +82,7 @@ async fn responses_over_the_cap_are_refused() {
 
     server.set_canned(ok(&"x".repeat(1 << 20)));
     let answer = fetch.get(&url).await.expect("a body at the cap is fine");
-    assert_eq!(observed(&answer.name)["body"].as_str().map(str::len), Some(1 << 20));
+    assert_eq!(observed(&answer.name)["body_bytes"], 1 << 20);
 }
 
 #[tokio::test]

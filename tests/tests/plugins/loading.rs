@@ -69,6 +69,51 @@ async fn a_cache_file_planted_under_another_digest_is_not_loaded() {
     assert_ne!(reloaded.info, hog.info);
 }
 
+/// Bytes this thread has read through system calls so far. A load reads
+/// its cache file on the calling thread (the component file and the
+/// compilation run on blocking threads), so on a current-thread runtime
+/// this counts what the cache read.
+fn thread_bytes_read() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").expect("procfs");
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|n| n.parse().ok())
+        .expect("an rchar line")
+}
+
+/// Issue 43, item 9: a 1 GiB file planted in the precompiled cache was
+/// read whole before its MAC was checked (+2 GiB per load). It is refused
+/// on its size without being read, the plugin is compiled, and its
+/// compilation replaces the planted file.
+#[tokio::test(flavor = "current_thread")]
+async fn a_planted_oversized_cache_file_is_refused_unread_and_replaced() {
+    let cache = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions { cache_dir: Some(cache.path().to_owned()), ..Default::default() };
+    Runtime::new(options.clone()).unwrap().load_plugin(&plugin("static")).await.unwrap();
+    let file = cwasm_files(cache.path()).remove(0);
+    let compiled = std::fs::metadata(&file).unwrap().len();
+
+    // The measure sees a load that reads the file.
+    let runtime = Runtime::new(options.clone()).unwrap();
+    let before = thread_bytes_read();
+    assert!(runtime.load_plugin(&plugin("static")).await.unwrap().from_cache);
+    let read_cached = thread_bytes_read() - before;
+    assert!(read_cached >= compiled, "{read_cached} bytes read of {compiled}");
+
+    // 1 GiB, sparse: no disk, but a read of it would take 1 GiB.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::File::create(&file).unwrap().set_len(1 << 30).unwrap();
+    let runtime = Runtime::new(options.clone()).unwrap();
+    let before = thread_bytes_read();
+    let reloaded = runtime.load_plugin(&plugin("static")).await.unwrap();
+    let read_planted = thread_bytes_read() - before;
+    assert!(!reloaded.from_cache, "the planted file is a miss");
+    assert!(read_planted < 1 << 20, "{read_planted} bytes read: the planted file was read");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), compiled, "the compilation replaced it");
+    let again = Runtime::new(options).unwrap().load_plugin(&plugin("static")).await.unwrap();
+    assert!(again.from_cache);
+}
+
 /// Issue 14: start-up waited for every plugin to compile (seconds each on
 /// a cold cache) before the API and probes came up. An opened registry
 /// answers at once with every entry loading, and settles each as its

@@ -2,7 +2,9 @@
 //! with TLS from a test CA and htpasswd auth. Builds are pushed with
 //! `proxyfleet_oci::push` (what `proxyfleet plugin push` runs), checked
 //! against the Wasm OCI layout with skopeo, pulled by tag and by digest,
-//! followed as tags move, and refused when wrong.
+//! followed as tags move, and refused when wrong. What a real registry will
+//! not serve (oversized manifests, redirects to anywhere, token realms
+//! anywhere) comes from a stand-in on loopback, [`StubRegistry`].
 //!
 //! The `answer` fixtures answer `get` with their version (`answer 1.0.0`,
 //! `answer 2.0.0`; `answer 3.0.0` asks for an HTTP destination).
@@ -12,13 +14,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use proxyfleet_core::address::AddressKind;
 use proxyfleet_core::kv::MemoryKv;
-use proxyfleet_oci::{OciError, PluginReference, PullLimits, RawRegistry, Registries};
+use proxyfleet_oci::{
+    OciError, Overrun, PluginReference, PullLimits, RawRegistry, RefusedDestination, Registries,
+};
 use proxyfleet_runtime::admission::RejectionKind;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::follow::FollowOptions;
 use proxyfleet_runtime::{EntryState, Registry, RejectedCandidate, Runtime, RuntimeOptions};
 use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
+use proxyfleet_tests::stub_registry::{Answer, StubRegistry};
 use proxyfleet_tests::{CapturedLogs, plugin, wait_for};
 
 /// How long a swap or a recovery may take on a loaded machine before the
@@ -640,4 +646,379 @@ async fn a_refused_build_at_a_cold_start_is_listed_and_its_entry_unavailable() {
     let revisions = registry.revisions_of("pinned").unwrap();
     assert_eq!(revisions.rejections, 1, "{revisions:?}");
     assert_eq!(revisions.rejected[0].kind, RejectionKind::Load);
+}
+
+/// The `registries` of a stub: plain HTTP on loopback, with a user and a
+/// password the stub never asks for unless a test makes it.
+fn stub_registries(stub: &StubRegistry, password_file: &Path) -> Registries {
+    std::fs::write(password_file, PASSWORD).unwrap();
+    Registries::validate(vec![RawRegistry {
+        host: stub.host.clone(),
+        username: Some(USER.to_owned()),
+        password_file: Some(password_file.to_owned()),
+        plain_http: true,
+        ..RawRegistry::default()
+    }])
+    .unwrap()
+}
+
+fn sha256_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", proxyfleet_runtime::file_digest(bytes))
+}
+
+/// Serves `component` from `stub` as `repository:tag` in the Wasm OCI
+/// layout (an empty config); answers the layer's digest.
+fn stub_build(stub: &StubRegistry, repository: &str, tag: &str, component: &[u8]) -> String {
+    let config = b"{}".to_vec();
+    let layer = sha256_of(component);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.wasm.config.v0+json",
+            "digest": sha256_of(&config),
+            "size": config.len(),
+        },
+        "layers": [{ "mediaType": "application/wasm", "digest": layer, "size": component.len() }],
+    }))
+    .unwrap();
+    for name in [tag.to_owned(), sha256_of(&manifest)] {
+        stub.answer(&format!("/v2/{repository}/manifests/{name}"), Answer::Body(manifest.clone()));
+    }
+    stub.answer(&format!("/v2/{repository}/blobs/{}", sha256_of(&config)), Answer::Body(config));
+    stub.answer(&format!("/v2/{repository}/blobs/{layer}"), Answer::Body(component.to_vec()));
+    layer
+}
+
+/// Issue 43, item 6: a 512 MiB manifest was read whole (+1 GiB RSS) before
+/// it was refused. Now a declared length over the distribution spec's
+/// 4 MiB is refused before the body is read, and a body without one is
+/// cut off at the bound; the stub counts the body bytes it got out, which
+/// include what the kernel's socket buffers took before the pull hung up.
+#[tokio::test]
+async fn issue_43_item_6_a_manifest_over_4_mib_is_refused_at_the_bound_with_and_without_a_length() {
+    const BOUND: u64 = 4 << 20;
+    const SERVED: u64 = 512 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    for declared in [true, false] {
+        let stub = StubRegistry::start().await;
+        let registries = stub_registries(&stub, &dir.path().join("password"));
+        let path = "/v2/plugins/huge/manifests/1";
+        stub.answer(path, Answer::Filler { size: SERVED, declared });
+        let reference =
+            PluginReference::parse(&format!("oci://{}/plugins/huge:1", stub.host)).unwrap();
+
+        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+            .await
+            .unwrap_err();
+        let size = match &err {
+            OciError::ManifestTooLarge { size, limit, .. } => {
+                assert_eq!(*limit, BOUND);
+                *size
+            }
+            other => panic!("expected ManifestTooLarge: {other:?}"),
+        };
+        match size {
+            Overrun::Declared(length) => assert!(declared && length == SERVED, "{size:?}"),
+            // One chunk of the transport past the bound, at most.
+            Overrun::Read(read) => {
+                assert!(!declared && read > BOUND && read <= BOUND + (1 << 20), "{size:?}");
+            }
+        }
+        assert!(err.refuses_the_build(), "the same manifest is not asked for again");
+        let message = err.to_string();
+        let (Overrun::Declared(shown) | Overrun::Read(shown)) = size;
+        for part in [reference.as_str(), "4194304", &shown.to_string()] {
+            assert!(message.contains(part), "{message}");
+        }
+        let sent = stub.body_sent(path).await;
+        eprintln!(
+            "manifest of {SERVED} bytes, length {}: refused ({size}); the stub got {sent} body \
+             bytes out ({:.2} MiB, bound {BOUND})",
+            if declared { "declared" } else { "not declared (chunked)" },
+            sent as f64 / f64::from(1 << 20),
+        );
+        // The client's receive buffer is the slack: the kernel's to size.
+        assert!(sent < BOUND + (2 << 20), "{sent} bytes left the stub");
+
+        // Resolving the tag, with no digest header to go by, reads the
+        // manifest within the same bound.
+        let err = proxyfleet_oci::resolve(&registries, &reference).await.unwrap_err();
+        assert!(matches!(err, OciError::ManifestTooLarge { .. }), "{err:?}");
+        assert!(stub.body_sent(path).await < BOUND + (2 << 20));
+    }
+    // The process's high-water mark: honest only when this test runs alone.
+    let (rss, peak) = proxyfleet_tests::procfs::memory_mib(std::process::id());
+    eprintln!("test process: VmRSS {rss:.1} MiB, VmHWM {peak:.1} MiB");
+}
+
+/// Issue 43, item 7: a registry's blob redirect to a link-local or metadata
+/// address was followed (without the credential, but the request was
+/// made). The redirect policy refuses it, in any spelling the URL parser
+/// reads as such an address, before anything is sent there: the error is
+/// the policy's own, which reqwest raises in place of the request, and a
+/// connect to 169.254.169.254 would fail otherwise (or time out after
+/// 10 s). The refusal names the target's host and keeps its query (where a
+/// storage service's signature lives) out of the message.
+#[tokio::test]
+async fn issue_43_item_7_a_blob_redirect_to_a_metadata_or_link_local_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let stub = StubRegistry::start().await;
+    let registries = stub_registries(&stub, &dir.path().join("password"));
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let layer = stub_build(&stub, "plugins/answer", "1", &component);
+    let reference =
+        PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
+    let blob = format!("/v2/plugins/answer/blobs/{layer}");
+    let metadata = |host: &str| RefusedDestination::Address {
+        host: host.to_owned(),
+        kind: AddressKind::CloudMetadata,
+    };
+    for (target, expected) in [
+        (
+            "http://169.254.169.254/latest/meta-data/iam/security-credentials/?X-Amz-Signature=s3cr3t",
+            metadata("169.254.169.254"),
+        ),
+        ("http://2852039166/latest/meta-data/?sig=s3cr3t", metadata("169.254.169.254")),
+        ("http://0xa9.0xfe.0xa9.0xfe/latest/", metadata("169.254.169.254")),
+        ("http://[::ffff:a9fe:a9fe]/latest/", metadata("::ffff:169.254.169.254")),
+        (
+            "http://metadata.google.internal/computeMetadata/v1/?recursive=true",
+            RefusedDestination::MetadataName { host: "metadata.google.internal".to_owned() },
+        ),
+        (
+            "http://169.254.1.1/blob",
+            RefusedDestination::Address {
+                host: "169.254.1.1".to_owned(),
+                kind: AddressKind::LinkLocal,
+            },
+        ),
+    ] {
+        stub.answer(&blob, Answer::Redirect(target.to_owned()));
+        let before = stub.requests().len();
+        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+            .await
+            .unwrap_err();
+        match &err {
+            OciError::Refused { source, registry, .. } => {
+                assert_eq!(source, &expected, "{target}");
+                assert_eq!(registry, &stub.host);
+            }
+            other => panic!("{target}: expected a refused redirect: {other:?}"),
+        }
+        let message = err.to_string();
+        assert!(message.contains(reference.as_str()), "{message}");
+        assert!(!message.contains("s3cr3t") && !message.contains(PASSWORD), "{message}");
+        eprintln!("{target}: {message}");
+        let requests = stub.requests();
+        assert_eq!(
+            requests[before..].last().map(String::as_str),
+            Some(format!("GET {blob}").as_str()),
+            "the pull ended at the redirect"
+        );
+    }
+}
+
+/// Issue 43, item 7: redirects the policy allows are followed (a loopback
+/// registry's storage on another name of loopback), and at most five in a
+/// row.
+#[tokio::test]
+async fn issue_43_item_7_storage_redirects_are_followed_at_most_five_in_a_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let stub = StubRegistry::start().await;
+    let registries = stub_registries(&stub, &dir.path().join("password"));
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let layer = stub_build(&stub, "plugins/answer", "1", &component);
+    let reference =
+        PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
+    let blob = format!("/v2/plugins/answer/blobs/{layer}");
+
+    // `localhost` is resolved, and its loopback addresses are reachable
+    // from a registry on loopback.
+    stub.answer(&blob, Answer::Redirect(format!("http://localhost:{}/storage/1", stub.port)));
+    stub.answer("/storage/1", Answer::Body(component.clone()));
+    let pulled =
+        proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default()).await.unwrap();
+    assert_eq!(pulled.bytes, component);
+    assert!(stub.requests().contains(&"GET /storage/1".to_owned()));
+
+    for hop in 1..=10 {
+        stub.answer(&format!("/hop/{hop}"), Answer::Redirect(format!("/hop/{}", hop + 1)));
+    }
+    stub.answer(&blob, Answer::Redirect("/hop/1".to_owned()));
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            OciError::Refused { source: RefusedDestination::TooManyRedirects { max: 5 }, .. }
+        ),
+        "{err:?}"
+    );
+    let hops = stub.requests().iter().filter(|request| request.starts_with("GET /hop/")).count();
+    assert_eq!(hops, 5, "five redirects followed, the sixth refused");
+}
+
+/// Issue 43, item 7: a token realm is a destination the registry names,
+/// held to the same policy: the basic credentials do not go to a metadata
+/// address, and nothing is asked of it.
+#[tokio::test]
+async fn issue_43_item_7_a_token_realm_at_a_metadata_address_is_not_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let stub = StubRegistry::start().await;
+    let registries = stub_registries(&stub, &dir.path().join("password"));
+    stub.answer(
+        "/v2/",
+        Answer::Challenge(
+            r#"Bearer realm="http://169.254.169.254/token",service="stub""#.to_owned(),
+        ),
+    );
+    let reference =
+        PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            OciError::Refused {
+                source: RefusedDestination::Address { kind: AddressKind::CloudMetadata, .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(stub.requests(), ["GET /v2/"]);
+}
+
+/// The token flow the pull runs itself: the challenge's realm is asked for
+/// a pull token with the basic credentials, and the token goes on the
+/// registry's requests; a token server's refusal is a refused login that
+/// shows neither secret.
+#[tokio::test]
+async fn a_token_from_the_registrys_realm_is_fetched_with_the_credentials_and_never_shown() {
+    use base64::Engine as _;
+    use proxyfleet_tests::registry::RegistryAuth;
+    use proxyfleet_tests::{Canned, TestServer};
+
+    let realm = TestServer::http(Canned { status: 503, body: "not yet".into() }).await;
+    let registry = OciRegistry::start_with(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        RegistryAuth::TokenRealm(realm.addr.port()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let reference = PluginReference::parse(&registry.reference("plugins/answer", "1")).unwrap();
+    let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, registry.token("plugins/answer", &["pull", "push"])).unwrap();
+    let pusher = Registries::validate(vec![RawRegistry {
+        host: registry.host.clone(),
+        token_file: Some(token_file),
+        ca_file: Some(registry.ca_file.clone()),
+        ..RawRegistry::default()
+    }])
+    .unwrap();
+    proxyfleet_oci::push(&pusher, &reference, "answer-v1", component.clone()).await.unwrap();
+
+    let pull_token = registry.token("plugins/answer", &["pull"]);
+    realm.set_canned(Canned {
+        status: 200,
+        body: serde_json::to_vec(&serde_json::json!({ "token": pull_token })).unwrap().into(),
+    });
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, PASSWORD).unwrap();
+    let puller = Registries::validate(vec![RawRegistry {
+        host: registry.host.clone(),
+        username: Some(USER.to_owned()),
+        password_file: Some(password_file),
+        ca_file: Some(registry.ca_file.clone()),
+        ..RawRegistry::default()
+    }])
+    .unwrap();
+    let digest = proxyfleet_oci::resolve(&puller, &reference).await.unwrap();
+    let pulled = proxyfleet_oci::pull(&puller, &reference, Some(&digest), PullLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(pulled.bytes, component);
+    let asked = realm.seen();
+    assert_eq!(asked.len(), 2, "one token per look and per pull: {asked:?}");
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"))
+    );
+    for request in &asked {
+        assert_eq!(request.header("authorization"), Some(basic.as_str()));
+        assert!(request.path.contains("scope=repository%3Aplugins%2Fanswer%3Apull"), "{request:?}");
+        assert!(
+            request.path.contains(&format!("service={}", OciRegistry::TOKEN_SERVICE)),
+            "{request:?}"
+        );
+    }
+
+    realm.set_canned(Canned { status: 401, body: "wrong credentials".into() });
+    let err =
+        proxyfleet_oci::pull(&puller, &reference, None, PullLimits::default()).await.unwrap_err();
+    assert!(matches!(err, OciError::Denied { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("plugins/answer") && message.contains("wrong credentials"),
+        "{message}"
+    );
+    assert!(!message.contains(PASSWORD) && !message.contains(&pull_token), "{message}");
+}
+
+/// Issue 43, item 8: a build planted in the content store under
+/// `<cache-dir>/oci` was served for a tag and for a digest reference: the
+/// store was trusted by path. Now a record pointing at a planted build (one
+/// that hashes to its own name, but that the record's manifest does not
+/// declare) is missing, and so is a blob whose bytes do not hash to its
+/// name: with the registry up the entries pull the real build again, with
+/// it down they are unavailable instead of serving the planted one.
+#[tokio::test]
+async fn issue_43_item_8_a_build_planted_in_the_store_is_pulled_again_or_missing() {
+    let mut setup = Setup::new();
+    let pinned = setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!(
+        "  - {{ name: tagged, plugin: '{tagged}' }}\n  - {{ name: pinned, plugin: '{pinned}' }}\n"
+    ));
+    let cache = setup.cache("cache");
+    drop(load(&config, &setup.plugin_dir(), &cache).await);
+    let store = cache.join("oci");
+    let real = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let planted = std::fs::read(plugin("fixtures/answer-v2")).unwrap();
+    let records: Vec<PathBuf> =
+        std::fs::read_dir(store.join("refs")).unwrap().map(|entry| entry.unwrap().path()).collect();
+    assert_eq!(records.len(), 2);
+
+    // The planted build under its own digest, and both records moved to it.
+    std::fs::write(
+        store.join("blobs/sha256").join(proxyfleet_runtime::file_digest(&planted)),
+        &planted,
+    )
+    .unwrap();
+    for record in &records {
+        let mut stored: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+        stored["layerDigest"] = sha256_of(&planted).into();
+        std::fs::write(record, serde_json::to_vec(&stored).unwrap()).unwrap();
+    }
+    let restarted = load(&config, &setup.plugin_dir(), &cache).await;
+    for entry in ["tagged", "pinned"] {
+        assert_eq!(answer(&restarted, entry).await, V1, "{entry}: pulled again, not the plant");
+    }
+    drop(restarted);
+
+    // The real build's file with the planted bytes, the registry down.
+    let real_blob = store.join("blobs/sha256").join(proxyfleet_runtime::file_digest(&real));
+    std::fs::write(&real_blob, &planted).unwrap();
+    setup.registry.stop();
+    let restarted = load(&config, &setup.plugin_dir(), &cache).await;
+    for (entry, reference) in [("tagged", &tagged), ("pinned", &pinned)] {
+        let reason = unavailable(&restarted, entry);
+        assert!(reason.contains(reference.as_str()), "{reason}");
+        assert!(reason.contains("no build of it in the plugin cache"), "{reason}");
+    }
+    assert!(!real_blob.exists(), "the planted file is removed");
 }

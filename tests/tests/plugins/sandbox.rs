@@ -75,6 +75,58 @@ async fn reflecting_server() -> u16 {
     port
 }
 
+/// A server that answers every request with each of its headers reflected
+/// as a response header `x-echo-<name>`, and with a body of the request's
+/// head and the user and password of a Basic credential, decoded: a
+/// backend quoting a request in an error does as much. The body goes out
+/// in two writes, cut inside the credential, so the host reads it in two
+/// chunks.
+async fn echoing_server() -> u16 {
+    use base64::Engine as _;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0_u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let mut echoed = String::new();
+                let mut body = text.clone();
+                for line in text.lines().skip(1).filter(|line| !line.is_empty()) {
+                    let Some((name, value)) = line.split_once(": ") else { continue };
+                    echoed.push_str(&format!("x-echo-{name}: {value}\r\n"));
+                    if let Some(token) = value.strip_prefix("Basic ")
+                        && let Ok(pair) = base64::engine::general_purpose::STANDARD.decode(token)
+                    {
+                        body.push_str(&format!(
+                            "user and password: {}\n",
+                            String::from_utf8_lossy(&pair)
+                        ));
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\n{echoed}content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let cut = body.find("Basic ").map_or(0, |at| at + 12);
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(&body.as_bytes()[..cut]).await;
+                let _ = stream.flush().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = stream.write_all(&body.as_bytes()[cut..]).await;
+            });
+        }
+    });
+    port
+}
+
 /// Issue 15, item 1: a streamed request body was buffered whole before
 /// its size was checked (512 MiB raised host RSS by about 1 GiB).
 #[tokio::test]
@@ -135,6 +187,71 @@ async fn an_injected_credential_never_leaves_in_a_returned_instance() {
     assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
     assert!(err.message.contains("id holds a credential"), "{err}");
     assert!(!err.message.contains("s3cret"), "{err}");
+}
+
+/// Issue 43, item 12: a plugin that made a granted backend echo request
+/// headers read the injected credential back and returned it hex-encoded
+/// (or reversed) in instance fields and logs, where the host's redaction
+/// of exact copies cannot see it. The credential is now taken out of the
+/// answer before the plugin reads it: in the reflected headers, in the
+/// body (cut in two chunks inside the credential), and in its decoded
+/// form, while the rest of what the backend reflected reaches the plugin.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reflected_credential_is_taken_out_before_the_plugin_reads_it() {
+    use base64::Engine as _;
+    let logs = proxyfleet_tests::CapturedLogs::default();
+    let _guard = logs.install();
+    let port = echoing_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pair = "svc:Pa55-w0rd-77";
+    let basic = base64::engine::general_purpose::STANDARD.encode(pair);
+    let secret_file = dir.path().join("basic");
+    std::fs::write(&secret_file, format!("{basic}\n")).unwrap();
+    let grants = format!(
+        "      http:\n        - url: http://127.0.0.1:{port}\n          allowAddresses: [127.0.0.1]\n          credential: {{ header: Authorization, valueTemplate: 'Basic {{secret}}', secretFile: {} }}\n",
+        secret_file.display()
+    );
+    let provider = fixture_provider(dir.path(), "hostile", &grants, "").await;
+
+    let report = attack(&*provider, &format!("reflect http://127.0.0.1:{port}/echo")).await;
+    assert_eq!(report["status"], 200, "{report}");
+    let logged = logs.text();
+    let seen = |text: &str| logged.contains(&hex::encode(text));
+    // What the plugin got, hex-encoded in its log record: the reflection
+    // itself reached it, in headers and body, ...
+    assert!(seen("x-echo-x-probe: reflect-probe-7\n"), "{logged}");
+    assert!(seen("x-probe: reflect-probe-7\r\n"), "{logged}");
+    assert!(seen("x-echo-accept-encoding: identity\n"), "identity is asked for: {logged}");
+    assert!(seen("authorization: [redacted]"), "{logged}");
+    // ... and no form of the credential did.
+    for form in [basic.as_str(), &format!("Basic {basic}"), pair, "Pa55-w0rd-77", &basic[..12]] {
+        assert!(!seen(form), "the plugin read {form:?}: {logged}");
+    }
+}
+
+/// Issue 43, item 10: a provider id of 1 MiB was stored, and every later
+/// call of that Proxy logged it (9.4 MB per call). The answer is refused as
+/// `plugin-fault`, naming the field and its bound, and nothing of the id
+/// reaches the error or the logs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_id_of_1_mib_is_refused_as_a_plugin_fault() {
+    let logs = proxyfleet_tests::CapturedLogs::default();
+    let _guard = logs.install();
+    let dir = tempfile::tempdir().unwrap();
+    let provider = hostile(dir.path(), 9, "").await;
+    let mut spec = proxyfleet_harness::SpecBuilder::new("huge").build();
+    spec.image = "oversize-id".into();
+
+    let err = provider.create(&spec).await.expect_err("the answer is refused");
+    assert_eq!(err.class, ErrorClass::PluginFault, "{err}");
+    assert!(
+        err.message.contains("instance.provider-id of 1048576 bytes, over the bound of 512 bytes"),
+        "{err}"
+    );
+    assert!(err.message.len() < 200, "{err}");
+    let logged = logs.text();
+    assert!(!logged.contains(&"i".repeat(64)), "the id was logged");
+    assert!(logged.len() < 64 << 10, "{} bytes of logs", logged.len());
 }
 
 /// Issue 15, item 3: one call opened 3,000 connections to a server that

@@ -33,6 +33,8 @@ async fn registry_taking(endpoints: &[&str], ranges: &str) -> (Registry, tempfil
 /// Issue 15, item 8: the addresses a plugin reported were probed and
 /// handed out unchecked, so an entry could point the health engine and
 /// crawlers at the metadata service or at the operator's own loopback.
+/// Issue 43, item 5: a `proxyAddresses` range around the metadata address
+/// let it through.
 #[tokio::test]
 async fn reported_addresses_outside_the_entry_rule_are_dropped() {
     let endpoints = ["169.254.169.254:80", "127.0.0.1:3128", "10.1.2.3:3128", "[::1]:3128"];
@@ -47,9 +49,9 @@ async fn reported_addresses_outside_the_entry_rule_are_dropped() {
     };
     assert_eq!(kept("[]").await, ["10.1.2.3"], "private networks are taken, the rest dropped");
     assert_eq!(
-        kept("['169.254.0.0/16']").await,
-        ["169.254.169.254"],
-        "with proxyAddresses, exactly those ranges"
+        kept("['127.0.0.0/8', '169.254.0.0/16']").await,
+        ["127.0.0.1"],
+        "with proxyAddresses, exactly those ranges, never the metadata address inside them"
     );
 }
 

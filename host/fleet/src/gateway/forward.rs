@@ -1,6 +1,10 @@
 //! Absolute-form requests (`GET http://example.com/ HTTP/1.1`): sent on to
 //! the picked proxy as they came, less the hop's headers, and its answer
-//! streamed back.
+//! streamed back. The request line names the target's address as the
+//! gateway resolved it (`GET http://93.184.215.14:80/`), so the proxy does
+//! not resolve the name again; the `Host` header keeps the name. A proxy
+//! that rebuilds `Host` from the request line (tinyproxy does) sends the
+//! address as the host name.
 //!
 //! A request goes to another proxy when its proxy cannot be reached, or
 //! when the connection fails before the request was written (hyper hands
@@ -19,7 +23,7 @@ use proxyfleet_metrics::gateway::{Counter, Kind};
 
 use super::counted::counted_body;
 use super::{
-    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
+    Body, Gateway, Held, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
     site_of_authority, strip_hop_headers,
 };
 use crate::catalog::Picked;
@@ -51,6 +55,7 @@ impl Head {
 pub(super) async fn send(
     gateway: &Gateway,
     route: &Route,
+    held: Held,
     request: Request<Incoming>,
     started: Instant,
 ) -> Result<Response<Body>, Refusal> {
@@ -73,7 +78,15 @@ pub(super) async fn send(
     let authority =
         parts.uri.authority().ok_or_else(|| Refusal::bad_request("the request URL has no host"))?;
     let site = site_of_authority(authority)?;
-    let mut head = Head { method: parts.method, uri: parts.uri, headers: parts.headers };
+    let target = gateway.target(authority, 80).await?;
+    let mut headers = parts.headers;
+    if !headers.contains_key(header::HOST)
+        && let Ok(host) = HeaderValue::from_str(authority.as_str())
+    {
+        headers.insert(header::HOST, host);
+    }
+    let uri = pinned(&parts.uri, target)?;
+    let mut head = Head { method: parts.method, uri, headers };
     strip_hop_headers(&mut head.headers);
     let replayable = body.is_end_stream() && head.method.is_idempotent();
     // Sent bytes count against the proxy the body goes to, which is known
@@ -129,7 +142,7 @@ pub(super) async fn send(
             }
             Ok(Ok(response)) => {
                 let upstream = connected_in + sent_at.elapsed();
-                let answered = Answered { site: &site, received: counters.received };
+                let answered = Answered { site: &site, received: counters.received, held };
                 return Ok(answer_of(
                     gateway,
                     &picked,
@@ -168,6 +181,20 @@ pub(super) async fn send(
 struct Answered<'a> {
     site: &'a str,
     received: Counter,
+    /// Held until the answer's body is done with.
+    held: Held,
+}
+
+/// `uri` with its authority replaced by the address the gateway resolved.
+fn pinned(uri: &Uri, target: std::net::SocketAddr) -> Result<Uri, Refusal> {
+    let mut parts = uri.clone().into_parts();
+    parts.authority = Some(
+        target
+            .to_string()
+            .parse()
+            .map_err(|err| Refusal::bad_request(format!("the target {target}: {err}")))?,
+    );
+    Uri::from_parts(parts).map_err(|err| Refusal::bad_request(format!("the request URL: {err}")))
 }
 
 /// The upstream's answer, on its way back: the hop's headers go, the
@@ -184,10 +211,11 @@ fn answer_of(
     name_proxy(&mut parts.headers, &picked.id);
     ban_on_status(gateway, picked, answered.site, parts.status, "the site");
     gateway.fleet.metrics().gateway().observe_added(added);
-    let received = answered.received;
+    let Answered { received, held, .. } = answered;
     Response::from_parts(
         parts,
         counted_body(body, move |bytes| {
+            let _ = &held;
             received.inc_by(bytes);
         }),
     )

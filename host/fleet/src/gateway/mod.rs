@@ -7,18 +7,26 @@
 //!    the password (407 otherwise);
 //! 2. is routed by the username ([`route`]): pool, provider, labels,
 //!    sticky session, strategy;
-//! 3. goes through a proxy the catalog picks (healthy, running, not
+//! 3. has its target judged ([`target`]): names resolved here once, cloud
+//!    metadata, loopback, private and the operator's own addresses refused
+//!    unless allowed, and the proxy asked for the address, not the name;
+//! 4. takes one of its client's slots ([`clients`]): at most
+//!    [`GatewaySettings::max_per_client`] requests and tunnels per token;
+//! 5. goes through a proxy the catalog picks (healthy, running, not
 //!    quarantined, not banned for the request's site); a proxy that cannot
 //!    be reached is counted as a failed probe and the request goes to
 //!    another one, at most [`GatewaySettings::retries`] more times;
-//! 4. is answered with the upstream's answer and an `X-Proxyfleet-Proxy`
+//! 6. is answered with the upstream's answer and an `X-Proxyfleet-Proxy`
 //!    header naming the proxy's ID, for the discovery API's report route.
 //!
 //! An answer with one of [`GatewaySettings::ban_statuses`] bans the proxy
 //! for that site only. Answers the gateway makes itself are JSON
 //! `{"error": "..."}` with a status saying whose fault it is: 400 (the
-//! request or its routing), 407 (credentials), 404 (an unknown pool), 502
-//! (no upstream could be reached), 503 (none available).
+//! request or its routing), 403 (a target crawlers may not reach), 407
+//! (credentials), 404 (an unknown pool), 429 (the client holds all its
+//! slots), 502 (no upstream could be reached, or the target's name does
+//! not resolve), 503 (none available), 504 (the resolver did not answer).
+//! The refusals about the target carry an RFC 9209 `Proxy-Status` header.
 //!
 //! The gateway reads the same catalog as the discovery API, so it runs
 //! where that catalog is filled: in standalone mode, and on the leader in
@@ -26,7 +34,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,17 +49,26 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::auth::{Access, ApiAuth};
 use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Session, site_of};
 
+mod clients;
 mod counted;
 mod forward;
 pub mod route;
 mod settings;
+pub mod target;
 mod tunnel;
 
+use clients::{ClientSlot, ClientSlots};
 pub use route::{Route, RouteError};
 pub use settings::GatewaySettings;
+use target::{Resolve, SystemResolver, TargetRefusal};
+
+use crate::server::Slot;
 
 /// The header naming the proxy a request went through.
 pub const PROXY_HEADER: &str = "x-proxyfleet-proxy";
+
+/// RFC 9209's header, on the refusals about a request's target.
+pub const PROXY_STATUS: &str = "proxy-status";
 
 /// Every answer's body: the upstream's, streamed, or the gateway's own.
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -61,6 +78,8 @@ pub struct Gateway {
     fleet: Arc<Fleet>,
     auth: Arc<ApiAuth>,
     settings: GatewaySettings,
+    resolver: Arc<dyn Resolve>,
+    clients: Arc<ClientSlots>,
 }
 
 impl fmt::Debug for Gateway {
@@ -72,7 +91,15 @@ impl fmt::Debug for Gateway {
 impl Gateway {
     /// A gateway over `fleet`, admitting the holders of `auth`'s tokens.
     pub fn new(fleet: Arc<Fleet>, auth: Arc<ApiAuth>, settings: GatewaySettings) -> Self {
-        Self { fleet, auth, settings }
+        let clients = Arc::new(ClientSlots::new(settings.max_per_client));
+        Self { fleet, auth, settings, resolver: Arc::new(SystemResolver), clients }
+    }
+
+    /// Resolves target names with `resolver` instead of the system's.
+    #[must_use]
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolve>) -> Self {
+        self.resolver = resolver;
+        self
     }
 }
 
@@ -83,14 +110,26 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let service = move |_peer: SocketAddr| {
+    let limits = gateway.settings.connections;
+    let service = move |peer: SocketAddr, slot: Slot| {
         let gateway = Arc::clone(&gateway);
         hyper::service::service_fn(move |request: Request<Incoming>| {
             let gateway = Arc::clone(&gateway);
-            async move { Ok::<_, Infallible>(handle(&gateway, request).await) }
+            let held = Held { connection: slot.clone(), client: None };
+            async move { Ok::<_, Infallible>(handle(&gateway, peer.ip(), held, request).await) }
         })
     };
-    crate::server::serve(listener, "gateway", service, shutdown).await;
+    crate::server::serve(listener, "gateway", limits, service, shutdown).await;
+}
+
+/// What a request holds while its upstream connection lives: its place
+/// among the listener's connections (hyper lets go of a connection that
+/// became a tunnel) and among its client's slots.
+#[derive(Debug)]
+struct Held {
+    #[allow(dead_code, reason = "held for its lifetime, never read")]
+    connection: Slot,
+    client: Option<ClientSlot>,
 }
 
 /// An answer the gateway makes itself.
@@ -102,11 +141,13 @@ pub(crate) struct Refusal {
     message: String,
     /// The proxy that answered, when one did.
     proxy: Option<String>,
+    /// The RFC 9209 error type, for a `Proxy-Status` header.
+    proxy_status: Option<&'static str>,
 }
 
 impl Refusal {
     fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { status, reason, message: message.into(), proxy: None }
+        Self { status, reason, message: message.into(), proxy: None, proxy_status: None }
     }
 
     fn bad_request(message: impl Into<String>) -> Self {
@@ -123,6 +164,11 @@ impl Refusal {
         if let Some(id) = &self.proxy {
             name_proxy(headers, id);
         }
+        if let Some(error) = self.proxy_status
+            && let Ok(value) = HeaderValue::from_str(&proxy_status(error, &self.message))
+        {
+            headers.insert(PROXY_STATUS, value);
+        }
         if self.status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
             headers.insert(
                 header::PROXY_AUTHENTICATE,
@@ -131,6 +177,40 @@ impl Refusal {
         }
         response
     }
+}
+
+impl From<TargetRefusal> for Refusal {
+    fn from(refusal: TargetRefusal) -> Self {
+        let status = match &refusal {
+            TargetRefusal::MetadataName(_) | TargetRefusal::Prohibited { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            TargetRefusal::Unresolved { .. } => StatusCode::BAD_GATEWAY,
+            TargetRefusal::ResolveTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        };
+        let mut answer = Self::new(status, "target", refusal.to_string());
+        answer.proxy_status = Some(refusal.error_type());
+        answer
+    }
+}
+
+/// The `Proxy-Status` header (RFC 9209) of a refusal: this gateway's
+/// name, the error type, and the message as its details (a structured
+/// field string: printable ASCII, `"` and `\` escaped).
+fn proxy_status(error: &str, details: &str) -> String {
+    let mut value = format!("proxyfleet; error={error}; details=\"");
+    for c in details.chars() {
+        match c {
+            '"' | '\\' => {
+                value.push('\\');
+                value.push(c);
+            }
+            ' '..='~' => value.push(c),
+            _ => value.push('?'),
+        }
+    }
+    value.push('"');
+    value
 }
 
 impl From<CatalogError> for Refusal {
@@ -151,7 +231,12 @@ fn full(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
-async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    gateway: &Gateway,
+    peer: IpAddr,
+    mut held: Held,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let started = Instant::now();
     if !gateway.fleet.is_ready() {
         let refusal = Refusal::new(
@@ -162,18 +247,37 @@ async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body>
         );
         return refusal.into_response(gateway);
     }
-    let answer = match admit(gateway, request.headers()) {
+    let admitted = admit(gateway, peer, request.headers()).and_then(|(route, client)| {
+        held.client = Some(gateway.clients.take(client).ok_or_else(|| {
+            Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "client-limit",
+                format!(
+                    "this client holds {} requests and tunnels through the gateway already, its \
+                     most (--gateway-max-per-client); close some, or use another token",
+                    gateway.clients.max()
+                ),
+            )
+        })?);
+        Ok(route)
+    });
+    let answer = match admitted {
         Err(refusal) => Err(refusal),
         Ok(route) if request.method() == Method::CONNECT => {
-            tunnel::open(gateway, &route, request, started).await
+            tunnel::open(gateway, &route, held, request, started).await
         }
-        Ok(route) => forward::send(gateway, &route, request, started).await,
+        Ok(route) => forward::send(gateway, &route, held, request, started).await,
     };
     answer.unwrap_or_else(|refusal| refusal.into_response(gateway))
 }
 
-/// Checks the credentials and reads the route from the username.
-fn admit(gateway: &Gateway, headers: &HeaderMap) -> Result<Route, Refusal> {
+/// Checks the credentials and reads the route from the username; the key
+/// the request's slot is counted against.
+fn admit(
+    gateway: &Gateway,
+    peer: IpAddr,
+    headers: &HeaderMap,
+) -> Result<(Route, clients::ClientKey), Refusal> {
     let credentials =
         headers.get(header::PROXY_AUTHORIZATION).map(basic_credentials).transpose()?;
     let (username, token) = match &credentials {
@@ -189,8 +293,12 @@ fn admit(gateway: &Gateway, headers: &HeaderMap) -> Result<Route, Refusal> {
         };
         return Err(Refusal::new(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "auth", message));
     }
-    Route::parse(username)
-        .map_err(|err| Refusal::new(StatusCode::BAD_REQUEST, "routing", err.to_string()))
+    let route = Route::parse(username)
+        .map_err(|err| Refusal::new(StatusCode::BAD_REQUEST, "routing", err.to_string()))?;
+    // Tokens are counted only where they are checked: on an open gateway
+    // anyone may send any password, so the address counts.
+    let token = token.filter(|_| gateway.auth.has_tokens());
+    Ok((route, gateway.clients.key(token, peer)))
 }
 
 /// `Basic base64(username:password)` → (username, password).
@@ -388,6 +496,24 @@ fn is_local_shortage(err: &std::io::Error) -> bool {
 /// The site of a request's target: its host, without user information.
 fn site_of_authority(authority: &http::uri::Authority) -> Result<String, Refusal> {
     site_of("host", authority.host()).map_err(|err| Refusal::bad_request(err.to_string()))
+}
+
+impl Gateway {
+    /// The address a request for `authority` goes to, judged by the
+    /// target policy; `default_port` when the authority names none.
+    async fn target(
+        &self,
+        authority: &http::uri::Authority,
+        default_port: u16,
+    ) -> Result<SocketAddr, Refusal> {
+        let port = authority.port_u16().unwrap_or(default_port);
+        let target = self
+            .settings
+            .targets
+            .target(self.resolver.as_ref(), authority.host(), port, self.settings.connect_timeout)
+            .await?;
+        Ok(target)
+    }
 }
 
 /// Headers that describe one hop, not the message: never passed on.

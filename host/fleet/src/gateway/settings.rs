@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use super::target::TargetPolicy;
+use crate::server::ConnectionLimits;
+
 /// The gateway's settings.
 #[derive(Debug, Clone)]
 pub struct GatewaySettings {
@@ -30,6 +33,15 @@ pub struct GatewaySettings {
     pub healthy_after: u32,
     /// See [`GatewaySettings::healthy_after`].
     pub unhealthy_after: u32,
+    /// Where crawlers may send requests.
+    pub targets: TargetPolicy,
+    /// The client connections the listener holds at most, and how long
+    /// one may take to send a request head.
+    pub connections: ConnectionLimits,
+    /// Requests in flight and tunnels open at once per API token (per
+    /// client address on an open gateway): each holds a connection to a
+    /// proxy.
+    pub max_per_client: usize,
 }
 
 impl Default for GatewaySettings {
@@ -43,6 +55,9 @@ impl Default for GatewaySettings {
             tunnel_idle_timeout: Duration::from_secs(300),
             healthy_after: 2,
             unhealthy_after: 3,
+            targets: TargetPolicy::default(),
+            connections: ConnectionLimits::default(),
+            max_per_client: 256,
         }
     }
 }

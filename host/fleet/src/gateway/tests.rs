@@ -5,7 +5,7 @@
 //! tunnel that echoes.
 //! The tests in `tests/` run it against tinyproxy.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,15 +76,29 @@ struct Setup {
     _token_dir: tempfile::TempDir,
 }
 
-/// A gateway over a healthy fleet of `members`, with the token `s3cret`.
+/// A gateway over a healthy fleet of `members`, with the tokens `s3cret`
+/// and `other-token`.
 async fn gateway(members: Vec<crate::Member>) -> Setup {
     let settings =
         GatewaySettings { connect_timeout: Duration::from_secs(2), ..GatewaySettings::default() };
     gateway_with(members, settings).await
 }
 
-/// As [`gateway`], with `settings`.
-async fn gateway_with(members: Vec<crate::Member>, settings: GatewaySettings) -> Setup {
+/// The names the tests send requests for, all on loopback, which the
+/// tests' gateways allow as a target.
+fn resolver() -> Arc<target::tests::Table> {
+    let loopback = vec![IpAddr::from([127, 0, 0, 1])];
+    Arc::new(target::tests::Table(
+        ["site.test", "shop.test", "news.test"]
+            .into_iter()
+            .map(|name| (name, loopback.clone()))
+            .collect(),
+    ))
+}
+
+/// As [`gateway`], with `settings` (loopback targets allowed).
+async fn gateway_with(members: Vec<crate::Member>, mut settings: GatewaySettings) -> Setup {
+    settings.targets.allow.push("127.0.0.0/8".parse().unwrap());
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
     fleet.publish(members);
     let results = fleet
@@ -99,13 +113,32 @@ async fn gateway_with(members: Vec<crate::Member>, settings: GatewaySettings) ->
     fleet.set_ready(true);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens");
-    std::fs::write(&file, "s3cret\n").unwrap();
+    std::fs::write(&file, "s3cret\nother-token\n").unwrap();
     let auth = Arc::new(ApiAuth::from_file(file, false).unwrap());
-    let gateway = Arc::new(Gateway::new(Arc::clone(&fleet), auth, settings));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    settings.targets.own = target::OwnAddresses::new(vec![addr], Vec::new());
+    let gateway =
+        Arc::new(Gateway::new(Arc::clone(&fleet), auth, settings).with_resolver(resolver()));
     tokio::spawn(serve(listener, gateway, std::future::pending()));
     Setup { fleet, addr, _token_dir: dir }
+}
+
+/// The first `Some` of `attempt`, tried every 50 ms for at most `budget`.
+async fn eventually<T, F: Future<Output = Option<T>>>(
+    budget: Duration,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        if let Some(done) = attempt().await {
+            return Some(done);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn client(gateway: SocketAddr, username: &str, password: &str) -> reqwest::Client {
@@ -133,11 +166,11 @@ async fn a_request_goes_through_a_fleet_proxy_named_in_the_answer() {
     let (status, proxy, body) = get(&client, "http://site.test/page?q=1").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(proxy, "uid-1");
-    assert_eq!(body, "a http://site.test/page?q=1", "the credentials stay at the gateway");
+    assert_eq!(body, "a http://127.0.0.1:80/page?q=1", "the credentials stay at the gateway");
     let text = setup.fleet.metrics().encode();
     for line in [
         r#"proxyfleet_gateway_requests_total{pool="default/web",upstream="default/proxy-1",kind="http"} 1"#,
-        r#"proxyfleet_gateway_bytes_received_total{pool="default/web",upstream="default/proxy-1"} 27"#,
+        r#"proxyfleet_gateway_bytes_received_total{pool="default/web",upstream="default/proxy-1"} 30"#,
         "proxyfleet_gateway_added_seconds_count 1",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");
@@ -248,11 +281,22 @@ async fn an_unreachable_proxy_is_reported_and_the_request_goes_to_another() {
 /// A CONNECT to `site.test:443` through the gateway at `addr` with the
 /// token `s3cret`: the connection and the answer's head.
 async fn open_tunnel(addr: SocketAddr) -> (TcpStream, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
+    tunnel_to(addr, "site.test:443", "s3cret").await
+}
+
+/// A CONNECT to `target` through the gateway at `addr` with `token`.
+async fn tunnel_to(addr: SocketAddr, target: &str, token: &str) -> (TcpStream, String) {
+    let credentials = base64::engine::general_purpose::STANDARD.encode(format!(":{token}"));
     let head = format!(
-        "CONNECT site.test:443 HTTP/1.1\r\nHost: site.test:443\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
     );
+    raw(addr, &head).await
+}
+
+/// Sends `head` on a new connection to `addr`: the connection and the
+/// answer's head.
+async fn raw(addr: SocketAddr, head: &str) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     let mut byte = [0u8; 1];
@@ -344,7 +388,10 @@ async fn an_authenticated_upstream_gets_the_proxys_credential_and_never_the_craw
     let (status, _, body) =
         get(&client(setup.addr, "pool=default.auth", "s3cret"), "http://site.test/auth-only").await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body, "a http://site.test/auth-only Basic dXA6c3RyZWFt", "the Proxy's credential");
+    assert_eq!(
+        body, "a http://127.0.0.1:80/auth-only Basic dXA6c3RyZWFt",
+        "the Proxy's credential"
+    );
     // A proxy that wants a credential its Proxy does not name: a 502 for
     // the crawler, not a 407 that would blame the crawler's credentials.
     let (status, proxy, body) =
@@ -353,7 +400,7 @@ async fn an_authenticated_upstream_gets_the_proxys_credential_and_never_the_craw
     assert!(body.contains("answered 407"), "{body}");
     let (_, _, body) =
         get(&client(setup.addr, "pool=default.open", "s3cret"), "http://site.test/").await;
-    assert_eq!(body, "b http://site.test/", "the crawler's own credentials stay at the gateway");
+    assert_eq!(body, "b http://127.0.0.1:80/", "the crawler's own credentials stay at the gateway");
 }
 
 /// An upstream that accepts and then never answers held the request until
@@ -395,4 +442,131 @@ async fn regression_a_stalled_upstream_is_reported_and_the_request_goes_elsewher
     assert_eq!(response.headers()[PROXY_HEADER], "uid-1");
     assert_eq!(response.status(), 502);
     assert!(response.text().await.unwrap().contains("did not answer within"));
+}
+
+/// Issue 43, item 1: the gateway handed requests for the metadata service
+/// (by address, by name, in decimal, over CONNECT), AWS's IPv6 metadata
+/// address, Alibaba's 100.100.100.200 and its own address to a proxy of
+/// the fleet, which fetched them from inside the provider's network.
+#[tokio::test]
+async fn issue_43_item_1_targets_no_crawler_may_reach_get_403_and_reach_no_proxy() {
+    let (a, _a) = upstream("a").await;
+    let setup = gateway(vec![MemberBuilder::new(1).endpoint(a).build()]).await;
+    let credentials = base64::engine::general_purpose::STANDARD.encode(":s3cret");
+    let own = setup.addr.to_string();
+    for target in [
+        "169.254.169.254:80",
+        "2852039166:80",
+        "0xa9fea9fe:80",
+        "metadata.google.internal:80",
+        "Metadata.Google.Internal.:80",
+        "[fd00:ec2::254]:80",
+        "[::ffff:169.254.169.254]:80",
+        "100.100.100.200:80",
+        own.as_str(),
+    ] {
+        for head in [
+            format!(
+                "GET http://{target}/latest/meta-data/ HTTP/1.1\r\nHost: {target}\r\n\
+                 Proxy-Authorization: Basic {credentials}\r\n\r\n"
+            ),
+            format!(
+                "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\
+                 Proxy-Authorization: Basic {credentials}\r\n\r\n"
+            ),
+        ] {
+            let (_, answer) = raw(setup.addr, &head).await;
+            let method = &head[..head.find(' ').unwrap()];
+            assert!(answer.starts_with("HTTP/1.1 403"), "{method} {target}: {answer}");
+            let answer = answer.to_ascii_lowercase();
+            assert!(
+                answer.contains(
+                    "proxy-status: proxyfleet; error=destination_ip_prohibited; details=\""
+                ),
+                "{method} {target}: {answer}"
+            );
+            assert!(!answer.contains(PROXY_HEADER), "{method} {target}: no proxy was asked");
+        }
+    }
+    let text = setup.fleet.metrics().encode();
+    assert!(text.contains(r#"proxyfleet_gateway_refused_total{reason="target"} 18"#), "{text}");
+    assert!(
+        !text.contains("proxyfleet_gateway_requests_total{"),
+        "no request reached a proxy: {text}"
+    );
+}
+
+/// Issue 43, item 3: one crawler holding about 500 idle CONNECT tunnels
+/// took every descriptor, and every other crawler got 503 from then on.
+#[tokio::test]
+async fn issue_43_item_3_one_token_holds_at_most_its_share_of_tunnels() {
+    let (a, _a) = upstream("a").await;
+    let settings = GatewaySettings { max_per_client: 3, ..GatewaySettings::default() };
+    let setup = gateway_with(vec![MemberBuilder::new(1).endpoint(a).build()], settings).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (stream, answer) = open_tunnel(setup.addr).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        held.push(stream);
+    }
+    let (_, answer) = open_tunnel(setup.addr).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "a fourth tunnel of the same token: {answer}");
+    let (_other, answer) = tunnel_to(setup.addr, "site.test:443", "other-token").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "another token has its own share: {answer}");
+    // A tunnel closed gives its slot back.
+    drop(held.pop());
+    let reopened = eventually(Duration::from_secs(10), || async {
+        let (stream, answer) = open_tunnel(setup.addr).await;
+        answer.starts_with("HTTP/1.1 200").then_some(stream)
+    })
+    .await;
+    assert!(reopened.is_some(), "the closed tunnel's slot is taken again");
+    let text = setup.fleet.metrics().encode();
+    assert!(text.contains(r#"proxyfleet_gateway_refused_total{reason="client-limit"}"#), "{text}");
+}
+
+/// Issue 43, item 2: idle connections were not counted, so 1,100 of them
+/// took every descriptor. Past its bound the listener stops accepting:
+/// the next client waits in the backlog, holding nothing of the process,
+/// and is served once a slot frees; an idle connection is closed after
+/// the header-read timeout.
+#[tokio::test]
+async fn issue_43_item_2_connections_past_the_bound_wait_and_idle_ones_are_closed() {
+    let (a, _a) = upstream("a").await;
+    let settings = GatewaySettings {
+        connections: crate::api::ConnectionLimits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_secs(60),
+        },
+        ..GatewaySettings::default()
+    };
+    let setup = gateway_with(vec![MemberBuilder::new(1).endpoint(a).build()], settings).await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(setup.addr).await.unwrap());
+    }
+    let client = client(setup.addr, "", "s3cret");
+    let waiting = tokio::spawn(async move { get(&client, "http://site.test/").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a fifth connection is not served while four are held");
+    drop(idle.pop());
+    let (status, proxy, _) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("served once a slot frees")
+        .unwrap();
+    assert_eq!((status, proxy.as_str()), (200, "uid-1"));
+
+    let (b, _b) = upstream("b").await;
+    let settings = GatewaySettings {
+        connections: crate::api::ConnectionLimits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_millis(200),
+        },
+        ..GatewaySettings::default()
+    };
+    let setup = gateway_with(vec![MemberBuilder::new(1).endpoint(b).build()], settings).await;
+    let mut silent = TcpStream::connect(setup.addr).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), silent.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "an idle connection is closed: {read:?}");
 }

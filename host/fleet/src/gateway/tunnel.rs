@@ -1,5 +1,7 @@
-//! CONNECT tunnels: the picked proxy is asked for a tunnel to the same
-//! target, and once it agrees the crawler's connection is joined to it.
+//! CONNECT tunnels: the picked proxy is asked for a tunnel to the target's
+//! address as the gateway resolved it (never the name, which the proxy
+//! would resolve again), and once it agrees the crawler's connection is
+//! joined to it.
 //!
 //! A proxy that cannot be reached, or that closes or fails before
 //! answering the CONNECT, is reported and another one asked. A proxy that
@@ -19,7 +21,7 @@ use tokio::net::TcpStream;
 
 use super::counted::{Activity, Counted};
 use super::{
-    Body, Gateway, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
+    Body, Gateway, Held, Refusal, Route, Upstream, added, ban_on_status, full, name_proxy,
     site_of_authority,
 };
 
@@ -37,6 +39,7 @@ enum Answer {
 pub(super) async fn open(
     gateway: &Gateway,
     route: &Route,
+    held: Held,
     request: Request<Incoming>,
     started: Instant,
 ) -> Result<Response<Body>, Refusal> {
@@ -47,17 +50,14 @@ pub(super) async fn open(
         .cloned()
         .ok_or_else(|| Refusal::bad_request("CONNECT needs host:port as its target"))?;
     let site = site_of_authority(&authority)?;
+    let target = gateway.target(&authority, 443).await?.to_string();
     let mut tried = Vec::new();
     let (upstream, leftover, upstream_took) = loop {
         let mut upstream = gateway.connect(route, &site, tried).await?;
         let asked = Instant::now();
         let answer = tokio::time::timeout(
             gateway.settings.connect_timeout,
-            ask(
-                &mut upstream.stream,
-                authority.as_str(),
-                upstream.picked.endpoint.proxy_authorization(),
-            ),
+            ask(&mut upstream.stream, &target, upstream.picked.endpoint.proxy_authorization()),
         )
         .await;
         let failure = match answer {
@@ -114,6 +114,8 @@ pub(super) async fn open(
     );
     let idle_timeout = gateway.settings.tunnel_idle_timeout;
     tokio::spawn(async move {
+        // The tunnel holds its connection's and its client's slots.
+        let _held = held;
         let upgraded = match hyper::upgrade::on(request).await {
             Ok(upgraded) => upgraded,
             Err(err) => {

@@ -369,6 +369,8 @@ async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the
             "--gateway-addr",
             gateway,
             "--gateway-open",
+            "--gateway-allow-targets",
+            "127.0.0.0/8",
             "--health-interval",
             "300ms",
             "--health-timeout",

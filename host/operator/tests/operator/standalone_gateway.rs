@@ -38,6 +38,9 @@ fn launch(site: &Site) -> (String, String, Running) {
             &tokens,
             "--gateway-addr",
             &gateway,
+            // The origins are on loopback.
+            "--gateway-allow-targets",
+            "127.0.0.0/8",
             "--health-interval",
             "300ms",
             "--health-timeout",
@@ -298,4 +301,197 @@ async fn an_authenticated_tinyproxy_is_probed_routed_to_and_handed_out_with_its_
     assert_eq!(through.status(), 200);
     assert_eq!(through.text().await.unwrap(), "behind auth");
     assert_eq!(origin.seen().last().unwrap().path, "/gateway");
+}
+
+/// Issue 43, item 1, with real tinyproxy upstreams: the metadata service
+/// (by address, in decimal, by name, over CONNECT), the operator's own API
+/// and a loopback address outside the allowed ranges are refused before
+/// any proxy is asked; a name is resolved by the gateway and the proxy is
+/// asked for the address.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_43_item_1_the_gateway_refuses_what_no_crawler_may_reach() {
+    let origin =
+        TestServer::http(Canned { status: 200, body: Bytes::from_static(b"origin") }).await;
+    let gateway = Gateway::start(1).await;
+    let user = format!("pool=default.web:{TOKEN}");
+    for (url, extra) in [
+        ("http://169.254.169.254/latest/meta-data/".to_owned(), &[][..]),
+        ("http://169.254.169.254/latest/meta-data/".to_owned(), &["-p"][..]),
+        ("http://2852039166/".to_owned(), &[][..]),
+        ("http://metadata.google.internal/computeMetadata/v1/".to_owned(), &[][..]),
+        ("http://metadata.google.internal/computeMetadata/v1/".to_owned(), &["-p"][..]),
+        ("http://100.100.100.200/latest/meta-data/".to_owned(), &[][..]),
+        (format!("http://{}/v1/proxies", gateway.api), &[][..]),
+        (format!("http://{}/v1/proxies", gateway.api), &["-p"][..]),
+    ] {
+        let output = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-D", "-", "-o", "/dev/null", "--proxy"])
+            .arg(format!("http://{}", gateway.gateway))
+            .args(["--proxy-user", &user])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap();
+        let head = String::from_utf8_lossy(&output.stdout).to_ascii_lowercase();
+        assert!(head.contains(" 403"), "{url} {extra:?}: {head}");
+        assert!(
+            head.contains("proxy-status: proxyfleet; error=destination_ip_prohibited"),
+            "{url} {extra:?}: {head}"
+        );
+        assert!(!head.contains("x-proxyfleet-proxy"), "{url} {extra:?}: no proxy was asked");
+    }
+    let (_, metrics) = gateway.api(Method::GET, "/metrics", "").await.unwrap();
+    assert!(metrics.contains("proxyfleet_gateway_refused_total{reason=\"target\"} 8"), "{metrics}");
+    assert!(!metrics.contains("proxyfleet_gateway_requests_total{"), "{metrics}");
+
+    // A name: resolved by the gateway, the proxy asked for the address. The
+    // crawler's Host header travels; tinyproxy writes its own from the
+    // request line, so the origin sees the address.
+    let by_name = format!("http://localhost:{}/named", origin.addr.port());
+    assert_eq!(gateway.curl(&user, &[], &by_name), (200, "origin".to_owned()));
+    assert_eq!(gateway.curl(&user, &["-p"], &by_name), (200, "origin".to_owned()));
+    let seen = origin.seen();
+    let port = origin.addr.port();
+    assert_eq!(seen[0].header("host"), Some(format!("127.0.0.1:{port}").as_str()), "tinyproxy");
+    assert_eq!(
+        seen[1].header("host"),
+        Some(format!("localhost:{port}").as_str()),
+        "through a tunnel the crawler's own request arrives as it was sent"
+    );
+    assert_eq!(gateway.proxies.len(), 1);
+}
+
+/// `n` idle connections to `addr`, opened as fast as the listener's
+/// backlog takes them (a connection the kernel does not take within
+/// 500 ms is not counted).
+fn idle_flood(addr: &str, n: usize) -> Vec<std::net::TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    (0..n)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()
+        })
+        .collect()
+}
+
+/// Issue 43, item 2, as a process under `nofile` 1024: 1,100 idle
+/// unauthenticated connections left the discovery API and the gateway
+/// answering nobody. Now each listener holds at most its bound, fitted to
+/// the limit with descriptors to spare, closes idle connections after
+/// the header-read timeout, and a flood of one listener leaves the other
+/// and the health probes working.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_43_item_2_idle_floods_under_nofile_1024_leave_the_operator_answering() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // This test process holds the flood's client ends.
+    let limit = getrlimit(Resource::Nofile);
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    let origin =
+        TestServer::http(Canned { status: 200, body: Bytes::from_static(b"origin") }).await;
+    let proxy = Tinyproxy::start();
+    let site = Site::new(
+        &format!(
+            "providers:\n  - {{ name: local, plugin: static, config: {{ endpoints: ['{}'] }}, proxyAddresses: ['127.0.0.0/8'] }}\n",
+            proxy.addr()
+        ),
+        &[("static", "static")],
+        "apiVersion: proxyfleet.io/v1alpha1\nkind: Proxy\nmetadata: { name: one }\nspec: { provider: local }\n",
+    );
+    let api = format!("127.0.0.1:{}", free_port());
+    let gateway = format!("127.0.0.1:{}", free_port());
+    // Probes fetch the origin, not the API's /v1/echo: the API is flooded
+    // below, and the probes are to show the rest of the process working.
+    let health_target = format!("http://{}/", origin.addr);
+    let operator = site.command(
+        Path::new(env!("CARGO_BIN_EXE_proxyfleet")),
+        &[
+            "--log-format",
+            "text",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--api-addr",
+            &api,
+            "--gateway-addr",
+            &gateway,
+            "--gateway-open",
+            "--gateway-allow-targets",
+            "127.0.0.0/8",
+            "--header-read-timeout",
+            "2s",
+            "--health-target",
+            &health_target,
+            "--health-interval",
+            "500ms",
+            "--health-timeout",
+            "2s",
+            "--health-healthy-after",
+            "1",
+        ],
+    );
+    let _operator = proxyfleet_tests::operator::Running(
+        Command::new("prlimit")
+            .arg("--nofile=1024:1024")
+            .arg("--")
+            .arg(operator.get_program())
+            .args(operator.get_args())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prlimit (util-linux) starts the operator"),
+    );
+    let healthy = || async {
+        let (status, body) = client::call(
+            &format!("http://{api}"),
+            Method::GET,
+            "/v1/proxies?healthy=true",
+            None,
+            None,
+        )
+        .await
+        .ok()?;
+        let list: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && list["items"].as_array()?.len() == 1).then_some(())
+    };
+    assert!(wait_for(Duration::from_secs(90), healthy).await.is_some(), "the Proxy turns healthy");
+    let url = format!("http://{}/", origin.addr);
+    let through_gateway = || {
+        let proxy = reqwest::Proxy::all(format!("http://{gateway}")).unwrap();
+        let client = reqwest::Client::builder()
+            .proxy(proxy)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let url = url.clone();
+        async move {
+            let response = client.get(&url).send().await.ok()?;
+            (response.status() == 200).then_some(())
+        }
+    };
+
+    // The gateway flooded: the API and the probes go on.
+    let flood = idle_flood(&gateway, 1100);
+    assert!(flood.len() >= 1000, "the flood opened {} connections", flood.len());
+    for _ in 0..3 {
+        assert!(
+            wait_for(Duration::from_secs(10), healthy).await.is_some(),
+            "the API and probes answer"
+        );
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    // Idle connections are closed after the header-read timeout, and the
+    // gateway serves again.
+    assert!(
+        wait_for(Duration::from_secs(120), through_gateway).await.is_some(),
+        "the gateway serves once the idle connections are closed"
+    );
+    drop(flood);
+
+    // The API flooded: the gateway goes on.
+    let flood = idle_flood(&api, 1100);
+    assert!(flood.len() >= 1000, "the flood opened {} connections", flood.len());
+    assert!(
+        wait_for(Duration::from_secs(10), through_gateway).await.is_some(),
+        "the gateway answers"
+    );
+    drop(flood);
+    assert!(wait_for(Duration::from_secs(120), healthy).await.is_some(), "the API answers again");
 }

@@ -172,6 +172,27 @@ mod tests {
         assert!(extra.contains("\"k\\ney\":\"v\""), "{extra:?}");
     }
 
+    /// Issue 43, item 11: DEL and C1 controls from a plugin's record
+    /// reached the JSON log output raw. The record leaves here with every
+    /// one of them escaped, in the message, field names and field values;
+    /// the operator's JSON output keeps them escaped (its `plugin_fields`).
+    #[test]
+    fn del_and_c1_leave_a_record_only_as_escapes() {
+        let (text, extra) = render(
+            "a\u{7f}b\u{80}c\u{9f}",
+            &fields(&[("k\u{85}", "v\u{7f}\u{9f}"), ("\u{80}", "\u{a0}")]),
+        );
+        assert_eq!(text, r"a\u{7f}b\u{80}c\u{9f}");
+        assert_eq!(extra, "{\"k\\u0085\":\"v\\u007f\\u009f\",\"\\u0080\":\"\u{a0}\"}");
+        for rendered in [&text, &extra] {
+            let bytes = rendered.as_bytes();
+            assert!(!bytes.contains(&0x7f), "{bytes:?}");
+            assert!(!bytes.windows(2).any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])));
+        }
+        // U+00A0 is no control: it stays as it is.
+        assert!(extra.as_bytes().windows(2).any(|w| w == [0xc2, 0xa0]));
+    }
+
     #[test]
     fn a_quote_cannot_end_a_field_early() {
         let (_, extra) = render("m", &fields(&[("a", "x\" b=\"y")]));

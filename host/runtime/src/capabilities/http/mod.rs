@@ -12,6 +12,9 @@
 //!    refused otherwise, which also defeats DNS rebinding);
 //! 3. credential injection: the grant's header, built from a secret file
 //!    read now, so rotation needs no restart and the plugin never sees it;
+//!    the answer to such a request has the credential taken out of its
+//!    headers and body before the plugin reads it ([`reflected`]), in case
+//!    the backend reflects requests;
 //! 4. the in-flight caps: a call may have `httpInFlightPerCall` requests
 //!    open (more fail at once), the entry `httpInFlight` (more wait), so
 //!    one call cannot exhaust the host's sockets or starve other entries;
@@ -31,6 +34,7 @@
 
 pub mod config;
 pub mod host_refusal;
+mod reflected;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -292,9 +296,15 @@ impl EntryHttp {
         // holds are bounded by the in-flight caps too.
         let (mut parts, body) = request.into_parts();
         let body = collect_limited(&parts.headers, body, self.limits.http_request_bytes).await?;
+        // The forms of the credential put into the request, to be taken
+        // out of its answer.
+        let mut injected = None;
         if let Some(obtained) = obtained {
             match obtained.authorize(&*self.transport, grant, &self.limits, &self.redactor).await {
-                Ok(value) => drop(parts.headers.insert(http::header::AUTHORIZATION, value)),
+                Ok(value) => {
+                    injected = reflected::InjectedSecret::of_header(value.as_bytes(), None);
+                    parts.headers.insert(http::header::AUTHORIZATION, value);
+                }
                 Err(refusal) => return Ok(refusal),
             }
         }
@@ -326,7 +336,12 @@ impl EntryHttp {
                 )));
             };
             value.set_sensitive(true);
+            injected =
+                reflected::InjectedSecret::of_header(value.as_bytes(), Some(secret.as_bytes()));
             parts.headers.insert(credential.header.clone(), value);
+        }
+        if grant.credential.is_some() {
+            reflected::ask_identity(&mut parts.headers);
         }
         let request = Request::from_parts(parts, body);
         let options = options.unwrap_or_default();
@@ -350,6 +365,9 @@ impl EntryHttp {
         };
         super::reason_phrase::surface(&mut response);
         host_refusal::strip(&mut response);
+        if let Some(injected) = injected {
+            response = reflected::redact_response(response, injected)?;
+        }
         span.record("status", response.status().as_u16());
         if response.status() == http::StatusCode::UNAUTHORIZED
             && let Some(obtained) = obtained
