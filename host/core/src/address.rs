@@ -164,10 +164,7 @@ pub fn classify(ip: IpAddr) -> Option<AddressKind> {
 /// address, never through a wider range around it.
 pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<AddressKind> {
     let kind = classify(ip);
-    let inner = match ip {
-        IpAddr::V6(v6) => embedded_v4(v6).map(|(v4, _)| IpAddr::V4(v4)),
-        IpAddr::V4(_) => None,
-    };
+    let inner = embedded_ipv4(ip).map(IpAddr::V4);
     let candidates = [Some(ip), inner];
     let candidates = candidates.iter().flatten();
     if kind == Some(AddressKind::CloudMetadata) {
@@ -182,6 +179,16 @@ pub fn refused_kind(ip: IpAddr, allowed: &[IpNet]) -> Option<AddressKind> {
         return None;
     }
     kind
+}
+
+/// The IPv4 address an IPv6 address reaches when it carries one (mapped,
+/// translated, compatible, NAT64, 6to4); `None` otherwise. Ranges written
+/// as IPv4 hold such an address too.
+pub fn embedded_ipv4(ip: IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        IpAddr::V6(v6) => embedded_v4(v6).map(|(v4, _)| v4),
+        IpAddr::V4(_) => None,
+    }
 }
 
 /// Whether `ip` is a cloud metadata address in any of its spellings.

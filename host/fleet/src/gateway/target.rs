@@ -200,9 +200,10 @@ impl TargetPolicy {
 }
 
 /// Whether `net` holds `ip`, also when `ip` carries an IPv4 address in an
-/// IPv6 form (`::ffff:10.0.0.1` is denied by `10.0.0.0/8`).
+/// IPv6 form (`::ffff:10.0.0.1`, `64:ff9b::a00:1` are denied by
+/// `10.0.0.0/8`), as the address policy reads them.
 fn covers(net: &IpNet, ip: IpAddr) -> bool {
-    net.contains(&ip) || ip.to_canonical() != ip && net.contains(&ip.to_canonical())
+    net.contains(&ip) || address::embedded_ipv4(ip).is_some_and(|v4| net.contains(&IpAddr::V4(v4)))
 }
 
 /// The operator's own listeners, as targets: a listener on a specific

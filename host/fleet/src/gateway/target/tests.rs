@@ -112,11 +112,14 @@ async fn loopback_private_and_link_local_need_allow_targets_and_deny_wins() {
         matches!(refusal, TargetRefusal::Prohibited { why: Prohibited::Denied, .. }),
         "{refusal:?}"
     );
-    let refusal = target(&allowing, &table, "[::ffff:10.96.0.1]").await.expect_err("mapped");
-    assert!(
-        matches!(refusal, TargetRefusal::Prohibited { why: Prohibited::Denied, .. }),
-        "{refusal:?}"
-    );
+    // Every IPv6 form that reaches the service range is denied with it.
+    for spelling in ["[::ffff:10.96.0.1]", "[64:ff9b::a60:1]", "[::ffff:0:a60:1]"] {
+        let refusal = target(&allowing, &table, spelling).await.expect_err(spelling);
+        assert!(
+            matches!(refusal, TargetRefusal::Prohibited { why: Prohibited::Denied, .. }),
+            "{spelling}: {refusal:?}"
+        );
+    }
     // A public address in the deny list.
     let denying =
         TargetPolicy { deny: vec!["93.184.215.0/24".parse().unwrap()], ..TargetPolicy::default() };
