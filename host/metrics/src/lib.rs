@@ -23,7 +23,7 @@ use proxyfleet_core::observe::CallObserver;
 use proxyfleet_core::{ErrorClass, ProviderError};
 
 pub use gateway::GatewayMetrics;
-pub use serve::serve;
+pub use serve::{MAX_CONNECTIONS, serve};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EntryLabels {

@@ -1,19 +1,36 @@
 //! A small HTTP endpoint for scrapers: `GET /metrics` and `GET /healthz`.
+//!
+//! It is often bound to every interface, so it holds at most
+//! [`MAX_CONNECTIONS`] at once (a slot is taken before accepting, so that
+//! clients beyond it wait in the kernel's backlog and hold no descriptor
+//! of ours) and closes a connection that sends no request head within
+//! [`HEADER_READ_TIMEOUT`]: a flood of it cannot take the descriptors the
+//! rest of the operator needs.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::Metrics;
 
 /// The content type of the OpenMetrics text format the registry encodes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Connections served at once: scrapers are a handful of Prometheus
+/// replicas and the odd curl.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may take to send a request head, and how long an
+/// idle keep-alive connection is kept.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `metrics` on `listener` until `shutdown` resolves.
 pub async fn serve(
@@ -21,8 +38,26 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_bounded(listener, metrics, MAX_CONNECTIONS, HEADER_READ_TIMEOUT, shutdown).await;
+}
+
+async fn serve_bounded(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    max_connections: usize,
+    header_read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
+    let slots = Arc::new(Semaphore::new(max_connections));
     loop {
+        let slot = tokio::select! {
+            () = &mut shutdown => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => accepted,
@@ -41,11 +76,14 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(answer(&request, &metrics)) }
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
                 tracing::debug!("metrics endpoint: connection ended: {err}");
             }
+            drop(slot);
         });
     }
 }
@@ -99,5 +137,55 @@ mod tests {
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
         let _ = stop.send(());
         tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+    }
+
+    async fn bounded(max: usize, timeout: Duration) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        tokio::spawn(serve_bounded(listener, metrics, max, timeout, std::future::pending()));
+        addr
+    }
+
+    /// A client beyond the bound waits in the backlog until a connection
+    /// closes.
+    #[tokio::test]
+    async fn connections_beyond_the_bound_wait_for_a_slot() {
+        let addr = bounded(4, Duration::from_secs(3600)).await;
+        let mut flood = Vec::new();
+        for _ in 0..4 {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let waiting = tokio::spawn(get(addr, "/healthz"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "served beyond the bound");
+        drop(flood.pop());
+        let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("served once a slot is free")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    /// Connections that send nothing are closed after the header-read
+    /// timeout, and their slots serve others.
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_header_read_timeout() {
+        let addr = bounded(4, Duration::from_millis(500)).await;
+        let mut flood = Vec::new();
+        for _ in 0..4 {
+            flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(30), get(addr, "/healthz"))
+            .await
+            .expect("served once the idle connections are closed");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        for mut idle in flood {
+            let mut rest = Vec::new();
+            tokio::time::timeout(Duration::from_secs(30), idle.read_to_end(&mut rest))
+                .await
+                .expect("the idle connection is closed")
+                .unwrap();
+        }
     }
 }

@@ -8,7 +8,8 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors kept for everything but client connections: probes in
 /// flight (up to three connections each), plugin calls and their HTTP,
-/// libvirt's SSH, the store, the kube client, logs.
+/// libvirt's SSH, the store, the kube client, logs, and the metrics
+/// endpoint's own bound ([`proxyfleet_metrics::MAX_CONNECTIONS`]).
 pub const RESERVE: u64 = 512;
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and answers the

@@ -230,8 +230,8 @@ impl OwnAddresses {
 
     /// Whether `target` reaches one of them.
     pub fn contains(&self, target: SocketAddr) -> bool {
-        let ip = target.ip().to_canonical();
-        if self.extra.iter().any(|own| own.to_canonical() == ip) {
+        let ip = plain(target.ip());
+        if self.extra.iter().any(|own| plain(*own) == ip) {
             return true;
         }
         let on_port: Vec<&SocketAddr> =
@@ -239,7 +239,7 @@ impl OwnAddresses {
         if on_port.is_empty() {
             return false;
         }
-        if on_port.iter().any(|listener| listener.ip().to_canonical() == ip) {
+        if on_port.iter().any(|listener| plain(listener.ip()) == ip) {
             return true;
         }
         // A listener on 0.0.0.0 or :: answers on every local address.
@@ -260,10 +260,15 @@ impl OwnAddresses {
             };
             *local = Some((Instant::now(), addresses));
         }
-        local
-            .as_ref()
-            .is_some_and(|(_, addresses)| addresses.iter().any(|own| own.to_canonical() == ip))
+        local.as_ref().is_some_and(|(_, addresses)| addresses.iter().any(|own| plain(*own) == ip))
     }
+}
+
+/// `ip` as the IPv4 address it carries when it is an IPv6 form of one
+/// (mapped, translated, NAT64, 6to4), so that every spelling of an own
+/// address compares equal.
+fn plain(ip: IpAddr) -> IpAddr {
+    address::embedded_ipv4(ip).map_or(ip, IpAddr::V4)
 }
 
 #[cfg(test)]

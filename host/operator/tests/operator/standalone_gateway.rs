@@ -380,7 +380,6 @@ fn idle_flood(addr: &str, n: usize) -> Vec<std::net::TcpStream> {
 /// the header-read timeout, and a flood of one listener leaves the other
 /// and the health probes working.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "its Proxy never turns healthy with the origin as the health target; being fixed"]
 async fn issue_43_item_2_idle_floods_under_nofile_1024_leave_the_operator_answering() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     // This test process holds the flood's client ends.
@@ -421,9 +420,9 @@ async fn issue_43_item_2_idle_floods_under_nofile_1024_leave_the_operator_answer
             "--health-target",
             &health_target,
             "--health-interval",
-            "500ms",
+            "1s",
             "--health-timeout",
-            "2s",
+            "1s",
             "--health-healthy-after",
             "1",
         ],
@@ -435,7 +434,7 @@ async fn issue_43_item_2_idle_floods_under_nofile_1024_leave_the_operator_answer
             .arg(operator.get_program())
             .args(operator.get_args())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(site.path("operator.log")).unwrap())
             .spawn()
             .expect("prlimit (util-linux) starts the operator"),
     );
@@ -452,7 +451,11 @@ async fn issue_43_item_2_idle_floods_under_nofile_1024_leave_the_operator_answer
         let list: serde_json::Value = serde_json::from_str(&body).ok()?;
         (status == 200 && list["items"].as_array()?.len() == 1).then_some(())
     };
-    assert!(wait_for(Duration::from_secs(90), healthy).await.is_some(), "the Proxy turns healthy");
+    assert!(
+        wait_for(Duration::from_secs(90), healthy).await.is_some(),
+        "the Proxy turns healthy; the operator wrote:\n{}",
+        std::fs::read_to_string(site.path("operator.log")).unwrap_or_default()
+    );
     let url = format!("http://{}/", origin.addr);
     let through_gateway = || {
         let proxy = reqwest::Proxy::all(format!("http://{gateway}")).unwrap();

@@ -138,7 +138,18 @@ async fn the_operators_own_listeners_are_refused_even_inside_allowed_ranges() {
         deny: Vec::new(),
         own,
     };
-    for host in ["127.0.0.1:8481", "127.0.0.1:8480", "127.0.0.2:8480", "10.0.0.9:443"] {
+    // Every IPv6 spelling of an own address is that address: mapped,
+    // NAT64 and 6to4.
+    for host in [
+        "127.0.0.1:8481",
+        "127.0.0.1:8480",
+        "127.0.0.2:8480",
+        "10.0.0.9:443",
+        "[::ffff:10.0.0.9]:443",
+        "[64:ff9b::a00:9]:443",
+        "[2002:a00:9::1]:443",
+        "[::ffff:127.0.0.1]:8481",
+    ] {
         let (host, port) = host.rsplit_once(':').unwrap();
         let refusal = policy
             .target(&table, host, port.parse().unwrap(), Duration::from_secs(1))
