@@ -18,7 +18,7 @@ use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
 
-const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
+const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n";
 
 fn proxy(name: &str, provider: &str) -> Proxy {
     serde_json::from_value(serde_json::json!({
@@ -309,7 +309,7 @@ async fn provider_checks_are_published_per_entry() {
     let (good, empty, missing) =
         (format!("{namespace}-good"), format!("{namespace}-empty"), format!("{namespace}-missing"));
     let providers = format!(
-        "providers:\n  - {{ name: {good}, plugin: static, config: {{ endpoints: ['192.0.2.1:3128'] }} }}\n  - {{ name: {empty}, plugin: static, config: {{ endpoints: [] }} }}\n  - {{ name: {missing}, plugin: nowhere }}\n"
+        "providers:\n  - {{ name: {good}, plugin: static, config: {{ endpoints: ['192.0.2.1:3128'] }}, proxyAddresses: ['192.0.2.0/24'] }}\n  - {{ name: {empty}, plugin: static, config: {{ endpoints: [] }} }}\n  - {{ name: {missing}, plugin: nowhere }}\n"
     );
     let kv = Arc::new(ConfigMapKv::new(client.clone(), &namespace));
     let runtime = Runtime::new(RuntimeOptions::default()).unwrap();

@@ -77,7 +77,7 @@ async fn two_operators_on_one_store_never_share_a_static_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
     let config = ProvidersConfig::parse(
-        "providers:\n  - name: shared\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n",
+        "providers:\n  - name: shared\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n",
     )
     .unwrap();
     let mut operators = Vec::new();

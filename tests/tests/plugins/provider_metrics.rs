@@ -17,7 +17,7 @@ async fn calls_and_faults_are_counted_by_entry_operation_and_outcome() {
     std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
     std::fs::copy(plugin("fixtures/panic"), dir.path().join("panic.wasm")).unwrap();
     let config = ProvidersConfig::parse(
-        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n  - name: broken\n    plugin: panic\n",
+        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n  - name: broken\n    plugin: panic\n",
     )
     .unwrap();
     let runtime = Runtime::new(RuntimeOptions {

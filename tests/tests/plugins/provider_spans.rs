@@ -147,7 +147,7 @@ async fn a_call_is_one_span_holding_the_plugins_logs() {
     let registry = load(
         dir.path(),
         &["static"],
-        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n",
+        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n",
     )
     .await;
     let provider = registry.provider("office").unwrap();

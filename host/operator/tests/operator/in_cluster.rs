@@ -26,7 +26,7 @@ use proxyfleet_tests::{
     Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
 
-const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n";
+const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n";
 
 const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","labels":{"app.kubernetes.io/name":"proxyfleet"}},"spec":{"automountServiceAccountToken":false,"containers":[{"name":"proxyfleet","image":"proxyfleet"}]}}"#;
 

@@ -83,7 +83,7 @@ fn provider_calls_are_exported_as_spans() {
     let providers = dir.path().join("providers.yaml");
     std::fs::write(
         &providers,
-        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n",
+        "providers:\n  - name: office\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n",
     )
     .unwrap();
 
