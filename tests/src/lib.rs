@@ -1,6 +1,7 @@
 //! Shared pieces of the end-to-end tests: where the built plugins are, and
 //! small real servers on loopback that record what reaches them.
 
+pub mod browser;
 pub mod gcp;
 pub mod kvm;
 pub mod operator;

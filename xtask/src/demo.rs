@@ -188,7 +188,20 @@ pub fn run(repo: &Repo, keep: bool) -> Result<()> {
         eprintln!();
         Ok(())
     })?;
+    step("the web console shows the fleet", || {
+        let page =
+            process::output(Command::new("curl").args(["-sS", &format!("{api}/ui/proxies")]))?;
+        let rows = page.matches("<tr data-proxy=").count();
+        ensure!(
+            rows == DEMO_PROXY_PORTS.len(),
+            "the console's Proxies page lists {rows} proxies, not {}",
+            DEMO_PROXY_PORTS.len()
+        );
+        eprintln!("xtask: the console is at {api}/ui/ ({rows} proxies listed)");
+        Ok(())
+    })?;
     if keep {
+        eprintln!("xtask: open the console at {api}/ui/");
         eprintln!(
             "xtask: the demo keeps running; try `curl -s {api}/v1/proxies` or \
              `curl -x \"$(curl -s '{api}/v1/proxies/next?format=url')\" http://127.0.0.1:{DEMO_ORIGIN_PORT}/hello.txt` \

@@ -13,6 +13,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use crate::apt::{self, Judgement, Need};
+use crate::axe;
 use crate::helm;
 use crate::linker;
 use crate::packages;
@@ -76,6 +77,7 @@ pub fn run(repo: &Repo) -> Result<()> {
         rows.push(package_row("tests, demo", need, &installer));
     }
     chart_tools(&installer, &mut rows);
+    browser_tools(&installer, &mut rows);
     python_tools(&installer, &mut rows);
     kube(&installer, &mut rows)?;
     caches(repo, &mut rows)?;
@@ -379,6 +381,34 @@ fn chart_tools(installer: &Installer, rows: &mut Vec<Row>) {
     if found.is_none() {
         rows.push(package_row("chart", &Need::any("unzip"), installer));
     }
+}
+
+/// axe-core, which the browser tier runs in pages: Chromium and its
+/// driver are Debian packages, listed with the tests' other packages.
+fn browser_tools(installer: &Installer, rows: &mut Vec<Row>) {
+    let found = axe::find();
+    let npm = process::first_line("npm", &["--version"]);
+    rows.push(Row {
+        area: "browser",
+        item: "axe-core".to_owned(),
+        version: if found.is_some() { axe::VERSION.to_owned() } else { String::new() },
+        from: found
+            .as_deref()
+            .map(shorten)
+            .unwrap_or_else(|| "npm package (pinned, digest checked)".to_owned()),
+        status: match (&found, &npm) {
+            (Some(_), _) => Status::Ok,
+            (None, Some(_)) => Status::Installs(format!(
+                "missing: the test command unpacks axe-core {} from the npm registry",
+                axe::VERSION
+            )),
+            (None, None) if installer.apt_get && installer.root => Status::Installs(format!(
+                "missing: the test command installs npm (Debian) and unpacks axe-core {}",
+                axe::VERSION
+            )),
+            (None, None) => Status::Blocked("no axe-core and no npm: install npm".to_owned()),
+        },
+    });
 }
 
 /// componentize-py, which the test command builds the provider in Python

@@ -20,6 +20,7 @@
 //! Paths come from this crate's location, never from the current directory.
 
 mod apt;
+mod axe;
 mod book;
 mod cache;
 mod chart;
@@ -199,7 +200,8 @@ fn cargo() -> Command {
 /// Every test tier's feature: plain `cargo test` runs the fast tier only
 /// (tests/Cargo.toml lists the tiers and what each needs).
 const TEST_TIERS: &str = "proxyfleet-tests/plugins,proxyfleet-tests/cluster,\
-proxyfleet-tests/libvirt,proxyfleet-operator/plugins,proxyfleet-operator/cluster";
+proxyfleet-tests/libvirt,proxyfleet-tests/browser,proxyfleet-operator/plugins,\
+proxyfleet-operator/cluster,proxyfleet-operator/browser";
 
 /// `cargo test --workspace` with every tier on. Every cargo run that
 /// builds test binaries or the operator for the tests goes through here,

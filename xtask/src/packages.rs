@@ -2,6 +2,7 @@
 //! (`toolchain::debian_needs`).
 
 use crate::apt::Need;
+use crate::version::Version;
 
 /// Every build of the host crates: libvirt's C client library, and
 /// pkg-config, which its -sys crate finds it with.
@@ -28,8 +29,20 @@ pub fn tests() -> Vec<Need> {
         // The images go through a private registry with skopeo.
         Need::any("skopeo"),
         Need::any("docker-registry"),
+        // The browser tier drives headless Chromium (the console's pages,
+        // axe-core's checks) through chromedriver, which must be the
+        // browser's own build. Debian updates Chromium only in the security
+        // suite; the release's main suite keeps an older major than the one
+        // the tier is run with.
+        Need::at_least("chromium", chromium(), "security"),
+        Need::at_least("chromium-driver", chromium(), "security"),
     ]);
     needs
+}
+
+/// The Chromium major the browser tier is run with, bookworm-security's.
+fn chromium() -> Version {
+    Version::parse("156").expect("a version")
 }
 
 /// What the demo runs: the proxies, the origin web server (Python's

@@ -1,16 +1,25 @@
 //! `cargo xtask test` (the README's test command) and `cargo xtask lint`.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Result;
 
 use crate::process::{self, elapsed, step};
-use crate::{Repo, apt, cargo, cargo_test_all_tiers, chart, node, packages, plugins, python, wit};
+use crate::{
+    Repo, apt, axe, cargo, cargo_test_all_tiers, chart, node, packages, plugins, python, wit,
+};
 
 pub fn test(repo: &Repo) -> Result<()> {
     let started = Instant::now();
     step("debian packages", || apt::ensure(&packages::tests()))?;
+    // The browser tier injects it into the pages it checks.
+    let mut axe_script = PathBuf::new();
+    step(&format!("axe-core {}", axe::VERSION), || {
+        axe_script = axe::provide()?;
+        Ok(())
+    })?;
     step("sync-wit --check", || wit::sync(repo, true))?;
     step("chart: helm lint, rendered manifests", || chart::render(repo, true))?;
     step("plugins", || plugins::build(repo))?;
@@ -26,7 +35,7 @@ pub fn test(repo: &Repo) -> Result<()> {
         process::run(Command::new("bash").arg(repo.root.join("deploy/dev/kube-apiserver/start.sh")))
     })?;
     step("host tests, every tier", || {
-        process::run(cargo_test_all_tiers().current_dir(&repo.root))
+        process::run(cargo_test_all_tiers().env(axe::ENV, &axe_script).current_dir(&repo.root))
     })?;
     // Faults at scale, as a check: 100 Proxies under random faults,
     // SIGKILLs and churn beside a second installation, standalone and as
@@ -38,7 +47,7 @@ pub fn test(repo: &Repo) -> Result<()> {
                 cargo()
                     .args(["bench", "--profile", "dev", "-p", "proxyfleet-operator"])
                     // The operator binary the test step built.
-                    .args(["--features", "plugins,cluster"])
+                    .args(["--features", "plugins,cluster,browser"])
                     .args(["--bench", "chaos", "--", "--mode", mode, "--proxies", "100"])
                     .args(["--chaos-secs", "30", "--settle-secs", "600"])
                     .current_dir(&repo.root),

@@ -10,6 +10,7 @@
 //!   `POST /v1/providers/{entry}/rollback`
 //! - `GET /v1/echo`: the health check target; answers the caller's address
 //! - `GET /healthz`, `GET /readyz`, `GET /metrics`
+//! - `/ui/`: the web console ([`crate::console`]); `/` leads there
 //!
 //! Every error is JSON `{"error": "..."}`; request fields are checked
 //! strictly and an unknown one is named in the error.
@@ -23,14 +24,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use proxyfleet_core::source::RollbackError;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use crate::auth::{Access, ApiAuth};
 use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Selector, Strategy, site_of};
+use crate::console::{self, Console};
 use crate::leases::LeaseView;
 pub use crate::server::{ConnectionLimits, DRAIN};
 
@@ -39,42 +40,14 @@ const MAX_BODY: usize = 64 * 1024;
 const JSON: &str = "application/json";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// What a mode adds to the API beyond the catalog.
-pub trait ModeStatus: Send + Sync {
-    /// `GET /v1/providers`: the provider entries, their checks and plugin
-    /// revisions, as the mode knows them.
-    fn providers(&self) -> serde_json::Value;
-
-    /// `POST /v1/providers/{entry}/rollback`: brings back the entry's
-    /// previous plugin revision; answers the revision now serving.
-    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal>;
-}
-
-/// Why a mode refused a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// Nothing by that name.
-    NotFound(String),
-    /// It exists but cannot do that now.
-    Conflict(String),
-}
-
-impl From<RollbackError> for Refusal {
-    fn from(err: RollbackError) -> Self {
-        match err {
-            RollbackError::UnknownEntry { .. } => Refusal::NotFound(err.to_string()),
-            RollbackError::Unavailable { .. } | RollbackError::NoPrevious { .. } => {
-                Refusal::Conflict(err.to_string())
-            }
-        }
-    }
-}
+pub use crate::mode::{EntryCheck, ModeStatus, Refusal};
 
 /// The API's shared state.
 pub struct Api {
     fleet: Arc<Fleet>,
     auth: Arc<ApiAuth>,
     mode: Option<Arc<dyn ModeStatus>>,
+    console: Console,
 }
 
 impl fmt::Debug for Api {
@@ -89,12 +62,15 @@ impl fmt::Debug for Api {
 impl Api {
     /// An API over `fleet`.
     pub fn new(fleet: Arc<Fleet>, auth: Arc<ApiAuth>) -> Self {
-        Self { fleet, auth, mode: None }
+        let console = Console::new(Arc::clone(&fleet), Arc::clone(&auth), None);
+        Self { fleet, auth, mode: None, console }
     }
 
     /// Adds the mode's provider status.
     #[must_use]
     pub fn with_mode(mut self, mode: Arc<dyn ModeStatus>) -> Self {
+        self.console =
+            Console::new(Arc::clone(&self.fleet), Arc::clone(&self.auth), Some(Arc::clone(&mode)));
         self.mode = Some(mode);
         self
     }
@@ -108,14 +84,31 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
+    let sampler = api.console.spawn_sampler();
     let service = move |peer: SocketAddr, _slot| {
         let api = Arc::clone(&api);
         hyper::service::service_fn(move |request: Request<Incoming>| {
             let api = Arc::clone(&api);
-            async move { Ok::<_, Infallible>(handle(&api, peer, request).await) }
+            async move {
+                let path = request.uri().path();
+                let response = if Console::owns(path) {
+                    api.console.handle(request).await
+                } else if path == "/" {
+                    let mut response = Response::new(console::full(""));
+                    *response.status_mut() = StatusCode::SEE_OTHER;
+                    response
+                        .headers_mut()
+                        .insert(header::LOCATION, HeaderValue::from_static("/ui/"));
+                    response
+                } else {
+                    handle(&api, peer, request).await.map(BodyExt::boxed)
+                };
+                Ok::<_, Infallible>(response)
+            }
         })
     };
     crate::server::serve(listener, "discovery API", limits, service, shutdown).await;
+    sampler.abort();
 }
 
 /// A response, or an error response.

@@ -1,7 +1,11 @@
 //! Bearer-token authentication of the discovery API.
 //!
 //! Tokens come from a file, one per line (`#` starts a comment), the shape
-//! of a mounted Kubernetes Secret key. The file is read again on every
+//! of a mounted Kubernetes Secret key. A line is a token, optionally
+//! followed by its role: `TOKEN role=read` may read (the proxy list,
+//! `next`, leases, the console) and use the gateway; `TOKEN role=operate`,
+//! or a token alone, may also change state (reports, leases, quarantines,
+//! rollbacks, the console's actions). The file is read again on every
 //! [`ApiAuth::reload`], so a rotated Secret takes effect without a restart.
 //! Comparison takes the same time whatever the mismatch, so response times
 //! do not leak how much of a guess was right.
@@ -17,11 +21,42 @@ use crate::error::{Error, Result};
 /// Who may call the API.
 #[derive(Debug)]
 pub struct ApiAuth {
-    tokens: ArcSwap<Vec<Vec<u8>>>,
+    tokens: ArcSwap<Vec<Token>>,
     file: Option<PathBuf>,
     open_read: bool,
     /// Without a token file: whether requests that change state are open.
     open_writes: bool,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Reads, and the gateway.
+    Read,
+    /// Reads and every request that changes state.
+    Operate,
+}
+
+impl Role {
+    /// Its name in the token file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Operate => "operate",
+        }
+    }
+}
+
+/// One token of the file.
+struct Token {
+    secret: Vec<u8>,
+    role: Role,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token").field("role", &self.role).finish_non_exhaustive()
+    }
 }
 
 /// What a request needs.
@@ -33,8 +68,9 @@ pub enum Access {
     ReadList,
     /// Other reads (handing out a proxy, listing leases).
     Token,
-    /// Requests that change state: reports, leases, rollbacks. Without a
-    /// token file they are refused unless opened on purpose.
+    /// Requests that change state: reports, leases, rollbacks. They need
+    /// a token with the `operate` role; without a token file they are
+    /// refused unless opened on purpose.
     Write,
 }
 
@@ -70,12 +106,19 @@ impl ApiAuth {
         let Some(file) = &self.file else { return Ok(()) };
         let text = std::fs::read_to_string(file)
             .map_err(|source| Error::TokenFile { path: file.display().to_string(), source })?;
-        let tokens: Vec<Vec<u8>> = text
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty() && !line.starts_with('#'))
-            .map(|line| line.as_bytes().to_vec())
-            .collect();
+        let mut tokens = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            tokens.push(parse_line(line).map_err(|message| {
+                Error::setting(
+                    "--api-token-file",
+                    format!("{} line {}: {message}", file.display(), index + 1),
+                )
+            })?);
+        }
         if tokens.is_empty() {
             return Err(Error::setting(
                 "--api-token-file",
@@ -96,6 +139,22 @@ impl ApiAuth {
                     tracing::warn!("API tokens not reloaded, the old ones stay: {err}");
                 }
             }
+        })
+    }
+
+    /// The role of `token`, when it is one of the file's. Every token is
+    /// compared, always, so timing says nothing about which matched.
+    pub fn role_of(&self, token: &[u8]) -> Option<Role> {
+        self.role_where(|secret| constant_time_eq(secret, token))
+    }
+
+    /// The role of the first token `matches` holds for, comparing every
+    /// one (a session cookie names its token by a keyed digest).
+    pub fn role_where(&self, matches: impl Fn(&[u8]) -> bool) -> Option<Role> {
+        let tokens = self.tokens.load();
+        tokens.iter().fold(None, |found, token| {
+            let hit = matches(&token.secret);
+            found.or(hit.then_some(token.role))
         })
     }
 
@@ -120,10 +179,38 @@ impl ApiAuth {
         let Some(token) = token else {
             return false;
         };
-        let tokens = self.tokens.load();
-        // Check every token, always, so timing says nothing about which matched.
-        tokens.iter().fold(false, |found, known| constant_time_eq(known, token) | found)
+        self.role_of(token).is_some_and(|role| Self::role_allows(role, access))
     }
+
+    /// Whether `role` may do what needs `access`.
+    pub fn role_allows(role: Role, access: Access) -> bool {
+        access != Access::Write || role == Role::Operate
+    }
+}
+
+/// `TOKEN` or `TOKEN role=ROLE`.
+fn parse_line(line: &str) -> std::result::Result<Token, String> {
+    let mut words = line.split_whitespace();
+    let secret = words.next().unwrap_or_default().as_bytes().to_vec();
+    let mut role = Role::Operate;
+    for word in words {
+        role = match word.split_once('=') {
+            Some(("role", "read")) => Role::Read,
+            Some(("role", "operate")) => Role::Operate,
+            Some(("role", other)) => {
+                return Err(format!(
+                    "role {other:?} is not a role; write role=read or role=operate"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "after the token comes only role=read or role=operate, not {:?}",
+                    word.split_once('=').map_or(word, |(key, _)| key)
+                ));
+            }
+        };
+    }
+    Ok(Token { secret, role })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -164,6 +251,49 @@ mod tests {
         let err = auth.reload().unwrap_err().to_string();
         assert!(err.contains("holds no token"), "{err}");
         assert!(auth.allows(Access::Token, Some(b"Bearer rotated")));
+    }
+
+    #[test]
+    fn a_read_token_reads_and_an_operate_token_also_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            "viewer role=read
+operator role=operate
+plain
+",
+        )
+        .unwrap();
+        let auth = ApiAuth::from_file(file.clone(), false).unwrap();
+        assert_eq!(auth.role_of(b"viewer"), Some(Role::Read));
+        assert_eq!(auth.role_of(b"operator"), Some(Role::Operate));
+        assert_eq!(auth.role_of(b"plain"), Some(Role::Operate), "a token alone keeps every right");
+        assert_eq!(auth.role_of(b"viewer role=read"), None);
+        assert!(auth.allows(Access::Token, Some(b"Bearer viewer")));
+        assert!(!auth.allows(Access::Write, Some(b"Bearer viewer")));
+        assert!(auth.allows(Access::Write, Some(b"Bearer operator")));
+        // A line the file cannot mean is refused by line, key and fix, and
+        // never quotes the token.
+        std::fs::write(
+            &file,
+            "ok
+secret-token rolle=read
+",
+        )
+        .unwrap();
+        let err = auth.reload().unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("\"rolle\""), "{err}");
+        assert!(!err.contains("secret-token"), "{err}");
+        std::fs::write(
+            &file,
+            "secret-token role=admin
+",
+        )
+        .unwrap();
+        let err = auth.reload().unwrap_err().to_string();
+        assert!(err.contains("role=read or role=operate"), "{err}");
+        assert!(!err.contains("secret-token"), "{err}");
     }
 
     #[test]

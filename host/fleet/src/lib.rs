@@ -10,6 +10,7 @@
 //!   leader keeps them.
 //! - [`api`] serves the catalog over HTTP (the discovery API), the check
 //!   target (`/v1/echo`) and `/healthz`, `/readyz`, `/metrics`.
+//! - [`console`] is the web console on the API's listener, under `/ui/`.
 //! - [`gateway`] is one proxy endpoint for crawlers: each request goes
 //!   through a proxy the catalog picks.
 //!
@@ -20,11 +21,13 @@ pub mod api;
 pub mod auth;
 pub mod catalog;
 pub mod client;
+pub mod console;
 pub mod endpoint;
 mod error;
 pub mod gateway;
 pub mod health;
 pub mod leases;
+pub mod mode;
 pub mod probe;
 mod server;
 

@@ -71,6 +71,38 @@ pub struct GatewayMetrics {
     retries: Family<PoolLabels, Counter>,
     refused: Family<ReasonLabels, Counter>,
     added_seconds: Histogram,
+    /// Sums over every label, for the console's rates (not exported: the
+    /// families above hold the same counts).
+    totals: Totals,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    requests: Counter,
+    upstream_errors: Counter,
+    refused: Counter,
+}
+
+/// The gateway's counts since the start, summed over pools and upstreams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatewayTotals {
+    /// Requests and tunnels sent through an upstream.
+    pub requests: u64,
+    /// Upstreams that could not be reached or failed a request.
+    pub upstream_errors: u64,
+    /// Requests the gateway answered itself.
+    pub refused: u64,
+}
+
+/// One upstream's counts since it joined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpstreamTotals {
+    /// Requests and tunnels.
+    pub requests: u64,
+    /// Bytes both ways.
+    pub bytes: u64,
+    /// Errors.
+    pub errors: u64,
 }
 
 /// The byte counters of one upstream, taken once per request so the body
@@ -94,6 +126,7 @@ impl GatewayMetrics {
             refused: Family::default(),
             // 50 µs to about 1.6 s.
             added_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            totals: Totals::default(),
         };
         registry.register(
             "gateway_requests",
@@ -148,6 +181,7 @@ impl GatewayMetrics {
                 kind: kind.as_str().to_owned(),
             })
             .inc();
+        self.totals.requests.inc();
         ByteCounters {
             sent: self.bytes_sent.get_or_create(&labels).clone(),
             received: self.bytes_received.get_or_create(&labels).clone(),
@@ -157,6 +191,7 @@ impl GatewayMetrics {
     /// Counts an upstream that could not be reached or failed a request.
     pub fn record_upstream_error(&self, pool: Option<&str>, upstream: &str) {
         self.upstream_errors.get_or_create(&Self::upstream(pool, upstream)).inc();
+        self.totals.upstream_errors.inc();
     }
 
     /// Counts a request sent to another upstream.
@@ -168,6 +203,42 @@ impl GatewayMetrics {
     /// `unavailable`, `upstream`, `request`).
     pub fn record_refused(&self, reason: &'static str) {
         self.refused.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+        self.totals.refused.inc();
+    }
+
+    /// The counts since the start, over every pool and upstream.
+    pub fn totals(&self) -> GatewayTotals {
+        GatewayTotals {
+            requests: self.totals.requests.get(),
+            upstream_errors: self.totals.upstream_errors.get(),
+            refused: self.totals.refused.get(),
+        }
+    }
+
+    /// The counts of one upstream (`namespace/name`) in `pool`; zeros when
+    /// the gateway never used it. Creates no series.
+    pub fn upstream_totals(&self, pool: Option<&str>, upstream: &str) -> UpstreamTotals {
+        let labels = Self::upstream(pool, upstream);
+        let requests = Kind::ALL
+            .iter()
+            .filter_map(|kind| {
+                self.requests
+                    .get(&RequestLabels {
+                        pool: labels.pool.clone(),
+                        upstream: labels.upstream.clone(),
+                        kind: kind.as_str().to_owned(),
+                    })
+                    .map(|counter| counter.get())
+            })
+            .sum();
+        let count = |family: &Family<UpstreamLabels, Counter>| {
+            family.get(&labels).map_or(0, |counter| counter.get())
+        };
+        UpstreamTotals {
+            requests,
+            bytes: count(&self.bytes_sent) + count(&self.bytes_received),
+            errors: count(&self.upstream_errors),
+        }
     }
 
     /// Records the time the gateway added to one request.

@@ -383,7 +383,7 @@ pub fn serve_api(
     stop: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!("discovery API at http://{addr}/v1/proxies");
+        tracing::info!("discovery API at http://{addr}/v1/proxies, console at http://{addr}/ui/");
     }
     let api = Arc::new(Api::new(fleet, auth).with_mode(mode));
     tokio::spawn(proxyfleet_fleet::api::serve(listener, api, limits, stop.cancelled_owned()))
@@ -407,5 +407,13 @@ impl ModeStatus for SourceStatus {
     fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
         let active = proxyfleet_housekeeping::rollback(self.0.as_ref(), entry)?;
         Ok(serde_json::to_value(active).unwrap_or_default())
+    }
+
+    fn name(&self) -> &'static str {
+        "Kubernetes"
+    }
+
+    fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
+        self.0.revisions()
     }
 }

@@ -128,7 +128,7 @@ mod tests {
     /// The formatter as the operator installs it: a plugin record and a host
     /// line quoting text a plugin returned, both written with escapes only.
     #[test]
-    fn every_json_line_carries_del_and_c1_as_escapes() {
+    fn issue_43_item_11_every_json_line_carries_del_and_c1_as_escapes() {
         #[derive(Clone, Default)]
         struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
         impl std::io::Write for Buffer {

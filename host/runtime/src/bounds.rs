@@ -187,7 +187,7 @@ mod tests {
     /// later call of its Proxy logged it (9.4 MB per call). It is refused,
     /// named with its bound, and not quoted.
     #[test]
-    fn an_id_of_1_mib_is_refused_naming_the_field_not_quoting_it() {
+    fn issue_43_item_10_an_id_of_1_mib_is_refused_naming_the_field_not_quoting_it() {
         let huge = "i".repeat(1 << 20);
         let err = check_instance(&instance(&huge)).unwrap_err();
         assert_eq!(

@@ -337,7 +337,7 @@ mod tests {
     /// 2 GiB of memory per load. It is now refused on its size, unread,
     /// and the next compilation is written in its place.
     #[test]
-    fn a_planted_oversized_file_is_refused_unread_and_replaced() {
+    fn issue_43_item_9_a_planted_oversized_file_is_refused_unread_and_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::default();
         let cache = PrecompiledCache::open(dir.path().to_owned(), &engine).unwrap();

@@ -197,7 +197,7 @@ async fn an_injected_credential_never_leaves_in_a_returned_instance() {
 /// body (cut in two chunks inside the credential), and in its decoded
 /// form, while the rest of what the backend reflected reaches the plugin.
 #[tokio::test(flavor = "current_thread")]
-async fn a_reflected_credential_is_taken_out_before_the_plugin_reads_it() {
+async fn issue_43_item_12_a_reflected_credential_is_taken_out_before_the_plugin_reads_it() {
     use base64::Engine as _;
     let logs = proxyfleet_tests::CapturedLogs::default();
     let _guard = logs.install();

@@ -37,6 +37,21 @@ impl SiteBans {
         bans
     }
 
+    /// Ends `id`'s ban for `site`; whether there was one.
+    pub(super) fn remove(&mut self, id: &str, site: &str) -> bool {
+        let Some(sites) = self.0.get_mut(id) else { return false };
+        let removed = sites.remove(site).is_some();
+        if sites.is_empty() {
+            self.0.remove(id);
+        }
+        removed
+    }
+
+    /// Ends every ban of `id`; whether there was one.
+    pub(super) fn remove_all(&mut self, id: &str) -> bool {
+        self.0.remove(id).is_some_and(|sites| !sites.is_empty())
+    }
+
     pub(super) fn sweep(&mut self, now: Instant) {
         self.0.retain(|_, sites| {
             sites.retain(|_, (until, _)| *until > now);

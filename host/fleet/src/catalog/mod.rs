@@ -204,6 +204,8 @@ pub struct Fleet {
     metrics: Arc<Metrics>,
     /// Where leases outlive this process; `None` keeps them in memory only.
     lease_store: Option<LeaseStore>,
+    /// Counts changes a viewer would see: membership, verdicts, holds.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Fleet {
@@ -218,7 +220,19 @@ impl Fleet {
             ready: AtomicBool::new(false),
             metrics,
             lease_store: None,
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Told of every change a viewer of the catalog would see: membership,
+    /// phases, verdicts, quarantines, bans and leases (not probe counters,
+    /// which move every round).
+    pub fn watch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|version| *version = version.wrapping_add(1));
     }
 
     /// Keeps leases in `store` as well, so a restart or a new leader keeps
@@ -439,6 +453,7 @@ impl Fleet {
     }
 
     fn rebuild(&self, state: &State) {
+        self.changed();
         let old = self.view.load();
         let handed: HashMap<&str, u64> = old
             .offers
@@ -722,6 +737,7 @@ impl Fleet {
             return Err(err);
         }
         self.holds().leases.count_grant();
+        self.changed();
         Ok(view)
     }
 
@@ -782,6 +798,7 @@ impl Fleet {
         if !live {
             return Err(CatalogError::NoLease(lease_id.to_owned()));
         }
+        self.changed();
         self.persist_lease(lease_id).await
     }
 
@@ -876,6 +893,8 @@ impl Fleet {
             holds.replace.push(member);
         }
         self.metrics.record_report(kind.as_str(), replacing);
+        drop(holds);
+        self.changed();
         Ok(ReportOutcome { reports, quarantined_until: until, replacing, site: None })
     }
 
@@ -904,7 +923,66 @@ impl Fleet {
         let reports = holds.reports.get(id).copied().unwrap_or(0);
         tracing::warn!(proxy = %id, %name, %site, kind = kind.as_str(), reason, "proxy banned for one site");
         self.metrics.record_report(kind.as_str(), false);
+        drop(holds);
+        self.changed();
         Ok(ReportOutcome { reports, quarantined_until: until, replacing: false, site: Some(site) })
+    }
+
+    /// An operator keeps proxy `id` out for `duration`: from every request,
+    /// or from requests for `site` only. Unlike a crawler's report it does
+    /// not count towards replacing the proxy. Answers when it ends (Unix
+    /// seconds).
+    pub fn quarantine(
+        &self,
+        id: &str,
+        site: Option<&str>,
+        duration: Duration,
+    ) -> Result<u64, CatalogError> {
+        let site = site.map(|site| site_of("site", site)).transpose()?;
+        let name = self
+            .state_read()
+            .members
+            .get(id)
+            .map(|m| m.name.clone())
+            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
+        let now = Instant::now();
+        let until = unix_now() + duration.as_secs();
+        let mut holds = self.holds();
+        match &site {
+            Some(site) => holds.site_bans.insert(id, site.clone(), now + duration, until),
+            None => {
+                holds.quarantined.insert(id.to_owned(), (now + duration, until));
+            }
+        }
+        drop(holds);
+        tracing::info!(proxy = %id, %name, site = site.as_deref().unwrap_or("*"), until, "proxy quarantined by an operator");
+        self.changed();
+        Ok(until)
+    }
+
+    /// Puts proxy `id` back: for `site` only, or (without one) from its
+    /// quarantine and every site ban, with its report count cleared.
+    /// Answers whether anything held it.
+    pub fn lift(&self, id: &str, site: Option<&str>) -> Result<bool, CatalogError> {
+        let site = site.map(|site| site_of("site", site)).transpose()?;
+        if !self.state_read().members.contains_key(id) {
+            return Err(CatalogError::NoProxy(id.to_owned()));
+        }
+        let mut holds = self.holds();
+        let lifted = match &site {
+            Some(site) => holds.site_bans.remove(id, site),
+            None => {
+                let quarantined = holds.quarantined.remove(id).is_some();
+                let banned = holds.site_bans.remove_all(id);
+                holds.reports.remove(id);
+                holds.replacing.remove(id);
+                quarantined || banned
+            }
+        };
+        drop(holds);
+        tracing::info!(proxy = %id, site = site.as_deref().unwrap_or("*"), lifted, "proxy put back by an operator");
+        self.changed();
+        Ok(lifted)
     }
 
     /// Drops expired leases and quarantines and updates the lease metrics.

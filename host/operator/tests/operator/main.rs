@@ -2,13 +2,16 @@
 //! plugins, its metrics, OTLP export, the plugin subcommands, rollback, and
 //! (with the `cluster` feature) replicas against the test API server. The
 //! `on_node` module is ignored unless `cargo xtask e2e` runs it on a real
-//! node. One module per area.
+//! node. With the `browser` feature, the web console in headless Chromium.
+//! One module per area.
 //!
 //! Needs the `plugins` feature: `cargo test -p proxyfleet-operator
 //! --features plugins,cluster --test operator` (the README's test command
 //! runs every tier).
 
 mod binaries;
+#[cfg(feature = "browser")]
+mod console;
 #[cfg(feature = "cluster")]
 mod in_cluster;
 mod on_node;

@@ -869,4 +869,23 @@ impl ModeStatus for Standalone {
         let active = housekeeping::rollback(self.source.as_ref(), entry)?;
         Ok(serde_json::to_value(active).unwrap_or_default())
     }
+
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
+        self.source.revisions()
+    }
+
+    fn checks(&self) -> Vec<proxyfleet_fleet::api::EntryCheck> {
+        self.provider_checks()
+            .into_iter()
+            .map(|check| proxyfleet_fleet::api::EntryCheck {
+                entry: check.entry,
+                health: check.health,
+                checked_at: check.checked_at,
+            })
+            .collect()
+    }
 }

@@ -1,0 +1,60 @@
+//! What a mode (standalone or Kubernetes) adds to the API and the console
+//! beyond the catalog: its provider entries, their checks and revisions,
+//! and rollbacks.
+
+use proxyfleet_core::Health;
+use proxyfleet_core::revisions::EntryRevisions;
+use proxyfleet_core::source::RollbackError;
+
+/// What a mode adds to the API beyond the catalog.
+pub trait ModeStatus: Send + Sync {
+    /// `GET /v1/providers`: the provider entries, their checks and plugin
+    /// revisions, as the mode knows them.
+    fn providers(&self) -> serde_json::Value;
+
+    /// `POST /v1/providers/{entry}/rollback`: brings back the entry's
+    /// previous plugin revision; answers the revision now serving.
+    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal>;
+
+    /// Which mode this is, for people: `standalone`, `Kubernetes`.
+    fn name(&self) -> &'static str;
+
+    /// The entries' plugin revisions, as the console shows them.
+    fn revisions(&self) -> Vec<EntryRevisions>;
+
+    /// The entries' last checks, where this replica knows them.
+    fn checks(&self) -> Vec<EntryCheck> {
+        Vec::new()
+    }
+}
+
+/// A provider entry's last check, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryCheck {
+    /// The entry.
+    pub entry: String,
+    /// What the check found.
+    pub health: Health,
+    /// Unix seconds of the check.
+    pub checked_at: u64,
+}
+
+/// Why a mode refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nothing by that name.
+    NotFound(String),
+    /// It exists but cannot do that now.
+    Conflict(String),
+}
+
+impl From<RollbackError> for Refusal {
+    fn from(err: RollbackError) -> Self {
+        match err {
+            RollbackError::UnknownEntry { .. } => Refusal::NotFound(err.to_string()),
+            RollbackError::Unavailable { .. } | RollbackError::NoPrevious { .. } => {
+                Refusal::Conflict(err.to_string())
+            }
+        }
+    }
+}
