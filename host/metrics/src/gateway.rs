@@ -7,12 +7,15 @@
 //! Proxy's series once it leaves the catalog, so replaced proxies do not
 //! pile up.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The `pool` label of a proxy in no pool.
@@ -81,10 +84,28 @@ struct Totals {
     requests: Counter,
     upstream_errors: Counter,
     refused: Counter,
+    refused_by: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    /// Observations of the added time per bucket of [`ADDED_BUCKETS`],
+    /// the last one past them all.
+    added: Arc<[AtomicU64; ADDED_BUCKETS.len() + 1]>,
 }
 
+/// Upper bounds of the added-time buckets, in seconds: 50 µs doubling to
+/// about 1.6 s (the exported histogram's).
+pub const ADDED_BUCKETS: [f64; 16] = {
+    let mut bounds = [0.0; 16];
+    let mut i = 0;
+    let mut bound = 0.000_05;
+    while i < 16 {
+        bounds[i] = bound;
+        bound *= 2.0;
+        i += 1;
+    }
+    bounds
+};
+
 /// The gateway's counts since the start, summed over pools and upstreams.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GatewayTotals {
     /// Requests and tunnels sent through an upstream.
     pub requests: u64,
@@ -92,6 +113,11 @@ pub struct GatewayTotals {
     pub upstream_errors: u64,
     /// Requests the gateway answered itself.
     pub refused: u64,
+    /// The same by reason (`auth`, `routing`, `target`, ...).
+    pub refused_by: BTreeMap<&'static str, u64>,
+    /// Requests per bucket of the time the gateway added
+    /// ([`ADDED_BUCKETS`], then one for longer).
+    pub added: [u64; ADDED_BUCKETS.len() + 1],
 }
 
 /// One upstream's counts since it joined.
@@ -125,7 +151,7 @@ impl GatewayMetrics {
             retries: Family::default(),
             refused: Family::default(),
             // 50 µs to about 1.6 s.
-            added_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            added_seconds: Histogram::new(ADDED_BUCKETS),
             totals: Totals::default(),
         };
         registry.register(
@@ -204,6 +230,13 @@ impl GatewayMetrics {
     pub fn record_refused(&self, reason: &'static str) {
         self.refused.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
         self.totals.refused.inc();
+        *self
+            .totals
+            .refused_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
     }
 
     /// The counts since the start, over every pool and upstream.
@@ -212,6 +245,13 @@ impl GatewayMetrics {
             requests: self.totals.requests.get(),
             upstream_errors: self.totals.upstream_errors.get(),
             refused: self.totals.refused.get(),
+            refused_by: self
+                .totals
+                .refused_by
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            added: std::array::from_fn(|i| self.totals.added[i].load(Ordering::Relaxed)),
         }
     }
 
@@ -243,7 +283,11 @@ impl GatewayMetrics {
 
     /// Records the time the gateway added to one request.
     pub fn observe_added(&self, added: Duration) {
-        self.added_seconds.observe(added.as_secs_f64());
+        let seconds = added.as_secs_f64();
+        self.added_seconds.observe(seconds);
+        let bucket =
+            ADDED_BUCKETS.iter().position(|bound| seconds <= *bound).unwrap_or(ADDED_BUCKETS.len());
+        self.totals.added[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Drops the series of a proxy that left the catalog.

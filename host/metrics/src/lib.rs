@@ -22,7 +22,7 @@ use proxyfleet_core::gc::GcReport;
 use proxyfleet_core::observe::CallObserver;
 use proxyfleet_core::{ErrorClass, ProviderError};
 
-pub use gateway::{GatewayMetrics, GatewayTotals, UpstreamTotals};
+pub use gateway::{ADDED_BUCKETS, GatewayMetrics, GatewayTotals, UpstreamTotals};
 pub use serve::{MAX_CONNECTIONS, serve};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -35,8 +35,10 @@ use crate::error::Result;
 use crate::leases::{Lease, LeaseStore, LeaseView, Leases};
 use crate::probe::{ProbeFailure, ProbePass};
 
+mod activity;
 mod bans;
 mod error;
+mod history;
 mod member;
 mod report;
 mod selector;
@@ -47,9 +49,11 @@ mod verdict;
 mod view;
 
 pub use crate::endpoint::Endpoint;
+pub use activity::Activity;
 use bans::SiteBans;
 pub use bans::site_of;
 pub use error::CatalogError;
+pub use history::HistoryMinute;
 pub use member::Member;
 pub use report::{ReportKind, ReportOutcome};
 use selector::describe;
@@ -187,6 +191,8 @@ impl Holds {
 struct State {
     members: BTreeMap<String, Member>,
     health: HashMap<String, HealthRecord>,
+    /// Probe results by minute over the last hour.
+    history: HashMap<String, history::History>,
     /// Verdicts changed since the mode last asked.
     changed: HashSet<String>,
 }
@@ -206,6 +212,8 @@ pub struct Fleet {
     lease_store: Option<LeaseStore>,
     /// Counts changes a viewer would see: membership, verdicts, holds.
     changes: tokio::sync::watch::Sender<u64>,
+    /// What happened lately.
+    activity: Mutex<activity::Log>,
 }
 
 impl Fleet {
@@ -221,7 +229,49 @@ impl Fleet {
             metrics,
             lease_store: None,
             changes: tokio::sync::watch::Sender::new(0),
+            activity: Mutex::default(),
         }
+    }
+
+    /// Records an event for people (the console's activity), about proxy
+    /// `id` when given.
+    pub fn record_activity(&self, id: Option<&str>, what: String) {
+        let name = id.and_then(|id| self.state_read().members.get(id).map(Member::qualified_name));
+        self.log_activity(id.zip(name), what);
+    }
+
+    fn log_activity(&self, proxy: Option<(&str, String)>, what: String) {
+        self.activity.lock().unwrap_or_else(PoisonError::into_inner).push(proxy, what);
+        self.changed();
+    }
+
+    /// The last `limit` events, newest first; only proxy `id`'s when given.
+    pub fn activity(&self, id: Option<&str>, limit: usize) -> Vec<Activity> {
+        self.activity.lock().unwrap_or_else(PoisonError::into_inner).last(id, limit)
+    }
+
+    /// Proxy `id`'s probe results by minute over the last hour, oldest
+    /// first.
+    pub fn health_history(&self, id: &str) -> Vec<HistoryMinute> {
+        self.state_read().history.get(id).map(|h| h.minutes(unix_now())).unwrap_or_default()
+    }
+
+    /// Live per-site bans: site → proxies banned for it.
+    pub fn ban_counts(&self) -> BTreeMap<String, usize> {
+        let now = Instant::now();
+        let holds = self.holds();
+        let mut counts = BTreeMap::new();
+        for id in self.state_read().members.keys() {
+            for (site, _) in holds.site_bans.of(id, now) {
+                *counts.entry(site).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Live gateway sessions (their leases).
+    pub fn session_count(&self) -> usize {
+        self.leases().iter().filter(|lease| lease.id.starts_with("session-")).count()
     }
 
     /// Told of every change a viewer of the catalog would see: membership,
@@ -304,16 +354,33 @@ impl Fleet {
     fn apply(&self, state: &mut State, upserts: Vec<Member>, removed: Vec<String>) {
         let mut changed = false;
         let mut left = false;
+        let mut events = Vec::new();
         for id in removed {
             let Some(gone) = state.members.remove(&id) else { continue };
             (changed, left) = (true, true);
             self.metrics.gateway().forget_upstream(gone.pool.as_deref(), &gone.qualified_name());
             state.health.remove(&id);
+            state.history.remove(&id);
             state.changed.remove(&id);
+            events.push((id, gone.qualified_name(), "left the fleet".to_owned()));
         }
         for member in upserts {
-            if state.members.get(&member.id) == Some(&member) {
+            let before = state.members.get(&member.id);
+            if before == Some(&member) {
                 continue;
+            }
+            match before {
+                None => events.push((
+                    member.id.clone(),
+                    member.qualified_name(),
+                    format!("joined the fleet, {}", member.phase.as_str()),
+                )),
+                Some(before) if before.phase != member.phase => events.push((
+                    member.id.clone(),
+                    member.qualified_name(),
+                    format!("{} → {}", before.phase.as_str(), member.phase.as_str()),
+                )),
+                Some(_) => {}
             }
             changed = true;
             let same_endpoint = state.health.get(&member.id).is_some_and(|record| {
@@ -328,6 +395,12 @@ impl Fleet {
         }
         if !changed {
             return;
+        }
+        {
+            let mut log = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+            for (id, name, what) in events {
+                log.push(Some((&id, name)), what);
+            }
         }
         let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
         for member in state.members.values() {
@@ -363,6 +436,7 @@ impl Fleet {
         let now = unix_now();
         let mut state = self.state_write();
         let mut changed = false;
+        let mut verdicts = Vec::new();
         for (id, endpoint, result) in results {
             let current = state.members.get(&id).and_then(|m| m.endpoint.as_ref());
             if current != Some(&endpoint) {
@@ -372,6 +446,9 @@ impl Fleet {
                 state.health.entry(id.clone()).or_insert_with(|| HealthRecord::new(endpoint));
             let before = record.verdict;
             record.checked_at = Some(now);
+            let latency = result.as_ref().ok().map(|pass| pass.latency.as_secs_f64() * 1000.0);
+            state.history.entry(id.clone()).or_default().record(now, latency);
+            let record = state.health.get_mut(&id).expect("inserted above");
             match result {
                 Ok(pass) => {
                     record.passes += 1;
@@ -395,6 +472,10 @@ impl Fleet {
             }
             if record.verdict != before {
                 tracing::info!(proxy = %id, verdict = ?record.verdict, message = %record.message(), "health verdict changed");
+                let what = record.message();
+                if let Some(member) = state.members.get(&id) {
+                    verdicts.push((id.clone(), member.qualified_name(), what));
+                }
                 state.changed.insert(id);
                 changed = true;
             }
@@ -410,6 +491,11 @@ impl Fleet {
         self.metrics.set_health(counts);
         if changed {
             self.rebuild(&state);
+            drop(state);
+            let mut log = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+            for (id, name, what) in verdicts {
+                log.push(Some((&id, name)), what);
+            }
         }
     }
 
@@ -889,12 +975,20 @@ impl Fleet {
             && reports >= self.settings.replace_after
             && holds.replacing.insert(id.to_owned());
         tracing::warn!(proxy = %id, name = %member.name, kind = kind.as_str(), reason, reports, replacing, "proxy reported by a crawler");
+        let name = member.qualified_name();
         if replacing {
             holds.replace.push(member);
         }
         self.metrics.record_report(kind.as_str(), replacing);
         drop(holds);
-        self.changed();
+        self.log_activity(
+            Some((id, name)),
+            format!(
+                "reported by a crawler ({}): {reason}; quarantined{}",
+                kind.as_str(),
+                if replacing { ", to be replaced" } else { "" }
+            ),
+        );
         Ok(ReportOutcome { reports, quarantined_until: until, replacing, site: None })
     }
 
@@ -924,7 +1018,11 @@ impl Fleet {
         tracing::warn!(proxy = %id, %name, %site, kind = kind.as_str(), reason, "proxy banned for one site");
         self.metrics.record_report(kind.as_str(), false);
         drop(holds);
-        self.changed();
+        let qualified = self.state_read().members.get(id).map(Member::qualified_name);
+        self.log_activity(
+            qualified.map(|name| (id, name)),
+            format!("banned for {site} ({}): {reason}", kind.as_str()),
+        );
         Ok(ReportOutcome { reports, quarantined_until: until, replacing: false, site: Some(site) })
     }
 
@@ -943,7 +1041,7 @@ impl Fleet {
             .state_read()
             .members
             .get(id)
-            .map(|m| m.name.clone())
+            .map(Member::qualified_name)
             .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
         let now = Instant::now();
         let until = unix_now() + duration.as_secs();
@@ -956,7 +1054,12 @@ impl Fleet {
         }
         drop(holds);
         tracing::info!(proxy = %id, %name, site = site.as_deref().unwrap_or("*"), until, "proxy quarantined by an operator");
-        self.changed();
+        let minutes = duration.as_secs().div_ceil(60);
+        let what = match &site {
+            Some(site) => format!("quarantined for {site} by an operator for {minutes} min"),
+            None => format!("quarantined for every site by an operator for {minutes} min"),
+        };
+        self.log_activity(Some((id, name)), what);
         Ok(until)
     }
 
@@ -965,9 +1068,12 @@ impl Fleet {
     /// Answers whether anything held it.
     pub fn lift(&self, id: &str, site: Option<&str>) -> Result<bool, CatalogError> {
         let site = site.map(|site| site_of("site", site)).transpose()?;
-        if !self.state_read().members.contains_key(id) {
-            return Err(CatalogError::NoProxy(id.to_owned()));
-        }
+        let name = self
+            .state_read()
+            .members
+            .get(id)
+            .map(Member::qualified_name)
+            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
         let mut holds = self.holds();
         let lifted = match &site {
             Some(site) => holds.site_bans.remove(id, site),
@@ -981,7 +1087,11 @@ impl Fleet {
         };
         drop(holds);
         tracing::info!(proxy = %id, site = site.as_deref().unwrap_or("*"), lifted, "proxy put back by an operator");
-        self.changed();
+        let what = match &site {
+            Some(site) => format!("put back for {site} by an operator"),
+            None => "put back for every site by an operator".to_owned(),
+        };
+        self.log_activity(Some((id, name)), what);
         Ok(lifted)
     }
 

@@ -65,6 +65,7 @@ pub(super) async fn handle(
         ["leases", id, "release"] => match console.fleet.release(id).await {
             Ok(()) => {
                 tracing::info!(action = "release lease", lease = %id, "console action");
+                console.fleet.record_activity(field("proxy"), format!("lease {id} released by an operator"));
                 Ok(())
             }
             Err(err) => Err(catalog_refusal(&err)),
@@ -74,6 +75,10 @@ pub(super) async fn handle(
             Some(mode) => match mode.rollback(entry) {
                 Ok(_) => {
                     tracing::info!(action = "roll back", entry = %entry, "console action");
+                    console.fleet.record_activity(
+                        None,
+                        format!("provider entry {entry} rolled back to its previous build by an operator"),
+                    );
                     Ok(())
                 }
                 Err(Refusal::NotFound(message)) => Err((StatusCode::NOT_FOUND, message)),

@@ -17,7 +17,10 @@
 
 mod actions;
 mod assets;
+mod chart;
+mod events;
 mod format;
+mod gateway;
 mod live;
 mod origin;
 mod overview;
@@ -82,7 +85,7 @@ impl Console {
     /// A console over `fleet`, guarded by `auth`, with the mode's view of
     /// providers when there is one.
     pub fn new(fleet: Arc<Fleet>, auth: Arc<ApiAuth>, mode: Option<Arc<dyn ModeStatus>>) -> Self {
-        let traffic = Arc::new(Traffic::new(fleet.metrics().gateway().clone()));
+        let traffic = Arc::new(Traffic::new(Arc::clone(&fleet)));
         Self { fleet, auth, mode, sessions: session::Sessions::new(), traffic }
     }
 
@@ -159,6 +162,7 @@ impl Console {
                 ),
             },
             ["providers"] => page::html(StatusCode::OK, providers::render(self, viewer)),
+            ["gateway"] => page::html(StatusCode::OK, gateway::render(self, viewer)),
             ["live"] => live::stream(&self.fleet),
             _ => page::html(
                 StatusCode::NOT_FOUND,

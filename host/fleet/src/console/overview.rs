@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 use proxyfleet_core::proxy::Phase;
 
-use super::{Console, Viewer, format, page};
+use super::{Console, Viewer, events, format, page};
 use crate::catalog::Selector;
 
 /// Counts of a group of proxies.
@@ -70,6 +70,10 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
             } @else {
                 (counts_table("Pool", "pool", &pools))
             }
+        }
+        section aria-labelledby="events" {
+            h2 #events { "Last events" }
+            (events::list(&console.fleet.activity(None, 15), true))
         }
         section aria-labelledby="entries" {
             h2 #entries { "Provider entries" }

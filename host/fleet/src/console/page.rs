@@ -11,8 +11,12 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The pages in the navigation: path and title.
-const NAVIGATION: [(&str, &str); 3] =
-    [("/ui/", "Overview"), ("/ui/proxies", "Proxies"), ("/ui/providers", "Providers")];
+const NAVIGATION: [(&str, &str); 4] = [
+    ("/ui/", "Overview"),
+    ("/ui/proxies", "Proxies"),
+    ("/ui/providers", "Providers"),
+    ("/ui/gateway", "Gateway"),
+];
 
 /// The headers of every console response.
 pub(super) fn secure(headers: &mut HeaderMap) {

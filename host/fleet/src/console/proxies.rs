@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use maud::{Markup, html};
 
 use super::query::{PER_PAGE, PHASES, ProxyQuery, Sort, verdict_str};
-use super::{Console, Viewer, format, page};
+use super::{Console, Viewer, chart, events, format, page};
 use crate::catalog::{ProxyView, Selector, Verdict};
 use proxyfleet_metrics::UpstreamTotals;
 
@@ -214,6 +214,15 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
     let health = view.health.as_ref();
     let verdict = health.map_or(Verdict::Unknown, |h| h.verdict);
     let quarantine_minutes = console.fleet.settings().quarantine.as_secs().div_ceil(60);
+    let history = console.fleet.health_history(&view.id);
+    let shares: Vec<Option<f64>> = history
+        .iter()
+        .map(|m| {
+            let probes = m.passes + m.failures;
+            (probes > 0).then(|| f64::from(m.passes) / f64::from(probes))
+        })
+        .collect();
+    let activity = console.fleet.activity(Some(&view.id), 30);
     let body = html! {
         dl.facts {
             dt { "ID" } dd { code { (view.id) } }
@@ -239,6 +248,20 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
                 dt { "Labels" } dd {
                     @for (key, value) in &view.labels { code { (key) "=" (value) } " " }
                 }
+            }
+        }
+        section aria-labelledby="history" {
+            h2 #history { "Health, last hour" }
+            @if history.is_empty() {
+                p { "Not probed yet." }
+            } @else {
+                (chart::pass_bars("Probes per minute", &shares))
+                (chart::lines(
+                    "Probe latency",
+                    "ms",
+                    "the last hour, by minute",
+                    &[chart::Series { name: "mean latency", points: history.iter().map(|m| m.latency_ms).collect() }],
+                ))
             }
         }
         section aria-labelledby="held" {
@@ -297,6 +320,7 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
                             @if viewer.operates() {
                                 form.inline method="post" action={ "/ui/leases/" (lease.id) "/release" } {
                                     input type="hidden" name="back" value=(back);
+                                    input type="hidden" name="proxy" value=(view.id);
                                     button type="submit" { "Release" }
                                 }
                             }
@@ -304,6 +328,10 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
                     }
                 }
             }
+        }
+        section aria-labelledby="events" {
+            h2 #events { "Events" }
+            (events::list(&activity, false))
         }
     };
     Some(page::frame(viewer, "Proxies", &qualified, None, body))

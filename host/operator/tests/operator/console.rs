@@ -236,6 +236,22 @@ async fn the_console_follows_the_fleet_live_and_acts_for_operators_only() {
     accessible(&browser, "providers").await;
     browser.screenshot(&shots.join("providers.png")).await;
 
+    // The gateway's page, with the requests above on its charts.
+    browser.goto(&format!("http://{api}/ui/gateway")).await;
+    browser.wait_for_text("h1", |text| text == "Gateway", WAIT).await;
+    accessible(&browser, "gateway").await;
+    browser.screenshot(&shots.join("gateway.png")).await;
+
+    // The proxy's events name what the operator did.
+    browser.goto(&format!("http://{api}/ui/proxies/{id}")).await;
+    browser
+        .wait_for_text(
+            "ul.events",
+            |text| text.contains("quarantined for 127.0.0.1 by an operator"),
+            WAIT,
+        )
+        .await;
+
     // A phone's width.
     browser.set_width(390).await;
     browser.goto(&format!("http://{api}/ui/proxies")).await;
