@@ -259,9 +259,12 @@ impl Fleet {
     /// Live per-site bans: site → proxies banned for it.
     pub fn ban_counts(&self) -> BTreeMap<String, usize> {
         let now = Instant::now();
+        // State before holds, as everywhere else: the other order could
+        // wait on a listing that waits on us.
+        let state = self.state_read();
         let holds = self.holds();
         let mut counts = BTreeMap::new();
-        for id in self.state_read().members.keys() {
+        for id in state.members.keys() {
             for (site, _) in holds.site_bans.of(id, now) {
                 *counts.entry(site).or_default() += 1;
             }
