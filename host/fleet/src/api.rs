@@ -132,16 +132,7 @@ impl ApiError {
 
 impl From<CatalogError> for ApiError {
     fn from(err: CatalogError) -> Self {
-        let status = match &err {
-            CatalogError::NoProxy(_) | CatalogError::NoLease(_) | CatalogError::UnknownPool(_) => {
-                StatusCode::NOT_FOUND
-            }
-            CatalogError::NoneAvailable(_) | CatalogError::StoreUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            CatalogError::Invalid { .. } => StatusCode::BAD_REQUEST,
-        };
-        Self::new(status, err.to_string())
+        Self::new(err.status(), err.to_string())
     }
 }
 
@@ -232,9 +223,9 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
                 Err(ApiError::new(StatusCode::NOT_FOUND, format!("no provider entry {entry:?}")))
             }
             Some(mode) => mode.rollback(entry).map(|active| json(StatusCode::OK, &active)).map_err(
-                |refusal| match refusal {
-                    Refusal::NotFound(message) => ApiError::new(StatusCode::NOT_FOUND, message),
-                    Refusal::Conflict(message) => ApiError::new(StatusCode::CONFLICT, message),
+                |refusal| {
+                    let (status, message) = refusal.into_answer();
+                    ApiError::new(status, message)
                 },
             ),
         },

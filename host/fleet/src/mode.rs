@@ -48,6 +48,16 @@ pub enum Refusal {
     Conflict(String),
 }
 
+impl Refusal {
+    /// The HTTP status that answers it, and the message.
+    pub fn into_answer(self) -> (http::StatusCode, String) {
+        match self {
+            Self::NotFound(message) => (http::StatusCode::NOT_FOUND, message),
+            Self::Conflict(message) => (http::StatusCode::CONFLICT, message),
+        }
+    }
+}
+
 impl From<RollbackError> for Refusal {
     fn from(err: RollbackError) -> Self {
         match err {

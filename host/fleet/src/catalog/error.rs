@@ -29,3 +29,18 @@ pub enum CatalogError {
         message: String,
     },
 }
+
+impl CatalogError {
+    /// The HTTP status that answers it, for the API and the console.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            Self::NoProxy(_) | Self::NoLease(_) | Self::UnknownPool(_) => {
+                http::StatusCode::NOT_FOUND
+            }
+            Self::NoneAvailable(_) | Self::StoreUnavailable(_) => {
+                http::StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Invalid { .. } => http::StatusCode::BAD_REQUEST,
+        }
+    }
+}

@@ -1007,11 +1007,11 @@ impl Fleet {
         reason: &str,
     ) -> Result<ReportOutcome, CatalogError> {
         let site = site_of("host", site)?;
-        let name = self
+        let (name, qualified) = self
             .state_read()
             .members
             .get(id)
-            .map(|m| m.name.clone())
+            .map(|m| (m.name.clone(), m.qualified_name()))
             .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
         let now = Instant::now();
         let until = unix_now() + self.settings.quarantine.as_secs();
@@ -1021,9 +1021,8 @@ impl Fleet {
         tracing::warn!(proxy = %id, %name, %site, kind = kind.as_str(), reason, "proxy banned for one site");
         self.metrics.record_report(kind.as_str(), false);
         drop(holds);
-        let qualified = self.state_read().members.get(id).map(Member::qualified_name);
         self.log_activity(
-            qualified.map(|name| (id, name)),
+            Some((id, qualified)),
             format!("banned for {site} ({}): {reason}", kind.as_str()),
         );
         Ok(ReportOutcome { reports, quarantined_until: until, replacing: false, site: Some(site) })
@@ -1040,12 +1039,7 @@ impl Fleet {
         duration: Duration,
     ) -> Result<u64, CatalogError> {
         let site = site.map(|site| site_of("site", site)).transpose()?;
-        let name = self
-            .state_read()
-            .members
-            .get(id)
-            .map(Member::qualified_name)
-            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
+        let name = self.qualified_name_of(id)?;
         let now = Instant::now();
         let until = unix_now() + duration.as_secs();
         let mut holds = self.holds();
@@ -1066,17 +1060,21 @@ impl Fleet {
         Ok(until)
     }
 
+    /// Member `id`'s `namespace/name`.
+    fn qualified_name_of(&self, id: &str) -> Result<String, CatalogError> {
+        self.state_read()
+            .members
+            .get(id)
+            .map(Member::qualified_name)
+            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))
+    }
+
     /// Puts proxy `id` back: for `site` only, or (without one) from its
     /// quarantine and every site ban, with its report count cleared.
     /// Answers whether anything held it.
     pub fn lift(&self, id: &str, site: Option<&str>) -> Result<bool, CatalogError> {
         let site = site.map(|site| site_of("site", site)).transpose()?;
-        let name = self
-            .state_read()
-            .members
-            .get(id)
-            .map(Member::qualified_name)
-            .ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
+        let name = self.qualified_name_of(id)?;
         let mut holds = self.holds();
         let lifted = match &site {
             Some(site) => holds.site_bans.remove(id, site),

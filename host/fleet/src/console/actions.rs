@@ -11,7 +11,6 @@ use hyper::body::Incoming;
 use super::session::read_form;
 use super::{Body, Console, Viewer, origin, page};
 use crate::catalog::CatalogError;
-use crate::mode::Refusal;
 
 /// The longest quarantine an operator may set from the console: a week.
 const MAX_MINUTES: u64 = 7 * 24 * 60;
@@ -81,8 +80,7 @@ pub(super) async fn handle(
                     );
                     Ok(())
                 }
-                Err(Refusal::NotFound(message)) => Err((StatusCode::NOT_FOUND, message)),
-                Err(Refusal::Conflict(message)) => Err((StatusCode::CONFLICT, message)),
+                Err(refusal) => Err(refusal.into_answer()),
             },
         },
         _ => Err((StatusCode::NOT_FOUND, "no such console action".to_owned())),
@@ -119,16 +117,7 @@ fn quarantine(
 }
 
 fn catalog_refusal(err: &CatalogError) -> (StatusCode, String) {
-    let status = match err {
-        CatalogError::NoProxy(_) | CatalogError::NoLease(_) | CatalogError::UnknownPool(_) => {
-            StatusCode::NOT_FOUND
-        }
-        CatalogError::Invalid { .. } => StatusCode::BAD_REQUEST,
-        CatalogError::NoneAvailable(_) | CatalogError::StoreUnavailable(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-    };
-    (status, err.to_string())
+    (err.status(), err.to_string())
 }
 
 /// Where to go after an action: the page it came from, when that is a
