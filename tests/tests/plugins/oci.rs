@@ -247,14 +247,21 @@ async fn entries_serve_pulled_builds_and_a_registry_outage_fails_only_cold_entri
     eprintln!("cold entries available {took:?} after the registry came back");
 }
 
-/// Calls `get` until told to stop; answers each call's outcome.
-async fn call_until_stopped(
+/// Calls `get` through a handle taken before the swap until a call answers
+/// `expected` or the caller is told to stop; answers each call's outcome.
+async fn call_until_answered(
     provider: Arc<dyn proxyfleet_core::Provider>,
+    expected: &'static str,
     stop: Arc<AtomicBool>,
 ) -> Vec<Result<String, String>> {
     let mut calls = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        calls.push(provider.get("probe").await.map(|i| i.name).map_err(|e| e.to_string()));
+        let call = provider.get("probe").await.map(|i| i.name).map_err(|e| e.to_string());
+        let done = call.as_deref() == Ok(expected);
+        calls.push(call);
+        if done {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     calls
@@ -270,22 +277,37 @@ async fn a_moved_tag_is_swapped_within_the_poll_interval_and_no_call_fails() {
     let _follow = registry.follow(FollowOptions { poll_interval: POLL });
     assert_eq!(answer(&registry, "tagged").await, V1);
 
+    // Each caller keeps calling until it has itself reached the new build.
+    // Stopping them as soon as the swap is seen elsewhere (as this test once
+    // did) could stop a caller before its first call after the swap.
     let stop = Arc::new(AtomicBool::new(false));
     let provider = registry.provider("tagged").unwrap();
     let callers: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(call_until_stopped(Arc::clone(&provider), Arc::clone(&stop))))
+        .map(|_| tokio::spawn(call_until_answered(Arc::clone(&provider), V2, Arc::clone(&stop))))
         .collect();
     let pushed_at = Instant::now();
     setup.push("fixtures/answer-v2", "plugins/answer", "stable").await;
     let swapped = until_answer(&registry, "tagged", V2).await;
-    stop.store(true, Ordering::Relaxed);
+    let stopper = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            tokio::time::sleep(PATIENCE).await;
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
     let mut calls = Vec::new();
     for caller in callers {
-        calls.extend(caller.await.unwrap());
+        let made = caller.await.unwrap();
+        assert_eq!(
+            made.last().map(|call| call.as_deref()),
+            Some(Ok(V2)),
+            "a caller holding the entry's handle reached the new build within {PATIENCE:?}"
+        );
+        calls.extend(made);
     }
+    stopper.abort();
     let failed: Vec<_> = calls.iter().filter(|call| call.is_err()).collect();
     assert!(failed.is_empty(), "{} of {} calls failed: {failed:?}", failed.len(), calls.len());
-    assert!(calls.iter().any(|call| call.as_deref() == Ok(V2)), "calls reached the new build");
     let revisions = registry.revisions_of("tagged").unwrap();
     assert_eq!(revisions.previous.map(|p| p.version).as_deref(), Some("1.0.0"));
     eprintln!(
