@@ -53,6 +53,17 @@ fn outputs() -> Vec<(&'static str, &'static str, Option<Vec<String>>)> {
             ]),
         ),
         (
+            "console-ingress.yaml",
+            "An Ingress for the web console only (the chart's console.ingress; here for any host, \
+             without TLS).",
+            Some(vec![
+                "--set".into(),
+                "console.ingress.enabled=true".into(),
+                "--show-only".into(),
+                "templates/ingress-console.yaml".into(),
+            ]),
+        ),
+        (
             "proxyfleet.yaml",
             "The whole install with the chart's default values (apply crds.yaml first).",
             Some(Vec::new()),
