@@ -26,6 +26,20 @@ pub trait ModeStatus: Send + Sync {
     fn checks(&self) -> Vec<EntryCheck> {
         Vec::new()
     }
+
+    /// This replica in a leader election, when there is one.
+    fn replica(&self) -> Option<Replica> {
+        None
+    }
+}
+
+/// A replica of the operator, as the console shows which one it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    /// Its identity in the leader election.
+    pub identity: String,
+    /// Whether it leads (probes, reconciles and serves the fleet) now.
+    pub leading: bool,
 }
 
 /// A provider entry's last check, as the console shows it.

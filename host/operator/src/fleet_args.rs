@@ -391,21 +391,31 @@ pub fn serve_api(
 
 /// What the API shows of a Kubernetes-mode installation's providers: the
 /// plugin revisions (check results are on the ProxyProvider objects).
-pub struct SourceStatus(pub Arc<dyn proxyfleet_core::source::ProviderSource>);
+pub struct SourceStatus {
+    /// The plugin registry.
+    pub source: Arc<dyn proxyfleet_core::source::ProviderSource>,
+    /// This replica's identity in the leader election.
+    pub identity: String,
+    /// Whether it leads now.
+    pub leading: Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl std::fmt::Debug for SourceStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("SourceStatus").field(self.0.installation()).finish()
+        f.debug_struct("SourceStatus")
+            .field("installation", self.source.installation())
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
     }
 }
 
 impl ModeStatus for SourceStatus {
     fn providers(&self) -> serde_json::Value {
-        serde_json::json!({ "revisions": self.0.revisions() })
+        serde_json::json!({ "revisions": self.source.revisions() })
     }
 
     fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
-        let active = proxyfleet_housekeeping::rollback(self.0.as_ref(), entry)?;
+        let active = proxyfleet_housekeeping::rollback(self.source.as_ref(), entry)?;
         Ok(serde_json::to_value(active).unwrap_or_default())
     }
 
@@ -414,6 +424,13 @@ impl ModeStatus for SourceStatus {
     }
 
     fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
-        self.0.revisions()
+        self.source.revisions()
+    }
+
+    fn replica(&self) -> Option<proxyfleet_fleet::mode::Replica> {
+        Some(proxyfleet_fleet::mode::Replica {
+            identity: self.identity.clone(),
+            leading: self.leading.load(std::sync::atomic::Ordering::Acquire),
+        })
     }
 }

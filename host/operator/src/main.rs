@@ -599,12 +599,18 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         Arc::clone(&fleet_setup.auth),
         stop.clone(),
     );
+    // Whether this replica leads now, for the console.
+    let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let api = fleet_args::serve_api(
         fleet_setup.listener,
         fleet_setup.api_limits,
         fleet,
         fleet_setup.auth,
-        Arc::new(fleet_args::SourceStatus(Arc::clone(&registry) as _)),
+        Arc::new(fleet_args::SourceStatus {
+            source: Arc::clone(&registry) as _,
+            identity: identity.clone(),
+            leading: Arc::clone(&leading),
+        }),
         stop.clone(),
     );
     // Every replica swaps plugins, so a new leader serves the same revision.
@@ -616,12 +622,13 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     elector
         .run(
             |lost| {
-                let (client, registry, settings, identity, namespace) = (
+                let (client, registry, settings, identity, namespace, leading) = (
                     client.clone(),
                     Arc::clone(&registry),
                     settings.clone(),
                     identity.clone(),
                     args.namespace.clone(),
+                    Arc::clone(&leading),
                 );
                 async move {
                     // A Proxy reconciled while its plugin compiles would
@@ -639,7 +646,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                     {
                         tracing::warn!("cannot label this pod as the leader: {err}");
                     }
+                    leading.store(true, std::sync::atomic::Ordering::Release);
                     lead(client.clone(), registry as _, settings, identity, lost).await;
+                    leading.store(false, std::sync::atomic::Ordering::Release);
                     if let Some(pod) = &pod
                         && let Err(err) = mark_leader(&client, &namespace, pod, false).await
                     {

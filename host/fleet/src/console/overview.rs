@@ -47,6 +47,7 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
     let rates = console.traffic.rates();
     let totals = console.traffic.totals();
     let mode = console.mode.as_ref().map_or("", |mode| mode.name());
+    let replica = console.mode.as_ref().and_then(|mode| mode.replica());
     let body = html! {
         ul.tiles aria-label="Fleet" {
             li { span.figure #count-proxies { (all.members) } " proxies" }
@@ -56,8 +57,12 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
             li { span.figure #gateway-rate { (format::rate(rates.requests)) } " gateway requests" }
             li { span.figure #gateway-errors { (format::rate(rates.errors)) } " gateway errors" }
         }
-        p.hint {
+        p.hint #replica {
             @if !mode.is_empty() { "Mode: " (mode) ". " }
+            @if let Some(replica) = &replica {
+                "Served by replica " strong { (replica.identity) }
+                @if replica.leading { ", the leader. " } @else { ", which stands by: the leader serves the fleet. " }
+            }
             "Gateway since start: " (totals.requests) " requests, "
             (totals.upstream_errors) " upstream errors, " (totals.refused) " refused"
             @if !rates.over.is_zero() { "; rates over the last " (format::span(rates.over.as_secs())) }

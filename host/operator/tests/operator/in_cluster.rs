@@ -215,6 +215,15 @@ async fn readyz(api: &str) -> Option<u16> {
         .map(|(status, _)| status)
 }
 
+/// The console's Overview page of the operator at `api`.
+async fn overview(api: &str) -> String {
+    let base = format!("http://{api}");
+    proxyfleet_fleet::client::call(&base, http::Method::GET, "/ui/", None, None)
+        .await
+        .map(|(_, body)| body)
+        .unwrap_or_default()
+}
+
 /// Pods `op-a` and `op-b` in `namespace`, for operators that believe they
 /// run as them (the leader labels its own pod).
 async fn operator_pods(client: &kube::Client, namespace: &str) -> Api<Pod> {
@@ -267,6 +276,11 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
     let up = wait_for(wait, || async { readyz(&api_b).await }).await;
     assert_eq!(up, Some(503), "a standby serves the API but is not ready");
     assert_eq!(leader_of("op-b").await, None);
+    // The console says which replica serves it and whether it leads.
+    let overview_a = overview(&api_a).await;
+    assert!(overview_a.contains("<strong>op-a</strong>, the leader."), "{overview_a}");
+    let overview_b = overview(&api_b).await;
+    assert!(overview_b.contains("<strong>op-b</strong>, which stands by"), "{overview_b}");
 
     drop(a);
     let labelled =
