@@ -349,6 +349,8 @@ async fn start_gateway(
                 labels: Default::default(),
                 phase: Phase::Running,
                 endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
+                created_at: None,
+                conditions: Vec::new(),
             })
             .collect(),
     );

@@ -46,6 +46,10 @@ const HEIGHT: u32 = 900;
 /// How long chromedriver may take to listen, and Chromium to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`Browser::click`] and [`Browser::type_into`] look for an
+/// element they can act on.
+pub const ELEMENT_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Headless Chromium under a chromedriver of its own.
 #[derive(Debug)]
 pub struct Browser {
@@ -197,14 +201,47 @@ impl Browser {
     /// Clicks the first element matching `css`.
     ///
     /// # Panics
-    /// When no element matches or it cannot be clicked.
+    /// When no element matches or it cannot be clicked within
+    /// [`ELEMENT_PATIENCE`].
     pub async fn click(&self, css: &str) {
-        let element = self
-            .client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-        element.click().await.unwrap_or_else(|e| panic!("clicking {css}: {e}"));
+        self.on_element(css, "clicking", |element| async move { element.click().await.map(drop) })
+            .await;
+    }
+
+    /// Types `text` into the element `css` names, as a person would: a
+    /// click to focus it first (the console's live updates leave a page
+    /// alone while a field has the focus), then the keys.
+    ///
+    /// # Panics
+    /// When there is no such element within [`ELEMENT_PATIENCE`].
+    pub async fn type_into(&self, css: &str, text: &str) {
+        self.on_element(css, "typing into", |element| async move {
+            element.click().await?;
+            element.send_keys(text).await
+        })
+        .await;
+    }
+
+    /// Finds `css` and does `act` on it, again on a fresh find when the
+    /// page replaced the element in between (the console's live updates
+    /// swap the page's main part when the fleet changes).
+    async fn on_element<F, Fut>(&self, css: &str, doing: &str, act: F)
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+    {
+        let deadline = Instant::now() + ELEMENT_PATIENCE;
+        loop {
+            let outcome = match self.client.find(Locator::Css(css)).await {
+                Ok(element) => act(element).await,
+                Err(err) => Err(err),
+            };
+            match outcome {
+                Ok(()) => return,
+                Err(err) if Instant::now() >= deadline => panic!("{doing} {css}: {err}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     /// Runs axe-core over the current page and returns every violation.

@@ -55,6 +55,11 @@ pub struct ProxyDesired {
     pub proxy_auth: Option<ProxyCredential>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
+    /// Set (to a new value each time) by an operator who asks for a new
+    /// instance in place of the current one: it is part of the spec hash,
+    /// so the reconciler replaces the instance as for any spec change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_token: Option<String>,
 }
 
 impl ProxyDesired {
@@ -89,6 +94,10 @@ impl ProxyDesired {
         // Proxy without a credential keeps the hash it had before digests.
         if let Some(credential) = &self.proxy_auth {
             field("proxyAuth", &key.credential_digest(credential));
+        }
+        // Likewise absent until an operator first asks for a replacement.
+        if let Some(token) = &self.replace_token {
+            field("replaceToken", token.as_bytes());
         }
         let digest = hasher.finalize();
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -382,6 +391,7 @@ pub(crate) mod tests {
             user_data: Vec::new(),
             proxy_auth: None,
             labels: BTreeMap::new(),
+            replace_token: None,
         }
     }
 
@@ -418,7 +428,8 @@ pub(crate) mod tests {
         labelled.labels.insert("team".into(), "crawl".into());
         let key = SpecKey::generate();
         assert_eq!(base.spec_hash(&key), labelled.spec_hash(&key));
-        let changes: [fn(&mut ProxyDesired); 8] = [
+        let changes: [fn(&mut ProxyDesired); 9] = [
+            |d| d.replace_token = Some("asked-1".into()),
             |d| d.provider = "other".into(),
             |d| d.cores = 2,
             |d| d.memory_mib = 1024,

@@ -83,6 +83,8 @@ fn main() {
                         labels: BTreeMap::new(),
                         phase: Phase::Running,
                         endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
+                        created_at: None,
+                        conditions: Vec::new(),
                     }
                 })
                 .collect(),

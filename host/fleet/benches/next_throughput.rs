@@ -108,6 +108,8 @@ async fn discovery(proxies: u16) -> SocketAddr {
                     IpAddr::from([127, 1, (i >> 8) as u8, i as u8]),
                     3128,
                 )),
+                created_at: None,
+                conditions: Vec::new(),
             })
             .collect(),
     );

@@ -29,6 +29,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
+use crate::action::Action;
 use crate::auth::{Access, ApiAuth};
 use crate::catalog::{CatalogError, Fleet, Picked, ReportKind, Selector, Strategy, site_of};
 use crate::console::{self, Console};
@@ -222,12 +223,18 @@ async fn handle(api: &Api, peer: SocketAddr, request: Request<Incoming>) -> Resp
             None => {
                 Err(ApiError::new(StatusCode::NOT_FOUND, format!("no provider entry {entry:?}")))
             }
-            Some(mode) => mode.rollback(entry).map(|active| json(StatusCode::OK, &active)).map_err(
-                |refusal| {
+            Some(mode) => match mode.rollback(entry) {
+                Ok(active) => {
+                    let action = Action::Rollback { entry: (*entry).to_owned() };
+                    tracing::info!(reason = action.reason(), "API action: {}", action.note());
+                    mode.record(&action).await;
+                    Ok(json(StatusCode::OK, &active))
+                }
+                Err(refusal) => {
                     let (status, message) = refusal.into_answer();
-                    ApiError::new(status, message)
-                },
-            ),
+                    Err(ApiError::new(status, message))
+                }
+            },
         },
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -17,6 +17,7 @@
 //! The crate knows nothing of where Proxies come from: a mode publishes
 //! [`catalog::Member`]s and reads verdicts and replacement requests back.
 
+pub mod action;
 pub mod api;
 pub mod auth;
 pub mod catalog;

@@ -1,12 +1,17 @@
 //! What a mode (standalone or Kubernetes) adds to the API and the console
 //! beyond the catalog: its provider entries, their checks and revisions,
-//! and rollbacks.
+//! rollbacks, replacing a Proxy's instance, and where operators' actions
+//! are recorded.
 
+use async_trait::async_trait;
 use proxyfleet_core::Health;
 use proxyfleet_core::revisions::EntryRevisions;
 use proxyfleet_core::source::RollbackError;
 
+use crate::action::{Action, ProxyRef};
+
 /// What a mode adds to the API beyond the catalog.
+#[async_trait]
 pub trait ModeStatus: Send + Sync {
     /// `GET /v1/providers`: the provider entries, their checks and plugin
     /// revisions, as the mode knows them.
@@ -31,6 +36,15 @@ pub trait ModeStatus: Send + Sync {
     fn replica(&self) -> Option<Replica> {
         None
     }
+
+    /// Asks for a new instance in place of `proxy`'s current one: the
+    /// reconciler deletes the instance, waits until it is gone and creates
+    /// another, as for a spec change.
+    async fn replace(&self, proxy: &ProxyRef) -> Result<(), Refusal>;
+
+    /// Records an operator's action where this mode keeps such records.
+    /// A failure to record is logged, never the action's failure.
+    async fn record(&self, action: &Action);
 }
 
 /// A replica of the operator, as the console shows which one it is.
@@ -60,6 +74,9 @@ pub enum Refusal {
     NotFound(String),
     /// It exists but cannot do that now.
     Conflict(String),
+    /// What the mode stands on (the Kubernetes API) did not do it; worth
+    /// trying again.
+    Unavailable(String),
 }
 
 impl Refusal {
@@ -68,6 +85,7 @@ impl Refusal {
         match self {
             Self::NotFound(message) => (http::StatusCode::NOT_FOUND, message),
             Self::Conflict(message) => (http::StatusCode::CONFLICT, message),
+            Self::Unavailable(message) => (http::StatusCode::SERVICE_UNAVAILABLE, message),
         }
     }
 }

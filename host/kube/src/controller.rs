@@ -24,7 +24,9 @@ use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
 
 use crate::convert;
-use crate::crd::{MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, USER_DATA_SECRET_LABEL};
+use crate::crd::{
+    MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, REPLACE_ANNOTATION, USER_DATA_SECRET_LABEL,
+};
 use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
 use crate::own_writes::OwnWrites;
@@ -179,15 +181,16 @@ pub async fn run(
 }
 
 /// What a pass answers to in the object: the spec (its generation, which
-/// deletion also bumps) and the finalizers (someone else's, or ours
-/// removed by hand). Status and metadata other than these wake nothing;
-/// a pass's requeue covers the rest.
+/// deletion also bumps), the finalizers (someone else's, or ours removed by
+/// hand) and an operator's request for a new instance. Status and metadata
+/// other than these wake nothing; a pass's requeue covers the rest.
 fn spec_or_finalizers(proxy: &Proxy) -> Option<u64> {
     use std::hash::{Hash as _, Hasher as _};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     proxy.metadata.generation.hash(&mut hasher);
     proxy.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     proxy.finalizers().hash(&mut hasher);
+    proxy.annotations().get(REPLACE_ANNOTATION).hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -254,7 +257,8 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     if !deleting {
         context.credentials.set(&meta.uid, proxy_auth.clone());
     }
-    let desired = convert::desired(&proxy.spec, user_data, proxy_auth);
+    let replace_token = proxy.annotations().get(REPLACE_ANNOTATION).cloned();
+    let desired = convert::desired(&proxy.spec, user_data, proxy_auth, replace_token);
     if !deleting && let Err(err) = desired.validate() {
         // The schema refuses most of this; what it cannot express ends here.
         return refuse_spec(&proxy, &context, &namespace, status, err.to_string()).await;
@@ -279,6 +283,14 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
 
     let reference = proxy.object_ref(&());
     for event in &outcome.events {
+        // The console's activity, beside the Event.
+        if let Some(fleet) = &context.fleet {
+            fleet.record_activity_at(
+                unix_now(),
+                Some((&meta.uid, format!("{namespace}/{name}"))),
+                format!("{}: {}", event.reason, event.message),
+            );
+        }
         let published = context
             .recorder
             .publish(

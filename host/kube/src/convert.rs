@@ -16,6 +16,7 @@ pub fn desired(
     spec: &ProxySpec,
     user_data: Vec<u8>,
     proxy_auth: Option<ProxyCredential>,
+    replace_token: Option<String>,
 ) -> ProxyDesired {
     ProxyDesired {
         provider: spec.provider.clone(),
@@ -29,6 +30,7 @@ pub fn desired(
         user_data,
         proxy_auth,
         labels: spec.labels.clone(),
+        replace_token,
     }
 }
 

@@ -16,6 +16,11 @@ pub const MANAGER: &str = "proxyfleet";
 /// Label naming the pool a Proxy belongs to.
 pub const POOL_LABEL: &str = "proxyfleet.io/pool";
 
+/// The annotation an operator sets on a Proxy, to a new value each time,
+/// to have its instance replaced (the console does; so can
+/// `kubectl annotate --overwrite proxy NAME proxyfleet.io/replace=$(date +%s)`).
+pub const REPLACE_ANNOTATION: &str = "proxyfleet.io/replace";
+
 /// The Secret label that marks Secrets proxyfleet may read user-data from.
 pub const USER_DATA_SECRET_LABEL: &str = "proxyfleet.io/user-data";
 

@@ -20,6 +20,7 @@ use proxyfleet_core::proxy::Phase;
 use proxyfleet_fleet::{Endpoint, Fleet, Member};
 use tokio::sync::mpsc;
 
+use crate::convert::status_from_crd;
 use crate::crd::{POOL_LABEL, Proxy, ProxyPhase};
 use crate::credentials::Credentials;
 
@@ -79,6 +80,12 @@ pub fn member_of(proxy: &Proxy, credentials: &Credentials) -> Option<Member> {
         labels: proxy.spec.labels.clone(),
         phase: if deleting { Phase::Deleting } else { phase },
         endpoint,
+        created_at: proxy
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| u64::try_from(t.0.as_second()).ok()),
+        conditions: status.map(|s| status_from_crd(s).conditions).unwrap_or_default(),
     })
 }
 

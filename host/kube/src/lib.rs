@@ -1,6 +1,7 @@
 //! proxyfleet in Kubernetes: the `Proxy` and `ProxyPool` resources and
 //! their conversion to the core model.
 
+pub mod actions;
 pub mod client;
 pub mod controller;
 pub mod convert;

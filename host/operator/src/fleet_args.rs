@@ -390,7 +390,8 @@ pub fn serve_api(
 }
 
 /// What the API shows of a Kubernetes-mode installation's providers: the
-/// plugin revisions (check results are on the ProxyProvider objects).
+/// plugin revisions (check results are on the ProxyProvider objects); and
+/// operators' actions, carried out and recorded as Events.
 pub struct SourceStatus {
     /// The plugin registry.
     pub source: Arc<dyn proxyfleet_core::source::ProviderSource>,
@@ -398,6 +399,8 @@ pub struct SourceStatus {
     pub identity: String,
     /// Whether it leads now.
     pub leading: Arc<std::sync::atomic::AtomicBool>,
+    /// Replacements and the Events of operators' actions.
+    pub actions: proxyfleet_kube::actions::OperatorActions,
 }
 
 impl std::fmt::Debug for SourceStatus {
@@ -409,6 +412,7 @@ impl std::fmt::Debug for SourceStatus {
     }
 }
 
+#[async_trait::async_trait]
 impl ModeStatus for SourceStatus {
     fn providers(&self) -> serde_json::Value {
         serde_json::json!({ "revisions": self.source.revisions() })
@@ -432,5 +436,13 @@ impl ModeStatus for SourceStatus {
             identity: self.identity.clone(),
             leading: self.leading.load(std::sync::atomic::Ordering::Acquire),
         })
+    }
+
+    async fn replace(&self, proxy: &proxyfleet_fleet::action::ProxyRef) -> Result<(), Refusal> {
+        self.actions.replace(proxy).await
+    }
+
+    async fn record(&self, action: &proxyfleet_fleet::action::Action) {
+        self.actions.record(action).await;
     }
 }

@@ -610,6 +610,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
             source: Arc::clone(&registry) as _,
             identity: identity.clone(),
             leading: Arc::clone(&leading),
+            actions: proxyfleet_kube::actions::OperatorActions::new(
+                client.clone(),
+                identity.clone(),
+            ),
         }),
         stop.clone(),
     );

@@ -453,6 +453,7 @@ fn proxy_desired(
         user_data,
         proxy_auth,
         labels,
+        replace_token: None,
     };
     desired.validate().map_err(|err| {
         format!("{name}: {}", err.to_string().replacen("spec.", &format!("{at}."), 1))

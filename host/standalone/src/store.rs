@@ -1,6 +1,7 @@
 //! The embedded database of a standalone installation: every Proxy's
-//! record (identity, last desired state, status, finalizer) and the plugins'
-//! key-value stores, in one redb file so a restart resumes where it stopped.
+//! record (identity, last desired state, status, finalizer), the plugins'
+//! key-value stores and the log of operators' actions, in one redb file so
+//! a restart resumes where it stopped.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,6 +22,22 @@ const PROXIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("proxies"
 const KV: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("kv");
 /// Counters.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// Sequence number → JSON [`LoggedAction`]: the state log of operators'
+/// actions, the last [`ACTIONS_KEPT`].
+const ACTIONS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("actions");
+
+/// Operators' actions the state log keeps; older ones are dropped.
+pub const ACTIONS_KEPT: u64 = 10_000;
+
+/// One operator's action in the state log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedAction {
+    /// Unix seconds it was done.
+    pub at: u64,
+    /// What was done.
+    #[serde(flatten)]
+    pub action: proxyfleet_fleet::action::Action,
+}
 const KV_VERSION: &str = "kv-version";
 
 /// What the store keeps of one Proxy.
@@ -95,6 +112,7 @@ impl Store {
         txn.open_table(PROXIES).map_err(store_err)?;
         txn.open_table(KV).map_err(store_err)?;
         txn.open_table(META).map_err(store_err)?;
+        txn.open_table(ACTIONS).map_err(store_err)?;
         txn.commit().map_err(store_err)?;
         Ok(Self {
             db: Arc::new(db),
@@ -228,6 +246,46 @@ impl Store {
         self.record_scans.load(Ordering::Relaxed)
     }
 
+    /// Appends `action` to the state log, dropping the oldest beyond
+    /// [`ACTIONS_KEPT`].
+    pub fn log_action(&self, action: &LoggedAction) -> Result<()> {
+        self.log_action_keeping(action, ACTIONS_KEPT)
+    }
+
+    fn log_action_keeping(&self, action: &LoggedAction, kept: u64) -> Result<()> {
+        let bytes = serde_json::to_vec(action).map_err(|err| Error::Store(err.to_string()))?;
+        let txn = self.db.begin_write().map_err(store_err)?;
+        {
+            let mut table = txn.open_table(ACTIONS).map_err(store_err)?;
+            let next = table.last().map_err(store_err)?.map_or(0, |(seq, _)| seq.value() + 1);
+            table.insert(next, bytes.as_slice()).map_err(store_err)?;
+            if next >= kept {
+                table.retain_in(..=next - kept, |_, _| false).map_err(store_err)?;
+            }
+        }
+        txn.commit().map_err(store_err)
+    }
+
+    /// The last `limit` actions of the state log, oldest first.
+    pub fn logged_actions(&self, limit: usize) -> Result<Vec<LoggedAction>> {
+        let txn = self.db.begin_read().map_err(store_err)?;
+        let table = txn.open_table(ACTIONS).map_err(store_err)?;
+        let mut actions = table
+            .iter()
+            .map_err(store_err)?
+            .rev()
+            .take(limit)
+            .map(|row| {
+                let (_, value) = row.map_err(store_err)?;
+                serde_json::from_slice(value.value()).map_err(|err| {
+                    Error::Store(format!("a logged operator's action is unreadable: {err}"))
+                })
+            })
+            .collect::<Result<Vec<LoggedAction>>>()?;
+        actions.reverse();
+        Ok(actions)
+    }
+
     fn kv_get(&self, scope: &str, key: &str) -> Result<Option<KvEntry>, KvError> {
         kv::validate_request(key, None)?;
         let txn = self.db.begin_read().map_err(kv_err)?;
@@ -350,6 +408,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_action_log_keeps_the_last_actions_across_a_reopen() {
+        use proxyfleet_fleet::action::Action;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let rollback = |n: u64| LoggedAction {
+            at: 1_700_000_000 + n,
+            action: Action::Rollback { entry: format!("entry-{n}") },
+        };
+        {
+            let store = Store::open(&path).unwrap();
+            assert_eq!(store.logged_actions(10).unwrap(), []);
+            for n in 0..5 {
+                store.log_action_keeping(&rollback(n), 3).unwrap();
+            }
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.logged_actions(10).unwrap(), [rollback(2), rollback(3), rollback(4)]);
+        assert_eq!(store.logged_actions(1).unwrap(), [rollback(4)], "the newest");
+        store.log_action(&rollback(5)).unwrap();
+        assert_eq!(store.logged_actions(2).unwrap(), [rollback(4), rollback(5)]);
+    }
+
+    #[test]
     fn every_committed_record_write_is_counted() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.redb")).unwrap();
@@ -385,6 +466,7 @@ mod tests {
                 user_data: Vec::new(),
                 proxy_auth: None,
                 labels: Default::default(),
+                replace_token: None,
             },
             status: ProxyStatus::default(),
             finalizer: false,

@@ -113,6 +113,76 @@ async fn proxies_reconcile_to_ready_and_are_deleted_behind_the_finalizer() {
     controllers.stop().await;
 }
 
+/// The console's "Replace instance" in a cluster: the annotation wakes the
+/// controller (annotations otherwise wake nothing), the instance is
+/// replaced once, and the action is an Event on the Proxy. A Proxy made
+/// again under the same name is refused, not replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_replacement_makes_a_new_instance_and_an_event() {
+    use proxyfleet_fleet::action::{Action, ProxyRef};
+    use proxyfleet_fleet::mode::Refusal;
+    use proxyfleet_kube::actions::OperatorActions;
+
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-replace").await;
+    let controllers = Controllers::start(
+        &client,
+        &namespace,
+        PROVIDERS,
+        Policy { provisioning_poll: Duration::from_millis(200), ..Policy::default() },
+        false,
+    )
+    .await;
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let wait = Duration::from_secs(30);
+    proxies.create(&PostParams::default(), &proxy("a", "lab")).await.unwrap();
+    let ready = wait_for(wait, || async {
+        let current = proxies.get("a").await.ok()?;
+        (condition_reason(&current, "Ready").as_deref() == Some("True/Ready")).then_some(current)
+    })
+    .await
+    .expect("the Proxy becomes Ready");
+    let before = ready.status.clone().unwrap().spec_hash;
+
+    let actions = OperatorActions::new(client.clone(), "test-replica".into());
+    let target =
+        ProxyRef { id: ready.uid().unwrap(), namespace: namespace.clone(), name: "a".into() };
+    actions.replace(&target).await.unwrap();
+    actions.record(&Action::Replace { proxy: target.clone() }).await;
+    let replaced = wait_for(wait, || async {
+        let status = proxies.get("a").await.ok()?.status?;
+        (status.spec_hash != before && status.phase == ProxyPhase::Running).then_some(status)
+    })
+    .await
+    .expect("the instance is replaced");
+    assert_eq!(replaced.observed_generation, 1, "the spec did not change");
+
+    let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    let recorded = wait_for(wait, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("OperatorReplaced"))
+    })
+    .await
+    .expect("an Event of the operator's action");
+    assert_eq!(recorded.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("a"));
+    assert!(recorded.note.as_deref().unwrap_or("").contains("new instance"), "{recorded:?}");
+    let replaced_event = wait_for(wait, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("Replaced"))
+    })
+    .await;
+    assert!(replaced_event.is_some(), "the controller's own Replaced event");
+
+    let stale = ProxyRef { id: "00000000-0000-0000-0000-000000000000".into(), ..target };
+    assert!(matches!(actions.replace(&stale).await, Err(Refusal::NotFound(_))));
+    let after = proxies.get("a").await.unwrap().status.unwrap().spec_hash;
+    assert_eq!(after, replaced.spec_hash, "a stale request replaces nothing");
+
+    proxies.delete("a", &DeleteParams::default()).await.unwrap();
+    controllers.stop().await;
+}
+
 /// The manifests in deploy/kubernetes/rbac.yaml, bound to the test user
 /// instead of the ServiceAccount, in `namespace` instead of the operator's.
 async fn bind_deploy_rbac(client: &kube::Client, namespace: &str) {

@@ -139,6 +139,8 @@ async fn regression_a_new_leader_honours_the_discovery_leases_the_last_one_grant
             labels: Default::default(),
             phase: Phase::Running,
             endpoint: Some(Endpoint::new([127, 0, 0, 1].into(), 3128)),
+            created_at: None,
+            conditions: Vec::new(),
         };
         fleet.publish(vec![member]);
         let pass = Ok(ProbePass { latency: Duration::from_millis(1), exit_ip: None });

@@ -27,6 +27,8 @@ fn members(n: u8) -> Vec<Member> {
             labels: BTreeMap::new(),
             phase: Phase::Running,
             endpoint: Some(Endpoint::new(IpAddr::from([127, 0, 1, i]), 3128)),
+            created_at: None,
+            conditions: Vec::new(),
         })
         .collect()
 }

@@ -41,6 +41,8 @@ fn member(id: &str, addr: SocketAddr) -> Member {
         labels: BTreeMap::new(),
         phase: Phase::Running,
         endpoint: Some(Endpoint::new(addr.ip(), addr.port())),
+        created_at: None,
+        conditions: Vec::new(),
     }
 }
 

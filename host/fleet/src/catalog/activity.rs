@@ -30,11 +30,15 @@ pub(super) struct Log(VecDeque<Activity>);
 
 impl Log {
     pub(super) fn push(&mut self, proxy: Option<(&str, String)>, what: String) {
+        self.push_at(unix_now(), proxy, what);
+    }
+
+    pub(super) fn push_at(&mut self, at: u64, proxy: Option<(&str, String)>, what: String) {
         if self.0.len() == KEPT {
             self.0.pop_front();
         }
         let (proxy_id, proxy) = proxy.map(|(id, name)| (id.to_owned(), name)).unzip();
-        self.0.push_back(Activity { at: unix_now(), proxy_id, proxy, what });
+        self.0.push_back(Activity { at, proxy_id, proxy, what });
     }
 
     /// The last `limit` events, newest first, of proxy `id` when given.

@@ -240,6 +240,15 @@ impl Fleet {
         self.log_activity(id.zip(name), what);
     }
 
+    /// Records an event of Unix second `at` about proxy `(id,
+    /// namespace/name)`, which need not be a member yet: the reconciler's
+    /// events as they happen, or, after a restart, the operators' actions a
+    /// mode kept (oldest first, before anything new happens).
+    pub fn record_activity_at(&self, at: u64, proxy: Option<(&str, String)>, what: String) {
+        self.activity.lock().unwrap_or_else(PoisonError::into_inner).push_at(at, proxy, what);
+        self.changed();
+    }
+
     fn log_activity(&self, proxy: Option<(&str, String)>, what: String) {
         self.activity.lock().unwrap_or_else(PoisonError::into_inner).push(proxy, what);
         self.changed();
@@ -620,6 +629,9 @@ impl Fleet {
             provider: member.provider.clone(),
             labels: member.labels.clone(),
             phase: member.phase,
+            phase_reason: member.phase_reason(),
+            created_at: member.created_at,
+            conditions: member.conditions.clone(),
             url: member.endpoint.as_ref().map(Endpoint::url),
             authenticated: member.endpoint.as_ref().is_some_and(|e| e.credential.is_some()),
             available: healthy && member.phase == Phase::Running && !quarantined,

@@ -20,6 +20,8 @@ impl MemberBuilder {
             labels: BTreeMap::new(),
             phase: Phase::Running,
             endpoint: Some(Endpoint::new(IpAddr::from([127, 0, 0, n]), 3128)),
+            created_at: None,
+            conditions: Vec::new(),
         })
     }
     pub(crate) fn pool(mut self, pool: &str) -> Self {

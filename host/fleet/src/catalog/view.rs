@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use proxyfleet_core::proxy::Phase;
+use proxyfleet_core::proxy::{Condition, Phase};
 use serde::Serialize;
 
 use super::HealthRecord;
@@ -25,6 +25,12 @@ pub struct ProxyView {
     pub labels: BTreeMap<String, String>,
     /// Phase.
     pub phase: Phase,
+    /// Why it is in its phase, when a condition holds it back.
+    pub phase_reason: Option<String>,
+    /// Unix seconds the Proxy was made, when known.
+    pub created_at: Option<u64>,
+    /// The reconciler's conditions.
+    pub conditions: Vec<Condition>,
     /// `http://ip:port`, once the address is known; never with the
     /// credential.
     pub url: Option<String>,

@@ -1,7 +1,8 @@
 //! The console's actions: quarantine a proxy (for one site or all), put
-//! it back, release a lease, roll an entry back. Each needs a signed-in
-//! token with the `operate` role and a same-origin POST; each is logged
-//! with the role that made it, and answers `303` back to the page.
+//! it back, replace its instance, release a lease, roll an entry back.
+//! Each needs a signed-in token with the `operate` role and a same-origin
+//! POST; each is logged and recorded by the mode (an Event, or the state
+//! log), and answers `303` back to the page.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use hyper::body::Incoming;
 
 use super::session::read_form;
 use super::{Body, Console, Viewer, origin, page};
+use crate::action::{Action, ProxyRef};
 use crate::catalog::CatalogError;
 
 /// The longest quarantine an operator may set from the console: a week.
@@ -53,42 +55,69 @@ pub(super) async fn handle(
             .filter(|v| !v.is_empty())
     };
     let outcome = match segments {
-        ["proxies", id, "quarantine"] => quarantine(console, id, field("site"), field("minutes")),
-        ["proxies", id, "lift"] => console
-            .fleet
-            .lift(id, field("site"))
-            .map(|lifted| {
-                tracing::info!(action = "put back", proxy = %id, site = field("site").unwrap_or("*"), lifted, "console action");
-            })
-            .map_err(|err| catalog_refusal(&err)),
+        ["proxies", id, "quarantine"] => {
+            quarantine(console, id, field("site"), field("minutes")).map(Some)
+        }
+        ["proxies", id, "lift"] => proxy_ref(console, id).and_then(|proxy| {
+            let site = field("site").map(str::to_owned);
+            console.fleet.lift(id, site.as_deref()).map_err(|err| catalog_refusal(&err))?;
+            Ok(Some(Action::PutBack { proxy, site }))
+        }),
+        ["proxies", id, "replace"] => match (&console.mode, proxy_ref(console, id)) {
+            (_, Err(refusal)) => Err(refusal),
+            (None, Ok(_)) => Err((
+                StatusCode::NOT_FOUND,
+                "this console serves no mode that makes instances".to_owned(),
+            )),
+            (Some(mode), Ok(proxy)) => match mode.replace(&proxy).await {
+                Ok(()) => Ok(Some(Action::Replace { proxy })),
+                Err(refusal) => Err(refusal.into_answer()),
+            },
+        },
         ["leases", id, "release"] => match console.fleet.release(id).await {
-            Ok(()) => {
-                tracing::info!(action = "release lease", lease = %id, "console action");
-                console.fleet.record_activity(field("proxy"), format!("lease {id} released by an operator"));
-                Ok(())
-            }
+            Ok(()) => Ok(Some(Action::ReleaseLease {
+                lease: (*id).to_owned(),
+                proxy: field("proxy").and_then(|proxy| proxy_ref(console, proxy).ok()),
+            })),
             Err(err) => Err(catalog_refusal(&err)),
         },
         ["providers", entry, "rollback"] => match &console.mode {
             None => Err((StatusCode::NOT_FOUND, format!("no provider entry {entry:?}"))),
             Some(mode) => match mode.rollback(entry) {
-                Ok(_) => {
-                    tracing::info!(action = "roll back", entry = %entry, "console action");
-                    console.fleet.record_activity(
-                        None,
-                        format!("provider entry {entry} rolled back to its previous build by an operator"),
-                    );
-                    Ok(())
-                }
+                Ok(_) => Ok(Some(Action::Rollback { entry: (*entry).to_owned() })),
                 Err(refusal) => Err(refusal.into_answer()),
             },
         },
         _ => Err((StatusCode::NOT_FOUND, "no such console action".to_owned())),
     };
     match outcome {
-        Ok(()) => page::see_other(back(field("back"))),
+        Ok(action) => {
+            if let Some(action) = action {
+                record(console, &action).await;
+            }
+            page::see_other(back(field("back")))
+        }
         Err((status, message)) => page::plain(status, format!("{message}\n")),
     }
+}
+
+/// Records a done action: in the operator's log, in the console's
+/// activity, and where the mode keeps operators' actions.
+async fn record(console: &Console, action: &Action) {
+    let note = action.note();
+    tracing::info!(reason = action.reason(), "console action: {note}");
+    // A quarantine is in the activity already: the catalog logs its holds.
+    if !matches!(action, Action::Quarantine { .. } | Action::PutBack { .. }) {
+        console.fleet.record_activity(action.proxy().map(|p| p.id.as_str()), note);
+    }
+    if let Some(mode) = &console.mode {
+        mode.record(action).await;
+    }
+}
+
+fn proxy_ref(console: &Console, id: &str) -> Result<ProxyRef, (StatusCode, String)> {
+    let view = console.fleet.get(id).map_err(|err| catalog_refusal(&err))?;
+    Ok(ProxyRef { id: view.id, namespace: view.namespace, name: view.name })
 }
 
 fn quarantine(
@@ -96,7 +125,7 @@ fn quarantine(
     id: &str,
     site: Option<&str>,
     minutes: Option<&str>,
-) -> Result<(), (StatusCode, String)> {
+) -> Result<Action, (StatusCode, String)> {
     let minutes = match minutes {
         None => console.fleet.settings().quarantine.as_secs().div_ceil(60),
         Some(text) => {
@@ -108,12 +137,12 @@ fn quarantine(
             })?
         }
     };
-    let until = console
+    let proxy = proxy_ref(console, id)?;
+    console
         .fleet
         .quarantine(id, site, Duration::from_secs(minutes * 60))
         .map_err(|err| catalog_refusal(&err))?;
-    tracing::info!(action = "quarantine", proxy = %id, site = site.unwrap_or("*"), minutes, until, "console action");
-    Ok(())
+    Ok(Action::Quarantine { proxy, site: site.map(str::to_owned), minutes })
 }
 
 fn catalog_refusal(err: &CatalogError) -> (StatusCode, String) {

@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use maud::{Markup, html};
+use proxyfleet_core::clock::unix_now;
 
 use super::query::{PER_PAGE, PHASES, ProxyQuery, Sort, verdict_str};
 use super::{Console, Viewer, chart, events, format, page};
@@ -75,6 +76,13 @@ fn order(sort: Sort, a: &Row, b: &Row) -> Ordering {
         .then_with(by_name),
         Sort::Failures => b.failures().cmp(&a.failures()).then_with(by_name),
         Sort::Errors => b.traffic.errors.cmp(&a.traffic.errors).then_with(by_name),
+        Sort::Age => match (a.view.created_at, b.view.created_at) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        }
+        .then_with(by_name),
     }
 }
 
@@ -119,6 +127,7 @@ pub(super) fn list(console: &Console, viewer: Viewer, query: &ProxyQuery) -> Mar
                         th scope="col" { "Pool" }
                         th scope="col" { "Entry" }
                         th scope="col" { "Phase" }
+                        th scope="col" { "Age" }
                         th scope="col" { "Address" }
                         th scope="col" { "Health" }
                         th scope="col" { "Exit IP" }
@@ -175,7 +184,11 @@ fn table_row(row: &Row) -> Markup {
             th scope="row" { a href={ "/ui/proxies/" (view.id) } { (row.qualified()) } }
             td { (view.pool.as_deref().unwrap_or("—")) }
             td { (view.provider) }
-            td { span class={ "phase phase-" (view.phase.as_str().to_ascii_lowercase()) } { (view.phase.as_str()) } }
+            td {
+                span class={ "phase phase-" (view.phase.as_str().to_ascii_lowercase()) } { (view.phase.as_str()) }
+                @if let Some(reason) = &view.phase_reason { br; span.reason { (reason) } }
+            }
+            td { (view.created_at.map_or_else(|| "—".to_owned(), |at| format::span(unix_now().saturating_sub(at)))) }
             td { code { (view.url.as_deref().unwrap_or("—")) } }
             td.health data-verdict=(verdict_str(verdict)) {
                 span class={ "verdict verdict-" (verdict_str(verdict)) } { (verdict_str(verdict)) }
@@ -228,7 +241,11 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
             dt { "ID" } dd { code { (view.id) } }
             dt { "Pool" } dd { (view.pool.as_deref().unwrap_or("—")) }
             dt { "Provider entry" } dd { (view.provider) }
-            dt { "Phase" } dd { (view.phase.as_str()) }
+            dt { "Phase" } dd {
+                (view.phase.as_str())
+                @if let Some(reason) = &view.phase_reason { " — " (reason) }
+            }
+            @if let Some(at) = view.created_at { dt { "Age" } dd { (format::span(unix_now().saturating_sub(at))) } }
             dt { "Address" } dd { code { (view.url.as_deref().unwrap_or("—")) } }
             dt { "Asks for a credential" } dd { (if view.authenticated { "yes" } else { "no" }) }
             dt { "Health" } dd.health data-verdict=(verdict_str(verdict)) { (verdict_str(verdict)) }
@@ -247,6 +264,49 @@ pub(super) fn detail(console: &Console, viewer: Viewer, id: &str) -> Option<Mark
             @if !view.labels.is_empty() {
                 dt { "Labels" } dd {
                     @for (key, value) in &view.labels { code { (key) "=" (value) } " " }
+                }
+            }
+        }
+        @if viewer.operates() && console.mode.is_some() {
+            section aria-labelledby="instance" {
+                h2 #instance { "Instance" }
+                p.hint {
+                    "Replacing deletes this Proxy's instance, waits until it is gone and makes a new one, "
+                    "as a change of its spec would. The Proxy keeps its name; crawlers holding it lose their connections."
+                }
+                form.action method="post" action={ "/ui/proxies/" (view.id) "/replace" } aria-label="Replace the instance" {
+                    input type="hidden" name="back" value=(back);
+                    button type="submit" { "Replace instance" }
+                }
+            }
+        }
+        section aria-labelledby="conditions" {
+            h2 #conditions { "Conditions" }
+            @if view.conditions.is_empty() {
+                p { "None recorded yet." }
+            } @else {
+                div.scroll {
+                    table {
+                        caption.visually-hidden { "Conditions" }
+                        thead { tr {
+                            th scope="col" { "Type" }
+                            th scope="col" { "Status" }
+                            th scope="col" { "Reason" }
+                            th scope="col" { "Message" }
+                            th scope="col" { "Since" }
+                        } }
+                        tbody {
+                            @for condition in &view.conditions {
+                                tr {
+                                    th scope="row" { (format!("{:?}", condition.kind)) }
+                                    td { (format!("{:?}", condition.status)) }
+                                    td { (condition.reason) }
+                                    td { (condition.message) }
+                                    td { (format::ago(condition.last_transition_time)) }
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }

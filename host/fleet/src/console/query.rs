@@ -24,10 +24,13 @@ pub(super) enum Sort {
     Failures,
     /// Gateway errors through it, most first.
     Errors,
+    /// Age, oldest first (unknown last).
+    Age,
 }
 
 impl Sort {
-    pub(super) const ALL: [Sort; 4] = [Sort::Name, Sort::Latency, Sort::Failures, Sort::Errors];
+    pub(super) const ALL: [Sort; 5] =
+        [Sort::Name, Sort::Age, Sort::Latency, Sort::Failures, Sort::Errors];
 
     pub(super) fn as_str(self) -> &'static str {
         match self {
@@ -35,6 +38,7 @@ impl Sort {
             Sort::Latency => "latency",
             Sort::Failures => "failures",
             Sort::Errors => "errors",
+            Sort::Age => "age",
         }
     }
 
@@ -44,6 +48,7 @@ impl Sort {
             Sort::Latency => "Probe latency",
             Sort::Failures => "Failed probes",
             Sort::Errors => "Gateway errors",
+            Sort::Age => "Age, oldest first",
         }
     }
 }
@@ -176,6 +181,7 @@ mod tests {
         let err = ProxyQuery::parse("phase=running").unwrap_err();
         assert!(err.contains("Running"), "{err}");
         assert!(ProxyQuery::parse("page=0").unwrap_err().contains("1 or more"));
-        assert!(ProxyQuery::parse("sort=age").unwrap_err().contains("latency"));
+        assert_eq!(ProxyQuery::parse("sort=age").unwrap().sort, Sort::Age);
+        assert!(ProxyQuery::parse("sort=colour").unwrap_err().contains("latency"));
     }
 }

@@ -11,8 +11,10 @@ use crate::auth::ApiAuth;
 use crate::server::ConnectionLimits;
 
 use super::Console;
+use crate::action::{Action, ProxyRef};
 use crate::catalog::tests::{MemberBuilder, fleet_with};
 use crate::catalog::{Fleet, FleetSettings};
+use crate::mode::{ModeStatus, Refusal};
 
 struct Served {
     base: String,
@@ -24,6 +26,43 @@ struct Served {
 /// The API with the console on loopback, over two proxies, with `tokens`
 /// as the token file (none when empty).
 async fn serve(tokens: &str) -> Served {
+    serve_with(tokens, None).await
+}
+
+/// A mode that carries out nothing itself and keeps what it was asked.
+#[derive(Default)]
+struct RecordingMode {
+    replaced: std::sync::Mutex<Vec<ProxyRef>>,
+    recorded: std::sync::Mutex<Vec<Action>>,
+}
+
+#[async_trait::async_trait]
+impl ModeStatus for RecordingMode {
+    fn providers(&self) -> serde_json::Value {
+        serde_json::json!({ "items": [] })
+    }
+    fn rollback(&self, entry: &str) -> Result<serde_json::Value, Refusal> {
+        Err(Refusal::Conflict(format!("entry {entry} has no previous build")))
+    }
+    fn name(&self) -> &'static str {
+        "test"
+    }
+    fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
+        Vec::new()
+    }
+    async fn replace(&self, proxy: &ProxyRef) -> Result<(), Refusal> {
+        if proxy.id == "uid-2" {
+            return Err(Refusal::Unavailable("the store is full".into()));
+        }
+        self.replaced.lock().unwrap().push(proxy.clone());
+        Ok(())
+    }
+    async fn record(&self, action: &Action) {
+        self.recorded.lock().unwrap().push(action.clone());
+    }
+}
+
+async fn serve_with(tokens: &str, mode: Option<Arc<dyn ModeStatus>>) -> Served {
     let fleet = Arc::new(fleet_with(
         vec![MemberBuilder::new(1).pool("default/web").build(), MemberBuilder::new(2).build()],
         FleetSettings::default(),
@@ -36,7 +75,7 @@ async fn serve(tokens: &str) -> Served {
         std::fs::write(&file, tokens).unwrap();
         ApiAuth::from_file(file, false).unwrap()
     };
-    let console = Arc::new(Console::new(Arc::clone(&fleet), Arc::new(auth), None));
+    let console = Arc::new(Console::new(Arc::clone(&fleet), Arc::new(auth), mode));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -238,5 +277,53 @@ async fn a_bad_filter_is_named_with_its_fix() {
         page(&script(), &format!("{}/ui/proxies?phase=running", served.base)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("phase: &quot;running&quot; is not a phase"), "{body}");
+    let _ = served.stop.send(());
+}
+
+#[tokio::test]
+async fn every_action_is_recorded_by_the_mode_and_a_replacement_goes_to_it() {
+    let mode = Arc::new(RecordingMode::default());
+    let served = serve_with("operator role=operate\n", Some(Arc::clone(&mode) as _)).await;
+    let base = &served.base;
+    let operator = browser(base);
+    assert_eq!(sign_in(&operator, base, "operator").await, StatusCode::SEE_OTHER);
+    let (_, _, body) = page(&operator, &format!("{base}/ui/proxies/uid-1")).await;
+    assert!(body.contains("Replace instance</button>"), "{body}");
+    let post = |path: &str, form: &[(&str, &str)]| {
+        operator.post(format!("{base}{path}")).form(form).send()
+    };
+    let replaced =
+        post("/ui/proxies/uid-1/replace", &[("back", "/ui/proxies/uid-1")]).await.unwrap();
+    assert_eq!(replaced.status(), StatusCode::SEE_OTHER);
+    let proxy =
+        ProxyRef { id: "uid-1".into(), namespace: "default".into(), name: "proxy-1".into() };
+    assert_eq!(*mode.replaced.lock().unwrap(), std::slice::from_ref(&proxy));
+    let done = post("/ui/proxies/uid-1/quarantine", &[("site", "example.com"), ("minutes", "5")]);
+    assert_eq!(done.await.unwrap().status(), StatusCode::SEE_OTHER);
+    let done = post("/ui/proxies/uid-1/lift", &[("site", "example.com")]);
+    assert_eq!(done.await.unwrap().status(), StatusCode::SEE_OTHER);
+    // Refused actions are answered with the mode's reason and recorded nowhere.
+    let failed = post("/ui/proxies/uid-2/replace", &[]).await.unwrap();
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(failed.text().await.unwrap().contains("the store is full"));
+    let refused = post("/ui/providers/lab/rollback", &[]).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let gone = post("/ui/proxies/uid-9/replace", &[]).await.unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        *mode.recorded.lock().unwrap(),
+        [
+            Action::Replace { proxy: proxy.clone() },
+            Action::Quarantine {
+                proxy: proxy.clone(),
+                site: Some("example.com".into()),
+                minutes: 5
+            },
+            Action::PutBack { proxy, site: Some("example.com".into()) },
+        ]
+    );
+    // The console's own activity says it too.
+    let activity = served.fleet.activity(Some("uid-1"), 10);
+    assert!(activity.iter().any(|a| a.what.contains("new instance")), "{activity:?}");
     let _ = served.stop.send(());
 }

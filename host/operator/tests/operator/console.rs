@@ -98,8 +98,7 @@ fn screenshots() -> PathBuf {
 
 async fn sign_in(browser: &Browser, api: &str, token: &str) {
     browser.goto(&format!("http://{api}/ui/login")).await;
-    let field = browser.client().find(Locator::Css("#token")).await.expect("the token field");
-    field.send_keys(token).await.unwrap();
+    browser.type_into("#token", token).await;
     browser.click("form.login button[type=submit]").await;
     browser.wait_for_text("h1", |text| text == "Overview", WAIT).await;
 }
@@ -214,8 +213,7 @@ async fn the_console_follows_the_fleet_live_and_acts_for_operators_only() {
         .to_owned();
     browser.goto(&format!("http://{api}/ui/proxies/{id}")).await;
     accessible(&browser, "a proxy").await;
-    let site = browser.client().find(Locator::Css("#quarantine-site")).await.unwrap();
-    site.send_keys("127.0.0.1").await.unwrap();
+    browser.type_into("#quarantine-site", "127.0.0.1").await;
     browser.click("form[aria-label=Quarantine] button[type=submit]").await;
     browser.wait_for_text("#held + ul", |text| text.contains("Banned for 127.0.0.1"), WAIT).await;
     browser.screenshot(&shots.join("proxy.png")).await;
@@ -251,6 +249,37 @@ async fn the_console_follows_the_fleet_live_and_acts_for_operators_only() {
             WAIT,
         )
         .await;
+
+    // Replace the second proxy's instance: the action is in its events,
+    // and the new instance comes up healthy under the same Proxy.
+    browser.goto(&format!("http://{api}/ui/proxies")).await;
+    wait_verdict(&browser, &second, "healthy").await;
+    let other = browser
+        .execute(&format!(
+            "for (const row of document.querySelectorAll('#proxies tbody tr')) {{
+               if (row.textContent.includes('{second}')) return row.getAttribute('data-proxy');
+             }}
+             return null;"
+        ))
+        .await
+        .as_str()
+        .expect("the second proxy's row")
+        .to_owned();
+    browser.goto(&format!("http://{api}/ui/proxies/{other}")).await;
+    browser.click("form[aria-label='Replace the instance'] button[type=submit]").await;
+    browser
+        .wait_for_text(
+            "ul.events",
+            |text| {
+                text.contains("gets a new instance") && text.contains("Replaced: deleted instance")
+            },
+            WAIT,
+        )
+        .await;
+    let conditions = browser.wait_for_text("#conditions + div table", |_| true, WAIT).await;
+    assert!(conditions.contains("Provisioned"), "{conditions}");
+    browser.goto(&format!("http://{api}/ui/proxies")).await;
+    wait_verdict(&browser, &second, "healthy").await;
 
     // A phone's width.
     browser.set_width(390).await;

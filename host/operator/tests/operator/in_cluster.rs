@@ -191,7 +191,7 @@ async fn the_second_operator_takes_over_and_a_restart_adopts_an_unrecorded_creat
         name: "p3".into(),
         generation: 1,
     };
-    let desired = proxyfleet_kube::convert::desired(&p3.spec, Vec::new(), None);
+    let desired = proxyfleet_kube::convert::desired(&p3.spec, Vec::new(), None, None);
     let orphan_of_crash =
         registry.provider("lab").unwrap().create(&desired.to_spec(&meta)).await.unwrap();
 

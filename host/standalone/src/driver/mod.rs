@@ -17,6 +17,7 @@ use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jit
 use proxyfleet_core::source::ProviderSource;
 use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_core::{Health, Provider, ProviderError};
+use proxyfleet_fleet::action::{Action, ProxyRef};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSettings};
 use proxyfleet_housekeeping::{
@@ -29,7 +30,7 @@ pub use crate::dispatch::UNKNOWN_ENTRY_CONCURRENCY;
 use crate::dispatch::{Dispatch, Turn};
 use crate::error::{Error, Result};
 use crate::state::StateDb;
-use crate::store::{ProxyRecord, Store, record_key};
+use crate::store::{LoggedAction, ProxyRecord, Store, record_key};
 
 #[cfg(test)]
 mod tests;
@@ -152,6 +153,9 @@ struct NewRecords {
     records: Vec<ProxyRecord>,
 }
 
+/// Operators' actions from the state log the console shows after a restart.
+const RESTORED_ACTIONS: usize = 100;
+
 /// How often the run loop syncs, publishes and queues due passes.
 const TURN: Duration = Duration::from_millis(250);
 
@@ -194,6 +198,11 @@ impl Standalone {
             Fleet::new(settings.fleet.clone(), Arc::clone(&metrics))
                 .with_lease_store(Arc::clone(&store) as _),
         );
+        // The console shows operators' actions from before the restart.
+        for logged in store.logged_actions(RESTORED_ACTIONS)? {
+            let proxy = logged.action.proxy().map(|p| (p.id.as_str(), p.qualified()));
+            fleet.record_activity_at(logged.at, proxy, logged.action.note());
+        }
         Ok(Self {
             settings,
             store,
@@ -479,11 +488,16 @@ impl Standalone {
         existing: Option<ProxyRecord>,
         namespace: &str,
         name: &str,
-        desired: proxyfleet_core::proxy::ProxyDesired,
+        mut desired: proxyfleet_core::proxy::ProxyDesired,
         pool: Option<&str>,
         batch: &mut NewRecords,
     ) -> Result<()> {
         let key = record_key(namespace, name);
+        // The manifests never carry an operator's replacement request: the
+        // record does, and keeps it while the Proxy is wanted.
+        if let Some(record) = &existing {
+            desired.replace_token.clone_from(&record.desired.replace_token);
+        }
         match existing {
             None => {
                 let record = ProxyRecord {
@@ -647,6 +661,12 @@ impl Standalone {
             } else {
                 tracing::info!(proxy = %key, reason = event.reason, "{}", event.message);
             }
+            // The console's activity: what Kubernetes keeps as Events.
+            self.fleet.record_activity_at(
+                unix_now(),
+                Some((&record.meta.uid, key.to_owned())),
+                format!("{}: {}", event.reason, event.message),
+            );
         }
         tracing::debug!(proxy = %key, elapsed_ms = started.elapsed().as_millis() as u64, phase = ?outcome.status.phase, "reconciled");
         self.metrics.record_reconcile(started.elapsed(), outcome.error);
@@ -857,9 +877,12 @@ fn member_of(record: ProxyRecord) -> proxyfleet_fleet::Member {
         labels: record.desired.labels,
         phase: if record.deleting { Phase::Deleting } else { record.status.phase },
         endpoint,
+        created_at: (record.created_at > 0).then_some(record.created_at),
+        conditions: record.status.conditions,
     }
 }
 
+#[async_trait::async_trait]
 impl ModeStatus for Standalone {
     fn providers(&self) -> serde_json::Value {
         serde_json::json!({ "checks": self.provider_checks(), "revisions": self.source.revisions() })
@@ -876,6 +899,39 @@ impl ModeStatus for Standalone {
 
     fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
         self.source.revisions()
+    }
+
+    async fn replace(&self, proxy: &ProxyRef) -> std::result::Result<(), Refusal> {
+        let key = record_key(&proxy.namespace, &proxy.name);
+        let current = self
+            .store
+            .update_record(&key, |fresh| {
+                if fresh.meta.uid != proxy.id || fresh.deleting {
+                    return false;
+                }
+                fresh.desired.replace_token = Some(uuid::Uuid::new_v4().to_string());
+                fresh.meta.generation += 1;
+                true
+            })
+            .map_err(|err| Refusal::Unavailable(err.to_string()))?;
+        match current {
+            Some(record) if record.meta.uid == proxy.id && !record.deleting => {
+                tracing::info!(proxy = %key, generation = record.meta.generation, "replacement asked for");
+                self.schedule().insert(key, Instant::now());
+                Ok(())
+            }
+            Some(record) if record.meta.uid == proxy.id => Err(Refusal::Conflict(format!(
+                "Proxy {key} is being deleted; there is no instance to replace"
+            ))),
+            _ => Err(Refusal::NotFound(format!("Proxy {key} is gone"))),
+        }
+    }
+
+    async fn record(&self, action: &Action) {
+        let logged = LoggedAction { at: unix_now(), action: action.clone() };
+        if let Err(err) = self.store.log_action(&logged) {
+            tracing::warn!(reason = action.reason(), "cannot log an operator's action: {err}");
+        }
     }
 
     fn checks(&self) -> Vec<proxyfleet_fleet::api::EntryCheck> {

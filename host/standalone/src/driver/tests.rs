@@ -11,6 +11,7 @@ use proxyfleet_core::installation::InstallationId;
 use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::source::{EntryState, StaticSource};
 use proxyfleet_core::{Instance, InstanceState, OwnershipMark};
+use proxyfleet_fleet::action::{Action, ProxyRef};
 use proxyfleet_fleet::api::{ModeStatus, Refusal};
 use proxyfleet_metrics::Metrics;
 
@@ -259,6 +260,44 @@ async fn the_state_api_reports_revisions_and_refuses_a_rollback_with_nothing_bef
     assert_eq!(providers["revisions"][0]["plugin"], "fake");
     assert!(matches!(standalone.rollback("fake"), Err(Refusal::Conflict(_))));
     assert!(matches!(standalone.rollback("nowhere"), Err(Refusal::NotFound(_))));
+}
+
+/// The console's "Replace instance": the record keeps the request across
+/// manifest syncs (the files never carry it), the instance is replaced once,
+/// and the action is in the state log after a restart.
+#[tokio::test]
+async fn an_operators_replacement_makes_one_new_instance_and_is_logged() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    let before = records[0].status.provider_id.clone().unwrap();
+    let proxy =
+        ProxyRef { id: records[0].meta.uid.clone(), namespace: "default".into(), name: "a".into() };
+
+    standalone.replace(&proxy).await.unwrap();
+    standalone.record(&Action::Replace { proxy: proxy.clone() }).await;
+    // A manifest edit (a label) while the request is pending keeps it.
+    site.write(&manifest("a", "fake").replace("port: 3128", "port: 3128, labels: { team: crawl }"));
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    let after = records[0].status.provider_id.clone().unwrap();
+    assert_ne!(before, after, "a new instance");
+    assert_eq!(records[0].status.phase, Phase::Running);
+    assert!(records[0].desired.replace_token.is_some(), "kept across the sync");
+    let names: Vec<_> = provider.instances().into_values().map(|i| i.provider_id).collect();
+    assert_eq!(names, std::slice::from_ref(&after), "the old instance is gone");
+    // Settled: another sync replaces nothing more.
+    let records = standalone.run_until_settled(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(records[0].status.provider_id.as_deref(), Some(after.as_str()));
+
+    let gone = ProxyRef { id: "another-uid".into(), ..proxy.clone() };
+    assert!(matches!(standalone.replace(&gone).await, Err(Refusal::NotFound(_))));
+    drop(standalone);
+    let reopened = site.open(serving(&provider)).await;
+    let activity = reopened.fleet().activity(Some(&proxy.id), 10);
+    assert_eq!(activity.len(), 1, "{activity:?}");
+    assert!(activity[0].what.contains("new instance"), "{activity:?}");
 }
 
 #[tokio::test]
