@@ -87,11 +87,21 @@ pub fn serious(violations: &[AxeViolation]) -> Vec<&AxeViolation> {
 }
 
 impl Browser {
-    /// Starts chromedriver and opens a session with headless Chromium.
+    /// Starts chromedriver and opens a session with headless Chromium,
+    /// which reaches loopback only.
     ///
     /// # Panics
     /// When chromedriver or Chromium is not installed or does not come up.
     pub async fn start() -> Self {
+        Self::start_reaching(&[]).await
+    }
+
+    /// As [`Browser::start`], reaching `addresses` too: addresses on
+    /// networks the test made (a test cluster's Service, a node's bridge).
+    ///
+    /// # Panics
+    /// As [`Browser::start`].
+    pub async fn start_reaching(addresses: &[std::net::IpAddr]) -> Self {
         assert!(
             Path::new(CHROMEDRIVER).is_file() && Path::new(CHROMIUM).is_file(),
             "{CHROMEDRIVER} or {CHROMIUM} is missing: `apt-get install chromium chromium-driver` \
@@ -102,7 +112,7 @@ impl Browser {
         let mut driver = Driver::spawn(port, dir.path().join("chromedriver.log"));
         driver.wait_listening(port).await;
         let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities(&dir.path().join("profile")))
+            .capabilities(capabilities(&dir.path().join("profile"), addresses))
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .unwrap_or_else(|e| {
@@ -327,8 +337,8 @@ impl Drop for Driver {
 
 /// The capabilities of a session: headless Chromium that reaches loopback
 /// only, with a profile in `profile`.
-fn capabilities(profile: &Path) -> fantoccini::wd::Capabilities {
-    let args = [
+fn capabilities(profile: &Path, reaching: &[std::net::IpAddr]) -> fantoccini::wd::Capabilities {
+    let mut args = vec![
         "--headless=new".to_owned(),
         // Tests run as root, where Chromium's sandbox cannot start.
         "--no-sandbox".to_owned(),
@@ -346,6 +356,17 @@ fn capabilities(profile: &Path) -> fantoccini::wd::Capabilities {
         "--disable-component-update".to_owned(),
         "--no-first-run".to_owned(),
     ];
+    if !reaching.is_empty() {
+        // Connections to these go direct instead of to the closed port.
+        let list: Vec<String> = reaching
+            .iter()
+            .map(|ip| match ip {
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            })
+            .collect();
+        args.push(format!("--proxy-bypass-list={}", list.join(";")));
+    }
     let capabilities = json!({
         "browserName": "chrome",
         "goog:chromeOptions": { "binary": CHROMIUM, "args": args },

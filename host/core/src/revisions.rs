@@ -150,4 +150,22 @@ pub struct EntryRevisions {
     /// For an `oci://` plugin: what the last look at its registry found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pull: Option<PullStatus>,
+    /// What the entry grants its plugin, capability by capability.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantSummary>,
+    /// The JSON Schema of the entry's config, as the serving build
+    /// describes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<String>,
+}
+
+/// One capability an entry grants its plugin, for people: what it may
+/// reach and how. Credentials are named by where they come from, never by
+/// their value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GrantSummary {
+    /// `http`, `tls`, `libvirt`, `kv`, `log` or `proxy addresses`.
+    pub capability: String,
+    /// What it grants.
+    pub detail: String,
 }

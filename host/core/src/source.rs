@@ -183,6 +183,8 @@ impl ProviderSource for StaticSource {
                     swaps: 0,
                     rejections: 0,
                     pull: None,
+                    grants: Vec::new(),
+                    config_schema: None,
                 }
             })
             .collect()

@@ -79,6 +79,19 @@ impl SpecKey {
         }
         mac.finalize().into_bytes().into()
     }
+
+    /// A key for another `purpose`, derived from this one (HMAC-SHA256 of
+    /// the purpose): what every replica of the installation, and the next
+    /// process after a restart, derives alike, while neither key tells
+    /// anything about the other.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.0) else {
+            unreachable!("HMAC takes keys of any length")
+        };
+        mac.update(b"derive\0");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
 }
 
 impl fmt::Debug for SpecKey {
@@ -108,6 +121,16 @@ pub async fn settle(store: &dyn KvStore) -> Result<SpecKey, SpecKeyError> {
 mod tests {
     use super::*;
     use crate::kv::MemoryKv;
+
+    #[test]
+    fn a_derived_key_is_the_same_for_the_same_key_and_purpose_only() {
+        let key = SpecKey::generate();
+        let again = SpecKey::from_bytes("test", key.as_bytes()).unwrap();
+        assert_eq!(key.derive("sessions"), again.derive("sessions"));
+        assert_ne!(key.derive("sessions"), key.derive("other"));
+        assert_ne!(key.derive("sessions"), SpecKey::generate().derive("sessions"));
+        assert_ne!(&key.derive("sessions"), key.as_bytes());
+    }
 
     fn credential(text: &str) -> ProxyCredential {
         ProxyCredential::parse(text).unwrap()

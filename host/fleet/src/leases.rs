@@ -105,6 +105,14 @@ impl Leases {
     }
 
     /// How many live leases hold proxy `id`.
+    /// Live leases whose ID starts with `prefix`, counted in place.
+    pub(crate) fn count_prefixed(&self, prefix: &str, now: Instant) -> usize {
+        self.by_id
+            .iter()
+            .filter(|(id, lease)| id.starts_with(prefix) && lease.expires > now)
+            .count()
+    }
+
     pub(crate) fn count(&self, id: &str, now: Instant) -> usize {
         self.live_on(id, now).count()
     }

@@ -37,6 +37,14 @@ pub trait ModeStatus: Send + Sync {
         None
     }
 
+    /// The key the console signs its sessions with, the same on every
+    /// replica of the installation and after a restart (derived from the
+    /// installation's spec key); `None` leaves the console a key of this
+    /// process alone, whose sessions end with it.
+    fn session_key(&self) -> Option<[u8; 32]> {
+        None
+    }
+
     /// Asks for a new instance in place of `proxy`'s current one: the
     /// reconciler deletes the instance, waits until it is gone and creates
     /// another, as for a spec change.

@@ -10,7 +10,8 @@
 //! cargo xtask plugins
 //! cargo bench -p proxyfleet-operator --bench scale -- \
 //!     [--mode standalone|kube] [--entry gcp|static] [--proxies N] [--latency-ms MS] \
-//!     [--concurrency C] [--idle-secs S] [--keep-logs DIR] [--create-first] [--pool]
+//!     [--concurrency C] [--idle-secs S] [--keep-logs DIR] [--create-first] [--pool] \
+//!     [--consoles N]
 //! ```
 //!
 //! `--entry gcp` (the default) runs the gcp plugin against `tools/gce-sim`
@@ -29,7 +30,13 @@
 //! fleet that was scaled up meanwhile: the time counts from its start.
 //! `--pool` declares one ProxyPool instead of single Proxies (replicas 1,
 //! then N; its members share the template's port): what the pool
-//! controller adds on top of the Proxies' own work.
+//! controller adds on top of the Proxies' own work. `--consoles N` (needs
+//! Debian's `chromium` and `chromium-driver`) times the web console's
+//! Proxies page over the settled fleet in headless Chromium (its first
+//! contentful paint, five loads) and then idles once more with N consoles
+//! open (one Chromium each, on the Overview, Proxies, Providers and
+//! Gateway pages in turn, each listening for changes): the difference to
+//! the idle CPU before is what open consoles cost.
 //!
 //! The run: start the operator on no Proxies and wait for `/readyz`; add
 //! one Proxy and time it to Running, and the provider calls that brought
@@ -83,6 +90,8 @@ struct Options {
     pool: bool,
     /// Kube: the operator's `--api-in-flight`, when not its default.
     api_in_flight: Option<usize>,
+    /// Consoles to open in headless Chromium once the fleet is settled.
+    consoles: usize,
 }
 
 impl Options {
@@ -98,6 +107,7 @@ impl Options {
             create_first: false,
             pool: false,
             api_in_flight: None,
+            consoles: 0,
         };
         let mut args = std::env::args().skip(1).filter(|arg| arg != "--bench");
         while let Some(flag) = args.next() {
@@ -127,6 +137,7 @@ impl Options {
                 "--create-first" => options.create_first = true,
                 "--pool" => options.pool = true,
                 "--api-in-flight" => options.api_in_flight = Some(value()?.parse()?),
+                "--consoles" => options.consoles = value()?.parse()?,
                 other => return Err(format!("unknown flag {other}").into()),
             }
         }
@@ -752,6 +763,7 @@ async fn measure(
     let round = metric_sum(&text, "proxyfleet_health_round_seconds", None);
     let healthy = metric_sum(&text, "proxyfleet_proxies_health", Some("state=\"healthy\""));
     let probes_per_second = (probes(&text) - probes_before) / options.idle.as_secs_f64();
+    let console = if options.consoles > 0 { Some(consoles(options, operator).await) } else { None };
 
     // The same settled fleet without probes, to tell what probing costs
     // from the rest: a restart with rounds an hour apart (the first one
@@ -844,5 +856,89 @@ async fn measure(
         quiet_cpu * 100.0,
         options.idle.as_secs()
     );
+    if let Some(console) = console {
+        let mut paints = console.paints.clone();
+        paints.sort_by(f64::total_cmp);
+        println!(
+            "  console, Proxies page     first contentful paint {:.0} ms median, {:.0} ms max over {} loads ({} rows a page of {n})",
+            paints[paints.len() / 2],
+            paints[paints.len() - 1],
+            paints.len(),
+            console.rows,
+        );
+        println!(
+            "  idle CPU, {} consoles open {:>8.2} % of a core (over {} s): {:+.2} points on none",
+            options.consoles,
+            console.idle_cpu * 100.0,
+            options.idle.as_secs(),
+            (console.idle_cpu - idle_cpu) * 100.0,
+        );
+    }
     Ok(())
+}
+
+/// What the console cost over the settled fleet.
+struct ConsoleFigures {
+    /// First contentful paint of the Proxies page, in ms, per load.
+    paints: Vec<f64>,
+    /// Rows the page showed.
+    rows: u64,
+    /// The operator's idle CPU with the consoles open, in cores.
+    idle_cpu: f64,
+}
+
+/// The pages the open consoles show, in turn.
+const CONSOLE_PAGES: [&str; 4] = ["/ui/", "/ui/proxies", "/ui/providers", "/ui/gateway"];
+
+/// Times the Proxies page and idles with `options.consoles` consoles open.
+async fn consoles(options: &Options, operator: &Operator) -> ConsoleFigures {
+    use proxyfleet_tests::browser::Browser;
+
+    let proxies = format!("http://{}/ui/proxies", operator.api);
+    let timing = Browser::start().await;
+    let mut paints = Vec::new();
+    let mut rows = 0;
+    for _ in 0..5 {
+        timing.goto(&proxies).await;
+        // The paint entry is there once a frame was drawn after the load.
+        let mut paint = None;
+        for _ in 0..100 {
+            paint = timing
+                .execute(
+                    "const paint = performance.getEntriesByName('first-contentful-paint')[0];
+                     return paint ? paint.startTime : null;",
+                )
+                .await
+                .as_f64();
+            if paint.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        paints.push(paint.expect("Chromium reports a first contentful paint within 10 s"));
+        rows = timing
+            .execute("return document.querySelectorAll('#proxies tbody tr').length;")
+            .await
+            .as_u64()
+            .unwrap_or(0);
+    }
+    timing.close().await;
+
+    let mut open = Vec::new();
+    for i in 0..options.consoles {
+        let browser = Browser::start().await;
+        let page = CONSOLE_PAGES[i % CONSOLE_PAGES.len()];
+        browser.goto(&format!("http://{}{page}", operator.api)).await;
+        browser.wait_for_text("#live-status", |text| text == "live", Duration::from_secs(30)).await;
+        open.push(browser);
+    }
+    // Let the pages' first fetches pass before measuring.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = operator.cpu();
+    tokio::time::sleep(options.idle).await;
+    let idle_cpu = (operator.cpu() - before) / options.idle.as_secs_f64();
+    for browser in open {
+        browser.close().await;
+    }
+    ConsoleFigures { paints, rows, idle_cpu }
 }

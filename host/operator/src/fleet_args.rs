@@ -401,6 +401,9 @@ pub struct SourceStatus {
     pub leading: Arc<std::sync::atomic::AtomicBool>,
     /// Replacements and the Events of operators' actions.
     pub actions: proxyfleet_kube::actions::OperatorActions,
+    /// The console's session key, derived from the installation's spec
+    /// key: every replica signs alike, so a session outlives a failover.
+    pub session_key: [u8; 32],
 }
 
 impl std::fmt::Debug for SourceStatus {
@@ -436,6 +439,10 @@ impl ModeStatus for SourceStatus {
             identity: self.identity.clone(),
             leading: self.leading.load(std::sync::atomic::Ordering::Acquire),
         })
+    }
+
+    fn session_key(&self) -> Option<[u8; 32]> {
+        Some(self.session_key)
     }
 
     async fn replace(&self, proxy: &proxyfleet_fleet::action::ProxyRef) -> Result<(), Refusal> {

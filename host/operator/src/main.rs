@@ -614,6 +614,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                 client.clone(),
                 identity.clone(),
             ),
+            session_key: settings.spec_key.derive(proxyfleet_fleet::console::SESSION_KEY_PURPOSE),
         }),
         stop.clone(),
     );

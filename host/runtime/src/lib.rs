@@ -25,6 +25,7 @@ pub mod config;
 mod engine;
 mod error;
 pub mod follow;
+mod grant_summary;
 mod limits;
 mod oci;
 mod plugin;

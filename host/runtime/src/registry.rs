@@ -479,12 +479,14 @@ impl Registry {
         let config = self.configs.get(entry)?;
         let loading = EntryHistory::default();
         let history = state.entries.get(entry).unwrap_or(&loading);
-        let (active, unavailable) = match self.entries.load().get(entry)? {
+        let (active, unavailable, config_schema) = match self.entries.load().get(entry)? {
             EntryState::Ready(provider) => {
-                (Some(RevisionSummary::from(provider.revision().as_ref())), None)
+                let revision = provider.revision();
+                let schema = revision.info.config_schema.clone();
+                (Some(RevisionSummary::from(revision.as_ref())), None, Some(schema))
             }
-            EntryState::Loading => (None, Some(STILL_LOADING.to_owned())),
-            EntryState::Failed(reason) => (None, Some(reason.clone())),
+            EntryState::Loading => (None, Some(STILL_LOADING.to_owned()), None),
+            EntryState::Failed(reason) => (None, Some(reason.clone()), None),
         };
         Some(EntryRevisions {
             entry: entry.to_owned(),
@@ -501,6 +503,8 @@ impl Registry {
             swaps: history.swaps,
             rejections: history.rejections,
             pull: self.oci.as_ref().and_then(|oci| oci.status(&config.plugin)),
+            grants: crate::grant_summary::grant_summaries(config),
+            config_schema,
         })
     }
 

@@ -81,12 +81,20 @@ impl Viewer {
     }
 }
 
+/// The purpose a mode derives the console's session key for, from the
+/// installation's spec key ([`proxyfleet_core::spec_key::SpecKey::derive`]).
+pub const SESSION_KEY_PURPOSE: &str = "proxyfleet console sessions";
+
 impl Console {
     /// A console over `fleet`, guarded by `auth`, with the mode's view of
-    /// providers when there is one.
+    /// providers, its actions and its session key when there is one.
     pub fn new(fleet: Arc<Fleet>, auth: Arc<ApiAuth>, mode: Option<Arc<dyn ModeStatus>>) -> Self {
         let traffic = Arc::new(Traffic::new(Arc::clone(&fleet)));
-        Self { fleet, auth, mode, sessions: session::Sessions::new(), traffic }
+        let sessions = mode
+            .as_ref()
+            .and_then(|mode| mode.session_key())
+            .map_or_else(session::Sessions::new, session::Sessions::with_key);
+        Self { fleet, auth, mode, sessions, traffic }
     }
 
     /// Samples the gateway's counters for the rates and charts, until the

@@ -1,6 +1,7 @@
 //! The Providers page: each entry's plugin build, the one a rollback
 //! would bring back, builds refused and why, the registry pull, the last
-//! check, and the rollback action.
+//! check, what the entry grants its plugin, the config schema, and the
+//! rollback action.
 
 use maud::{Markup, html};
 use proxyfleet_core::revisions::{EntryRevisions, RevisionSummary};
@@ -42,6 +43,20 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
                     dt { "Swaps, refusals" } dd { (entry.swaps) ", " (entry.rejections) }
                 }
                 (pull(entry))
+                @if !entry.grants.is_empty() {
+                    h3 { "Grants" }
+                    ul.grants {
+                        @for grant in &entry.grants {
+                            li { strong { (grant.capability) } ": " (grant.detail) }
+                        }
+                    }
+                }
+                @if let Some(schema) = &entry.config_schema {
+                    details.schema {
+                        summary { "Config schema" }
+                        pre tabindex="0" { code { (pretty(schema)) } }
+                    }
+                }
                 @if !entry.rejected.is_empty() {
                     h3 { "Refused builds" }
                     ul.rejected {
@@ -97,6 +112,13 @@ fn pull(entry: &EntryRevisions) -> Markup {
             }
         }
     }
+}
+
+/// A JSON Schema indented for reading; as it came when it is no JSON.
+fn pretty(schema: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(schema)
+        .and_then(|value| serde_json::to_string_pretty(&value))
+        .unwrap_or_else(|_| schema.to_owned())
 }
 
 /// The first 12 hex digits of a digest.

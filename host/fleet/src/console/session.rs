@@ -5,8 +5,10 @@
 //! typed into), `MAC` signs both. Nothing is stored: every request finds
 //! the token the tag names among the file's current tokens and takes its
 //! role, so a token removed from the file (or rotated) ends its sessions
-//! at the next reload. Sessions last [`LIFETIME`] and do not survive a
-//! restart of the process, which makes a new key.
+//! at the next reload. Sessions last [`LIFETIME`]. The key is the mode's
+//! (the same on every replica and after a restart, see
+//! [`crate::mode::ModeStatus::session_key`]), or else one this process
+//! made, whose sessions end with it.
 
 use std::time::Duration;
 
@@ -42,8 +44,14 @@ pub(super) struct Sessions {
 }
 
 impl Sessions {
+    /// Sessions under a key of this process alone.
     pub(super) fn new() -> Self {
         Self { key: rand::random() }
+    }
+
+    /// Sessions under `key`.
+    pub(super) fn with_key(key: [u8; 32]) -> Self {
+        Self { key }
     }
 
     fn mac(&self) -> HmacSha256 {

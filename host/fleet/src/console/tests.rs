@@ -34,6 +34,7 @@ async fn serve(tokens: &str) -> Served {
 struct RecordingMode {
     replaced: std::sync::Mutex<Vec<ProxyRef>>,
     recorded: std::sync::Mutex<Vec<Action>>,
+    session_key: Option<[u8; 32]>,
 }
 
 #[async_trait::async_trait]
@@ -49,6 +50,9 @@ impl ModeStatus for RecordingMode {
     }
     fn revisions(&self) -> Vec<proxyfleet_core::revisions::EntryRevisions> {
         Vec::new()
+    }
+    fn session_key(&self) -> Option<[u8; 32]> {
+        self.session_key
     }
     async fn replace(&self, proxy: &ProxyRef) -> Result<(), Refusal> {
         if proxy.id == "uid-2" {
@@ -326,4 +330,46 @@ async fn every_action_is_recorded_by_the_mode_and_a_replacement_goes_to_it() {
     let activity = served.fleet.activity(Some("uid-1"), 10);
     assert!(activity.iter().any(|a| a.what.contains("new instance")), "{activity:?}");
     let _ = served.stop.send(());
+}
+
+/// Two replicas (or a process and the next after a restart) that share
+/// the mode's session key accept each other's sessions; without it, a
+/// session ends with its process.
+#[tokio::test]
+async fn a_session_under_the_modes_key_outlives_its_process() {
+    const TOKENS: &str = "operator role=operate\n";
+    let keyed =
+        || Arc::new(RecordingMode { session_key: Some([7; 32]), ..RecordingMode::default() });
+    let first = serve_with(TOKENS, Some(keyed() as _)).await;
+    let client = browser(&first.base);
+    assert_eq!(sign_in(&client, &first.base, "operator").await, StatusCode::SEE_OTHER);
+    let login = client
+        .post(format!("{}/ui/login", first.base))
+        .form(&[("token", "operator")])
+        .send()
+        .await
+        .unwrap();
+    let cookie =
+        login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let _ = first.stop.send(());
+
+    let signed_in = |base: String, cookie: String| async move {
+        let response = script()
+            .get(format!("{base}/ui/proxies"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        response.status()
+    };
+    let second = serve_with(TOKENS, Some(keyed() as _)).await;
+    assert_eq!(signed_in(second.base.clone(), cookie.clone()).await, StatusCode::OK);
+    let unkeyed = serve_with(TOKENS, None).await;
+    assert_eq!(
+        signed_in(unkeyed.base.clone(), cookie).await,
+        StatusCode::SEE_OTHER,
+        "another key: to the sign-in page"
+    );
+    let _ = second.stop.send(());
+    let _ = unkeyed.stop.send(());
 }

@@ -901,6 +901,10 @@ impl ModeStatus for Standalone {
         self.source.revisions()
     }
 
+    fn session_key(&self) -> Option<[u8; 32]> {
+        Some(self.spec_key.derive(proxyfleet_fleet::console::SESSION_KEY_PURPOSE))
+    }
+
     async fn replace(&self, proxy: &ProxyRef) -> std::result::Result<(), Refusal> {
         let key = record_key(&proxy.namespace, &proxy.name);
         let current = self
