@@ -64,9 +64,10 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
                             li {
                                 strong { (rejected.kind.as_str()) } ": " (rejected.reason)
                                 " " span.subtle {
-                                    (rejected.plugin.as_deref().unwrap_or("?")) " "
-                                    (rejected.version.as_deref().unwrap_or("?")) ", sha256:"
-                                    (short(&rejected.digest)) ", " (format::ago(rejected.loaded_at))
+                                    @if let Some(plugin) = &rejected.plugin {
+                                        (plugin) " " (rejected.version.as_deref().unwrap_or("")) ", "
+                                    }
+                                    "sha256:" (short(&rejected.digest)) ", " (format::ago(rejected.loaded_at))
                                 }
                             }
                         }

@@ -231,8 +231,13 @@ async fn the_console_follows_the_fleet_live_and_acts_for_operators_only() {
     browser.wait_for_text("ul.rejected", |text| text.contains("load"), WAIT).await;
     let serving = browser.wait_for_text("dd.active", |text| text.contains("static"), WAIT).await;
     assert!(serving.contains("0.1.0"), "{serving}");
+    // What the entry grants its plugin, and the schema the plugin publishes.
+    browser.wait_for_text("ul.grants", |text| text.contains("127.0.0.0/8"), WAIT).await;
     accessible(&browser, "providers").await;
     browser.screenshot(&shots.join("providers.png")).await;
+    browser.click("details.schema summary").await;
+    browser.wait_for_text("details.schema code", |text| text.contains("endpoints"), WAIT).await;
+    accessible(&browser, "providers, with the schema open").await;
 
     // The gateway's page, with the requests above on its charts.
     browser.goto(&format!("http://{api}/ui/gateway")).await;
