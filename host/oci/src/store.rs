@@ -4,6 +4,7 @@
 //! ```text
 //! DIR/blobs/sha256/HEX     a component or a manifest, named by its sha256
 //! DIR/refs/HEX.json        what a reference last resolved to (HEX: sha256 of the reference)
+//! DIR/kept/HEX/L.json      a build of that reference an entry serves (L: its component's hex)
 //! DIR/tmp/                 files being written
 //! ```
 //!
@@ -18,8 +19,10 @@
 //! digest, with a record naming it, is a build like any other to the store,
 //! which is why only the operator's user may write it.
 //!
-//! A reference keeps only its current build; other blobs are removed
-//! whenever a reference moves. Files are written whole in `tmp/` and
+//! A reference keeps its current build and the builds its entries serve
+//! ([`Store::keep`]): a newer build that admission refuses must not take
+//! the one serving with it, or the next start would find nothing to serve.
+//! Other blobs are removed whenever a reference moves. Files are written whole in `tmp/` and
 //! renamed into place, so a crash leaves the old record or the new one,
 //! never half of one. One process writes at a time through a [`Store`] and
 //! its clones: writes, removals and the clean-up after them hold one lock,
@@ -62,7 +65,7 @@ impl Store {
     /// Opens (creating) a store in `dir`.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, OciError> {
         let dir = dir.into();
-        for sub in [dir.join("blobs/sha256"), dir.join("refs"), dir.join("tmp")] {
+        for sub in [dir.join("blobs/sha256"), dir.join("refs"), dir.join("kept"), dir.join("tmp")] {
             std::fs::create_dir_all(&sub)
                 .map_err(|source| OciError::Store { path: sub, source })?;
         }
@@ -87,7 +90,85 @@ impl Store {
     /// component. A record that does not hold is removed, and the
     /// reference is not held.
     pub fn current(&self, reference: &PluginReference) -> Result<Option<StoredRef>, OciError> {
-        let path = self.ref_path(reference);
+        self.checked(&self.ref_path(reference), reference)
+    }
+
+    /// The builds of `reference` kept because entries serve them (see
+    /// [`Store::keep`]), each checked like [`Store::current`]'s and with
+    /// its component held; in no particular order.
+    pub fn kept(&self, reference: &PluginReference) -> Result<Vec<StoredRef>, OciError> {
+        let dir = self.kept_dir(reference);
+        let files = match std::fs::read_dir(&dir) {
+            Ok(files) => files,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(OciError::Store { path: dir, source }),
+        };
+        let mut kept = Vec::new();
+        for file in files.flatten() {
+            if let Some(stored) = self.checked(&file.path(), reference)?
+                && self.holds(&stored.layer_digest)
+            {
+                kept.push(stored);
+            }
+        }
+        kept.sort_by(|a, b| a.layer_digest.cmp(&b.layer_digest));
+        Ok(kept)
+    }
+
+    /// Keeps the builds of `reference` whose components `serving` names
+    /// (the ones its entries serve now) through later pulls, and lets go
+    /// of every other kept build of it. A build is kept only if the store
+    /// holds it, as the current build or as one kept before; others are
+    /// skipped (a revision compiled before its blob was removed lives on
+    /// in memory only). Answers what is kept now.
+    pub fn keep(
+        &self,
+        reference: &PluginReference,
+        serving: &[String],
+    ) -> Result<Vec<StoredRef>, OciError> {
+        let current = self.current(reference)?;
+        let before = self.kept(reference)?;
+        let _one_writer = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let dir = self.kept_dir(reference);
+        let mut kept = Vec::new();
+        for layer in serving {
+            let known = current
+                .iter()
+                .chain(&before)
+                .find(|stored| stored.layer_digest == *layer && self.holds(layer));
+            if let Some(stored) = known
+                && !kept.contains(stored)
+            {
+                kept.push(stored.clone());
+            }
+        }
+        for stored in &kept {
+            let path = self.kept_path(reference, &stored.layer_digest)?;
+            if before.contains(stored) && path.is_file() {
+                continue;
+            }
+            std::fs::create_dir_all(&dir)
+                .map_err(|source| OciError::Store { path: dir.clone(), source })?;
+            self.write_atomic(&path, &self.record_bytes(&path, stored)?)?;
+        }
+        for stored in before.iter().filter(|stored| !kept.contains(stored)) {
+            let path = self.kept_path(reference, &stored.layer_digest)?;
+            let _ = std::fs::remove_file(path);
+        }
+        if kept.is_empty() {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        self.collect_garbage();
+        Ok(kept)
+    }
+
+    /// The record at `path` for `reference`, checked: see [`Store::current`].
+    fn checked(
+        &self,
+        path: &Path,
+        reference: &PluginReference,
+    ) -> Result<Option<StoredRef>, OciError> {
+        let path = path.to_owned();
         let text = match std::fs::read(&path) {
             Ok(text) => text,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -203,13 +284,17 @@ impl Store {
             layer_digest: pulled.layer_digest.clone(),
             pulled_at: now_unix,
         };
-        let record = serde_json::to_vec_pretty(&stored).map_err(|err| OciError::Store {
-            path: self.ref_path(reference),
-            source: std::io::Error::other(err),
-        })?;
-        self.write_atomic(&self.ref_path(reference), &record)?;
+        let path = self.ref_path(reference);
+        self.write_atomic(&path, &self.record_bytes(&path, &stored)?)?;
         self.collect_garbage();
         Ok(stored)
+    }
+
+    fn record_bytes(&self, path: &Path, stored: &StoredRef) -> Result<Vec<u8>, OciError> {
+        serde_json::to_vec_pretty(stored).map_err(|err| OciError::Store {
+            path: path.to_owned(),
+            source: std::io::Error::other(err),
+        })
     }
 
     /// Removes the record at `path` if it still reads `text`: a put may
@@ -224,10 +309,19 @@ impl Store {
     /// Removes blobs that no record names; a failure leaves files behind,
     /// which costs disk, not correctness. Callers hold the write lock.
     fn collect_garbage(&self) {
-        let Ok(records) = std::fs::read_dir(self.dir.join("refs")) else { return };
+        let Ok(mut records) = std::fs::read_dir(self.dir.join("refs"))
+            .map(|files| files.flatten().map(|file| file.path()).collect::<Vec<_>>())
+        else {
+            return;
+        };
+        let Ok(kept_dirs) = std::fs::read_dir(self.dir.join("kept")) else { return };
+        for dir in kept_dirs.flatten() {
+            let Ok(files) = std::fs::read_dir(dir.path()) else { return };
+            records.extend(files.flatten().map(|file| file.path()));
+        }
         let mut kept = std::collections::BTreeSet::new();
-        for record in records.flatten() {
-            let Ok(text) = std::fs::read(record.path()) else { return };
+        for record in records {
+            let Ok(text) = std::fs::read(&record) else { return };
             // An unreadable record may still name blobs: keep everything.
             let Ok(stored) = serde_json::from_slice::<StoredRef>(&text) else { return };
             kept.insert(stored.manifest_digest);
@@ -259,6 +353,17 @@ impl Store {
             });
         }
         Ok(self.dir.join("blobs/sha256").join(&digest["sha256:".len()..]))
+    }
+
+    fn kept_dir(&self, reference: &PluginReference) -> PathBuf {
+        let key = sha256(reference.as_str().as_bytes());
+        self.dir.join("kept").join(&key["sha256:".len()..])
+    }
+
+    fn kept_path(&self, reference: &PluginReference, layer: &str) -> Result<PathBuf, OciError> {
+        // Checked as a digest, so the name never leaves the directory.
+        self.blob_path(layer)?;
+        Ok(self.kept_dir(reference).join(format!("{}.json", &layer["sha256:".len()..])))
     }
 
     fn ref_path(&self, reference: &PluginReference) -> PathBuf {
@@ -333,6 +438,58 @@ mod tests {
         assert!(store.holds(&pulled(b"other").manifest_digest));
         assert!(!store.holds(&sha256(b"three")));
         assert!(store.read("../../etc/passwd").is_err());
+    }
+
+    /// Issue 47, item 1: a newer build pulled while an entry serves the
+    /// older one (and refused by admission) leaves the older one held,
+    /// through any number of later pulls, until the entries let go of it.
+    #[test]
+    fn issue_47_item_1_a_kept_build_outlives_newer_pulls_until_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let reference = PluginReference::parse("oci://r.io/p:1").unwrap();
+        let good = pulled(b"good");
+        store.put(&reference, &good, 1).unwrap();
+        assert_eq!(
+            store.keep(&reference, std::slice::from_ref(&good.layer_digest)).unwrap().len(),
+            1
+        );
+        for newer in [&b"refused"[..], b"refused too"] {
+            store.put(&reference, &pulled(newer), 2).unwrap();
+        }
+        assert!(!store.holds(&sha256(b"refused")), "a build no one serves is not kept");
+        let kept = store.kept(&reference).unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].layer_digest, good.layer_digest);
+        assert_eq!(kept[0].manifest_digest, good.manifest_digest);
+        assert_eq!(store.read(&good.layer_digest).unwrap().unwrap(), b"good");
+        // A store opened again (the next start) still has it.
+        let again = Store::open(dir.path()).unwrap();
+        assert_eq!(again.kept(&reference).unwrap(), kept);
+        assert_eq!(
+            again.current(&reference).unwrap().unwrap().layer_digest,
+            sha256(b"refused too")
+        );
+        // Entries that move to the current build let go of the old one.
+        let kept = again.keep(&reference, &[sha256(b"refused too")]).unwrap();
+        assert_eq!(kept.len(), 1);
+        assert!(!again.holds(&good.layer_digest) && !again.holds(&good.manifest_digest));
+        // A build the store does not hold cannot be kept; nothing kept
+        // leaves no directory behind.
+        assert!(again.keep(&reference, &[sha256(b"never pulled")]).unwrap().is_empty());
+        assert!(!again.kept_dir(&reference).exists());
+        assert!(again.holds(&sha256(b"refused too")), "the current build stays");
+        // Another reference's kept file does not count for this one.
+        let other = PluginReference::parse("oci://r.io/q:1").unwrap();
+        store.put(&other, &pulled(b"q"), 3).unwrap();
+        store.keep(&other, &[sha256(b"q")]).unwrap();
+        std::fs::create_dir_all(again.kept_dir(&reference)).unwrap();
+        std::fs::copy(
+            again.kept_path(&other, &sha256(b"q")).unwrap(),
+            again.kept_path(&reference, &sha256(b"q")).unwrap(),
+        )
+        .unwrap();
+        assert!(again.kept(&reference).unwrap().is_empty());
     }
 
     /// Issue 43, item 8: a blob planted under a digest its bytes do not hash

@@ -64,8 +64,8 @@ pub(crate) enum Refusal {
         digest: String,
     },
     #[error(
-        "asks for what the entry does not grant: {}; grant it in the entry's `grants` or \
-         keep the current build",
+        "asks for what the entry does not grant: {}; grant it in the entry's `grants`, or \
+         publish a build that does not ask for it",
         .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
     )]
     Widening(Vec<MissingGrant>),

@@ -263,6 +263,33 @@ impl OciPlugins {
         Ok((true, manifest_digest))
     }
 
+    /// Keeps the builds of `reference` whose components (hex digests)
+    /// `serving` names in the store through later pulls, and lets go of
+    /// its other kept builds; see [`Store::keep`].
+    pub(crate) async fn keep(
+        &self,
+        reference: &PluginReference,
+        serving: Vec<String>,
+    ) -> Result<(), OciError> {
+        let store = self.store.clone();
+        let reference = reference.clone();
+        let layers = serving.iter().map(|hex| format!("sha256:{hex}")).collect::<Vec<_>>();
+        self.blocking(move || store.keep(&reference, &layers).map(drop)).await
+    }
+
+    /// Names, in each reference's pull status, the manifest the store
+    /// holds for it, before any look at the registry has answered.
+    pub(crate) fn set_stored_manifests(&self, manifests: &BTreeMap<String, String>) {
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        for (reference, manifest) in manifests {
+            if let Some(entry) = status.get_mut(reference)
+                && entry.manifest_digest.is_none()
+            {
+                entry.manifest_digest = Some(manifest.clone());
+            }
+        }
+    }
+
     /// The pull status of `reference`.
     pub(crate) fn status(&self, reference: &str) -> Option<PullStatus> {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).get(reference).cloned()
@@ -309,6 +336,64 @@ impl StoredBuilds {
             }
         }
         files
+    }
+}
+
+/// What the store held at start, besides each reference's current build.
+#[derive(Default)]
+pub(crate) struct AtStart {
+    /// Per reference whose entries served another build than its current
+    /// one: that build, to load first (the current one is offered after
+    /// it, as a build pulled while running would be).
+    pub(crate) serving: BTreeMap<String, PluginFile>,
+    /// Per reference, the manifest of its current build.
+    pub(crate) manifests: BTreeMap<String, String>,
+}
+
+impl StoredBuilds {
+    /// What [`AtStart`] holds, read and checked. Blocking.
+    pub(crate) fn at_start(&self) -> AtStart {
+        let mut start = AtStart::default();
+        for reference in &self.references {
+            let name = reference.to_string();
+            let current = match self.store.current(reference) {
+                Ok(current) => current,
+                Err(err) => {
+                    tracing::warn!(plugin = %name, "{err}");
+                    continue;
+                }
+            };
+            let kept = match self.store.kept(reference) {
+                Ok(kept) => kept,
+                Err(err) => {
+                    tracing::warn!(plugin = %name, "{err}");
+                    Vec::new()
+                }
+            };
+            if let Some(current) = &current {
+                start.manifests.insert(name.clone(), current.manifest_digest.clone());
+                if kept.iter().any(|kept| kept.layer_digest == current.layer_digest) {
+                    continue;
+                }
+            }
+            // Of several kept builds (entries that served different ones),
+            // the one pulled last; entries that refuse it fail as they would
+            // have at their last start.
+            let Some(serving) = kept.iter().max_by_key(|kept| kept.pulled_at) else { continue };
+            match self.store.read(&serving.layer_digest) {
+                Ok(Some(bytes)) => {
+                    let file = PluginFile {
+                        path: PathBuf::from(reference.as_str()),
+                        bytes,
+                        digest: hex_of(&serving.layer_digest).to_owned(),
+                    };
+                    start.serving.insert(name, file);
+                }
+                Ok(None) => {}
+                Err(err) => tracing::warn!(plugin = %name, "{err}"),
+            }
+        }
+        start
     }
 }
 

@@ -84,6 +84,9 @@ pub struct PendingLoad {
     files: PluginFiles,
     /// `oci://` references with no build in the store yet: pulled first.
     cold: Vec<PluginReference>,
+    /// Builds pulled after the one their entries served when the process
+    /// last ran (which is in `files`): offered once that one serves.
+    newer: Vec<(String, PluginFile)>,
 }
 
 impl std::fmt::Debug for PendingLoad {
@@ -91,6 +94,7 @@ impl std::fmt::Debug for PendingLoad {
         f.debug_struct("PendingLoad")
             .field("files", &self.files.keys())
             .field("cold", &self.cold)
+            .field("newer", &self.newer.iter().map(|(name, _)| name).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -136,6 +140,9 @@ struct RevisionState {
     /// digest: a file that comes back reuses its revision without compiling.
     by_digest: HashMap<String, Weak<PluginRevision>>,
     entries: BTreeMap<String, EntryHistory>,
+    /// The builds (hex digests) the plugin store was last told to keep
+    /// for each `oci://` reference, because entries serve them.
+    kept: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Default)]
@@ -196,7 +203,20 @@ impl Registry {
     ) -> Result<(Self, PendingLoad), RuntimeError> {
         let oci = OciPlugins::new(runtime, config)?;
         let stored = oci.as_ref().map(OciPlugins::stored);
-        let files = read_sources_blocking(plugin_dir.to_owned(), stored, BTreeMap::new()).await?;
+        let mut files =
+            read_sources_blocking(plugin_dir.to_owned(), stored, BTreeMap::new()).await?;
+        let mut newer = Vec::new();
+        if let Some(oci) = &oci {
+            let stored = oci.stored();
+            let start =
+                tokio::task::spawn_blocking(move || stored.at_start()).await.unwrap_or_default();
+            oci.set_stored_manifests(&start.manifests);
+            for (name, serving) in start.serving {
+                if let Some(Ok(current)) = files.insert(name.clone(), Ok(serving)) {
+                    newer.push((name, current));
+                }
+            }
+        }
         let cold = oci
             .iter()
             .flat_map(OciPlugins::references)
@@ -221,7 +241,7 @@ impl Registry {
             scanning: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::watch::Sender::new(config.entries.is_empty()),
         };
-        Ok((registry, PendingLoad { files, cold }))
+        Ok((registry, PendingLoad { files, cold, newer }))
     }
 
     /// Compiles the files [`Registry::open`] read that entries name (one
@@ -247,6 +267,11 @@ impl Registry {
                     self.load_first(&name, file).await;
                 })
                 .await;
+        }
+        // A build refused while the process last ran is refused again, and
+        // listed; one taken by some entries is taken again.
+        for (name, file) in pending.newer {
+            self.file_changed(&name, file).await;
         }
         if let Some(oci) = &self.oci {
             futures::stream::iter(pending.cold)
@@ -274,6 +299,7 @@ impl Registry {
                 self.settle(entry, EntryState::Failed(missing));
             }
         }
+        self.keep_serving().await;
         self.loaded.send_replace(true);
     }
 
@@ -583,6 +609,41 @@ impl Registry {
         }
         for (name, digest) in removed {
             self.file_removed(&name, &digest);
+        }
+        self.keep_serving().await;
+    }
+
+    /// Tells the plugin store which build of each `oci://` reference its
+    /// entries serve (after a load, a swap or a rollback), so that a newer
+    /// pull does not remove it and the next start serves it again. A
+    /// reference none of whose entries serves keeps what it kept.
+    async fn keep_serving(&self) {
+        let Some(oci) = &self.oci else { return };
+        for reference in oci.references() {
+            let entries = self.entries.load();
+            let mut serving: Vec<String> = self
+                .configs
+                .values()
+                .filter(|entry| entry.plugin == reference.as_str())
+                .filter_map(|entry| match entries.get(&entry.name) {
+                    Some(EntryState::Ready(provider)) => Some(provider.revision().digest.clone()),
+                    _ => None,
+                })
+                .collect();
+            serving.sort();
+            serving.dedup();
+            if serving.is_empty() || self.lock().kept.get(reference.as_str()) == Some(&serving) {
+                continue;
+            }
+            match oci.keep(reference, serving.clone()).await {
+                Ok(()) => {
+                    self.lock().kept.insert(reference.to_string(), serving);
+                }
+                Err(err) => tracing::warn!(
+                    plugin = %reference,
+                    "cannot keep the serving build in the plugin store; a restart may serve another: {err}"
+                ),
+            }
         }
     }
 

@@ -344,6 +344,68 @@ async fn a_tag_moved_to_a_refused_build_leaves_the_serving_one() {
     assert_eq!((revisions.swaps, revisions.rejections), (0, 2));
 }
 
+/// Issue 47, items 1 and 2: a build the entry refused while running took
+/// the serving build out of the store, so the next start (registry down or
+/// up) refused the newer one and had nothing to serve; and a start with the
+/// registry down showed no manifest for the build the store served.
+#[tokio::test]
+async fn issue_47_item_1_a_restart_after_a_refused_build_serves_the_last_good_one() {
+    let mut setup = Setup::new();
+    setup.push("fixtures/answer-v1", "plugins/answer", "stable").await;
+    let tagged = setup.registry.reference("plugins/answer", "stable");
+    let config = setup.providers(&format!("  - {{ name: tagged, plugin: '{tagged}' }}\n"));
+    let cache = setup.cache("cache");
+    let running = load(&config, &setup.plugin_dir(), &cache).await;
+    let follow = running.follow(FollowOptions { poll_interval: POLL });
+    assert_eq!(answer(&running, "tagged").await, V1);
+    let good = running.revisions_of("tagged").unwrap().active.unwrap().digest;
+    setup.push("fixtures/answer-wide", "plugins/answer", "stable").await;
+    let refused = until_rejected(&running, "tagged", 1).await;
+    assert_eq!(refused.kind, RejectionKind::Capabilities);
+    drop(follow);
+    drop(running);
+
+    let plugin_dir = setup.plugin_dir();
+    let restarted = |up: &'static str| {
+        let (config, dir, cache) = (config.clone(), plugin_dir.clone(), cache.clone());
+        let refused = refused.clone();
+        let good = good.clone();
+        async move {
+            let registry = load(&config, &dir, &cache).await;
+            assert_eq!(answer(&registry, "tagged").await, V1, "registry {up}");
+            let revisions = registry.revisions_of("tagged").unwrap();
+            assert_eq!(revisions.active.as_ref().map(|a| a.digest.as_str()), Some(good.as_str()));
+            // The newer build is offered again at start, and refused again.
+            let again = revisions.rejected.last().expect("the refused build is listed again");
+            assert_eq!((again.kind, &again.digest), (refused.kind, &refused.digest), "{up}");
+            let shown = serde_json::to_value(&revisions).unwrap();
+            assert!(shown["pull"]["manifestDigest"].is_string(), "registry {up}: {shown}");
+            registry
+        }
+    };
+    setup.registry.stop();
+    drop(restarted("down").await);
+    setup.registry.start_again();
+    let registry = restarted("up").await;
+    let _follow = registry.follow(FollowOptions { poll_interval: POLL });
+    tokio::time::sleep(POLL * 5).await;
+    assert_eq!(answer(&registry, "tagged").await, V1, "the poll leaves the refused build refused");
+
+    // A build the entry takes serves after the next start, and the one it
+    // replaced is no longer kept.
+    setup.push("fixtures/answer-v2", "plugins/answer", "stable").await;
+    until_answer(&registry, "tagged", V2).await;
+    drop(_follow);
+    drop(registry);
+    setup.registry.stop();
+    let registry = load(&config, &setup.plugin_dir(), &cache).await;
+    assert_eq!(answer(&registry, "tagged").await, V2);
+    let blobs = std::fs::read_dir(cache.join("oci/blobs/sha256")).unwrap();
+    let held: Vec<String> =
+        blobs.flatten().map(|b| b.file_name().to_string_lossy().into()).collect();
+    assert!(!held.contains(&good), "the build no entry serves is removed: {held:?}");
+}
+
 #[tokio::test]
 async fn wrong_credentials_name_the_registry_and_repository_and_never_the_secret() {
     let setup = Setup::new();
