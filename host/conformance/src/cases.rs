@@ -32,8 +32,13 @@ const CHECK: Rule = (
 );
 const CREATE: Rule = (
     "create writes the mark",
-    "create MUST write the ownership mark (installation included) with the instance and return \
-     it in instance.mark",
+    "create MUST write the ownership mark with the instance, carrying spec.installation \
+     unchanged, and return it in instance.mark",
+);
+const CONCURRENT: Rule = (
+    "creates at once give each Proxy its own instance",
+    "create MUST give each Proxy an instance of its own when creates for different Proxies run \
+     at once: no two share an id, nor an address and port",
 );
 const IDEMPOTENT: Rule = (
     "create is idempotent per UID",
@@ -63,6 +68,8 @@ const SECRETS: Rule = (
     "no instance, error or health message may hold the Proxy's credential",
 );
 
+/// How many creates the concurrent case runs at once.
+const AT_ONCE: usize = 4;
 /// A key no plugin's config has.
 const UNKNOWN_KEY: &str = "conformanceUnknownKey";
 /// How long a stopped call may take to end.
@@ -75,6 +82,8 @@ pub(crate) struct Run<'a> {
     provider: Arc<dyn Provider>,
     binder: &'a dyn Binder,
     options: &'a Options,
+    /// The installation the host puts into every spec.
+    installation: String,
     /// The credential of the suite's Proxies.
     credential: ProxyCredential,
     /// The text of every answer, searched for the credential at the end.
@@ -95,6 +104,7 @@ impl<'a> Run<'a> {
             .unwrap_or_else(|_| unreachable!("hex digits make a valid password"));
         Self {
             provider,
+            installation: binder.installation(),
             binder,
             options,
             credential,
@@ -127,6 +137,14 @@ impl<'a> Run<'a> {
                 }
             }
         }
+        let started = Instant::now();
+        match self.concurrent_creates().await {
+            Ok(None) => self.record(CONCURRENT, started, Ok(())),
+            Ok(Some(why)) => self.skip(CONCURRENT, &why),
+            Err(why) => self.record(CONCURRENT, started, Err(why)),
+        }
+        // What it made goes before the cases that follow need the backend.
+        self.clean_up().await;
         let started = Instant::now();
         let result = self.unknown_id().await;
         self.record(UNKNOWN, started, result);
@@ -162,7 +180,7 @@ impl<'a> Run<'a> {
             Ok(read) if read.provider_id != first.provider_id => {
                 Err(format!("get {} answered {}", first.provider_id, read.provider_id))
             }
-            Ok(read) => check_mark(spec, &read),
+            Ok(read) => self.check_mark(spec, &read),
             Err(err) => Err(format!("get {} failed: {err}", first.provider_id)),
         };
         self.record(GET, started, result);
@@ -249,8 +267,96 @@ impl<'a> Run<'a> {
         if !self.made.contains(&instance.provider_id) {
             self.made.push(instance.provider_id.clone());
         }
-        check_mark(spec, &instance)?;
+        self.check_mark(spec, &instance)?;
         Ok(instance)
+    }
+
+    /// [`AT_ONCE`] creates for different Proxies at once: each answers an
+    /// instance of its own, as `get` reads it back too. A backend that takes
+    /// fewer than two at once (a quota, a static list of endpoints) leaves
+    /// nothing to compare: `Ok(Some(why))` skips the case.
+    async fn concurrent_creates(&mut self) -> Result<Option<String>, String> {
+        let specs: Vec<ProxySpec> =
+            (0..AT_ONCE).map(|n| self.spec(&format!("at-once-{n}"))).collect();
+        // A `transient` answer is retried, as the host would, for as long
+        // as a lock a concurrent call holds may last.
+        let until = Instant::now() + self.options.call_timeout + Duration::from_secs(5);
+        let pause = self.options.poll.max(Duration::from_millis(500));
+        let provider = Arc::clone(&self.provider);
+        let create = |spec: &ProxySpec| {
+            let provider = Arc::clone(&provider);
+            let spec = spec.clone();
+            async move {
+                let mut transient = Vec::new();
+                loop {
+                    match provider.create(&spec).await {
+                        Err(err)
+                            if err.class == ErrorClass::Transient && Instant::now() < until =>
+                        {
+                            transient.push(err.message);
+                            tokio::time::sleep(pause).await;
+                        }
+                        answer => return (answer, transient),
+                    }
+                }
+            }
+        };
+        let answers = futures::future::join_all(specs.iter().map(create)).await;
+        let mut made = Vec::new();
+        let mut wrong = Vec::new();
+        for (spec, (answer, transient)) in specs.iter().zip(answers) {
+            self.answers.extend(transient);
+            match answer {
+                Ok(instance) => match self.created(spec, instance) {
+                    Ok(instance) => made.push((spec, instance)),
+                    Err(why) => wrong.push(why),
+                },
+                Err(err) if err.class == ErrorClass::QuotaExceeded => {
+                    self.answers.push(err.message.clone());
+                }
+                Err(err) => {
+                    self.answers.push(err.message.clone());
+                    wrong.push(format!("a create for {} failed: {err}", spec.name));
+                }
+            }
+        }
+        if !wrong.is_empty() {
+            return Err(wrong.join("; "));
+        }
+        if made.len() < 2 {
+            return Ok(Some(format!(
+                "the backend took {} of {AT_ONCE} Proxies at once (quota): nothing to compare",
+                made.len()
+            )));
+        }
+        let mut seen: Vec<(String, String, Option<String>)> = Vec::new();
+        for (spec, created) in made {
+            let read = self
+                .get(&created.provider_id)
+                .await
+                .map_err(|err| format!("get {} failed: {err}", created.provider_id))?;
+            let port = read.port.or(created.port).unwrap_or(spec.port);
+            let address = read.addresses.first().or(created.addresses.first());
+            let endpoint = address.map(|address| format!("{address} port {port}"));
+            for (name, id, other) in &seen {
+                if *id == created.provider_id {
+                    return Err(format!("{name} and {} were both given {id}", spec.name));
+                }
+                if endpoint.is_some() && *other == endpoint {
+                    return Err(format!(
+                        "{name} and {} were both given {}",
+                        spec.name,
+                        endpoint.as_deref().unwrap_or_default()
+                    ));
+                }
+            }
+            seen.push((spec.name.clone(), created.provider_id.clone(), endpoint));
+        }
+        Ok(None)
+    }
+
+    fn check_mark(&self, spec: &ProxySpec, instance: &Instance) -> Result<(), String> {
+        check_mark(spec, instance, &self.installation)
     }
 
     async fn list_holds(&mut self, spec: &ProxySpec, id: &str) -> Result<(), String> {
@@ -259,7 +365,7 @@ impl<'a> Run<'a> {
             return Err(format!("listed {} without a mark", unmarked.provider_id));
         }
         match marked_for(&listed, &spec.uid).as_slice() {
-            [one] if one.provider_id == id => check_mark(spec, one),
+            [one] if one.provider_id == id => self.check_mark(spec, one),
             [] => Err(format!("{id} (UID {}) is missing from the list", spec.uid)),
             [one] => Err(format!("UID {} is listed as {}, not {id}", spec.uid, one.provider_id)),
             many => Err(format!("UID {} is listed {} times", spec.uid, many.len())),
@@ -443,7 +549,7 @@ fn marked_for<'a>(listed: &'a [Instance], uid: &str) -> Vec<&'a Instance> {
 }
 
 /// The mark of `instance` is the one `spec` asks for.
-fn check_mark(spec: &ProxySpec, instance: &Instance) -> Result<(), String> {
+fn check_mark(spec: &ProxySpec, instance: &Instance, installation: &str) -> Result<(), String> {
     let id = &instance.provider_id;
     let Some(mark) = &instance.mark else {
         return Err(format!("{id} carries no mark"));
@@ -454,8 +560,11 @@ fn check_mark(spec: &ProxySpec, instance: &Instance) -> Result<(), String> {
             mark.namespace, mark.name, mark.uid, spec.namespace, spec.name, spec.uid
         ));
     }
-    if mark.installation.is_empty() {
-        return Err(format!("{id}'s mark names no installation"));
+    if mark.installation != installation {
+        return Err(format!(
+            "{id}'s mark names installation {:?}, not the spec's {installation:?}",
+            mark.installation
+        ));
     }
     if instance.state == InstanceState::Failed {
         return Err(format!("{id} is failed"));

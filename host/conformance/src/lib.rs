@@ -1,7 +1,9 @@
 //! The plugin contract's MUST list (`docs/plugin-contract.md`) as a suite
 //! any provider entry can be put through: `describe` is well formed,
 //! `validate-config` refuses an unknown key naming it, `create` is
-//! idempotent per UID and writes the mark, `get` reads it back and answers
+//! idempotent per UID and writes the mark (with the spec's installation),
+//! creates for different Proxies at once get instances of their own,
+//! `get` reads it back and answers
 //! `not-found` for an unknown id, `list` returns only marked instances,
 //! `delete` is idempotent, `check` answers within its deadline, a
 //! cancelled call ends at once and its retry adopts, and nothing a call
@@ -48,6 +50,10 @@ pub trait Binder: Send + Sync {
     /// The entry with `config` in place of its own config, or the error
     /// its `validate-config` answered.
     async fn bind(&self, config: &Value) -> Result<Arc<dyn Provider>, ProviderError>;
+
+    /// The installation the host puts into every spec it hands the entry,
+    /// which every mark must carry unchanged.
+    fn installation(&self) -> String;
 }
 
 /// What the suite needs to know about the entry.

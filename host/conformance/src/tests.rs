@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proxyfleet_core::fake::FakeProvider;
+use proxyfleet_core::fake::{FakeProvider, INSTALLATION};
 use proxyfleet_core::{
     Health, Instance, InstanceState, PluginInfo, Provider, ProviderError, ProxySpec, Result,
 };
@@ -28,6 +28,10 @@ impl Binder for OneKey {
             None => Ok(Arc::clone(&self.0)),
         }
     }
+
+    fn installation(&self) -> String {
+        INSTALLATION.to_owned()
+    }
 }
 
 /// Accepts any config.
@@ -37,6 +41,10 @@ struct Lax(Arc<dyn Provider>);
 impl Binder for Lax {
     async fn bind(&self, _config: &Value) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(Arc::clone(&self.0))
+    }
+
+    fn installation(&self) -> String {
+        INSTALLATION.to_owned()
     }
 }
 
@@ -87,7 +95,7 @@ async fn a_provider_that_keeps_the_contract_passes_every_case_and_is_left_clean(
     let fake = Arc::new(FakeProvider::new("lab").slow_deletes());
     let report = suite(Arc::clone(&fake) as _).await;
     assert!(report.passed(), "{}", report.text());
-    assert_eq!(report.cases.len(), 11, "{}", report.text());
+    assert_eq!(report.cases.len(), 12, "{}", report.text());
     assert!(report.cases.iter().all(|case| case.outcome == Outcome::Passed));
     assert!(fake.instances().is_empty(), "left behind: {:?}", fake.instances());
     assert_eq!(report.entry, "lab");
@@ -208,4 +216,140 @@ async fn a_failing_create_skips_what_needs_its_instance() {
     }
     let xml = report.junit();
     assert!(xml.contains("failures=\"2\""), "create and the cancelled create: {xml}");
+}
+
+/// `FakeProvider` with the mark or the address broken.
+struct Misplaced {
+    inner: FakeProvider,
+    /// Writes this installation into every mark.
+    installation: Option<&'static str>,
+    /// Answers this address for every instance.
+    address: Option<&'static str>,
+}
+
+impl Misplaced {
+    fn fix(&self, mut instance: Instance) -> Instance {
+        if let (Some(installation), Some(mark)) = (self.installation, &mut instance.mark) {
+            installation.clone_into(&mut mark.installation);
+        }
+        if let Some(address) = self.address {
+            instance.addresses = vec![address.to_owned()];
+        }
+        instance
+    }
+}
+
+#[async_trait]
+impl Provider for Misplaced {
+    fn entry(&self) -> &str {
+        self.inner.entry()
+    }
+    fn info(&self) -> PluginInfo {
+        self.inner.info()
+    }
+    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
+        self.inner.create(spec).await.map(|instance| self.fix(instance))
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance> {
+        self.inner.get(provider_id).await.map(|instance| self.fix(instance))
+    }
+    async fn delete(&self, provider_id: &str) -> Result<()> {
+        self.inner.delete(provider_id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>> {
+        let listed = self.inner.list().await?;
+        Ok(listed.into_iter().map(|instance| self.fix(instance)).collect())
+    }
+    async fn check(&self) -> Health {
+        self.inner.check().await
+    }
+}
+
+/// Issue 47, item 7: a mark naming another installation than the spec's
+/// passed, since only an empty one was refused.
+#[tokio::test]
+async fn issue_47_item_7_a_mark_with_another_installation_fails_create() {
+    let broken = Misplaced {
+        inner: FakeProvider::new("lab"),
+        installation: Some("another-installation"),
+        address: None,
+    };
+    let report = suite(Arc::new(broken)).await;
+    let why = failed(&report, "create writes the mark");
+    assert!(
+        why.contains("names installation \"another-installation\", not the spec's \"test\""),
+        "{why}"
+    );
+}
+
+/// Issue 47, item 8: a provider that hands one address to two Proxies (a
+/// list-then-write race in its store) passed, since no case ran creates
+/// at once.
+#[tokio::test]
+async fn issue_47_item_8_one_address_for_two_proxies_at_once_fails() {
+    let broken = Misplaced {
+        inner: FakeProvider::new("lab"),
+        installation: None,
+        address: Some("192.0.2.7"),
+    };
+    let report = suite(Arc::new(broken)).await;
+    let why = failed(&report, "creates at once give each Proxy its own instance");
+    assert!(why.contains("were both given 192.0.2.7 port 3128"), "{why}");
+    // The other cases do not compare addresses.
+    assert_eq!(outcome(&report, "create is idempotent per UID"), &Outcome::Passed);
+}
+
+/// Takes one of the concurrent case's Proxies and refuses the others as
+/// over quota, as a backend with one free slot would.
+struct OneSlot {
+    inner: FakeProvider,
+    taken: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl Provider for OneSlot {
+    fn entry(&self) -> &str {
+        self.inner.entry()
+    }
+    fn info(&self) -> PluginInfo {
+        self.inner.info()
+    }
+    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
+        if spec.name.contains("at-once")
+            && self.taken.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(ProviderError::quota_exceeded("one slot left"));
+        }
+        self.inner.create(spec).await
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance> {
+        self.inner.get(provider_id).await
+    }
+    async fn delete(&self, provider_id: &str) -> Result<()> {
+        self.inner.delete(provider_id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>> {
+        self.inner.list().await
+    }
+    async fn check(&self) -> Health {
+        self.inner.check().await
+    }
+}
+
+/// A backend that takes one Proxy at a time skips the case, naming why,
+/// and the run still passes and leaves nothing behind.
+#[tokio::test]
+async fn creates_at_once_over_a_quota_skip_the_case() {
+    let fake = FakeProvider::new("lab");
+    let report = suite(Arc::new(fake)).await;
+    let name = "creates at once give each Proxy its own instance";
+    assert_eq!(outcome(&report, name), &Outcome::Passed);
+    let one = Arc::new(OneSlot { inner: FakeProvider::new("lab"), taken: Default::default() });
+    let report = suite(Arc::clone(&one) as _).await;
+    match outcome(&report, name) {
+        Outcome::Skipped(why) => assert!(why.contains("took 1 of 4"), "{why}"),
+        other => panic!("{other:?}\n{}", report.text()),
+    }
+    assert!(report.passed(), "{}", report.text());
+    assert!(one.inner.instances().is_empty(), "left behind: {:?}", one.inner.instances());
 }

@@ -54,4 +54,8 @@ impl Binder for EntryBinder {
         .await?;
         Ok(Arc::new(provider))
     }
+
+    fn installation(&self) -> String {
+        self.runtime.installation().to_string()
+    }
 }

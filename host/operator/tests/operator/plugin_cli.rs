@@ -189,14 +189,14 @@ fn only_entry(providers_list: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
     let dir = tempfile::tempdir().unwrap();
-    let entry = "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
+    let entry = "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128', '192.0.2.4:3128'] }\n";
     let output = conformance(dir.path(), "static", entry, None).await;
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of static "), "{stdout}");
-    assert!(stdout.ends_with("11 passed, 0 failed, 0 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("12 passed, 0 failed, 0 skipped\n"), "{stdout}");
     let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
-    assert!(xml.contains("tests=\"11\"") && xml.contains("failures=\"0\""), "{xml}");
+    assert!(xml.contains("tests=\"12\"") && xml.contains("failures=\"0\""), "{xml}");
 }
 
 /// A backend file is checked before anything runs, naming the field.
@@ -243,7 +243,7 @@ async fn plugin_test_names_the_rules_a_plugin_breaks() {
     assert!(stdout.contains("rule: get MUST answer not-found"), "{stdout}");
     let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
     assert!(stdout.contains("  FAIL  list returns the marked instances"), "{stdout}");
-    assert!(stdout.ends_with("5 passed, 6 failed, 0 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("6 passed, 6 failed, 0 skipped\n"), "{stdout}");
     assert!(xml.contains("failures=\"6\""), "{xml}");
 }
 
@@ -337,10 +337,10 @@ grants:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_test_passes_the_provider_written_in_python() {
     let dir = tempfile::tempdir().unwrap();
-    let entry = "name: office\nplugin: python-static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n";
+    let entry = "name: office\nplugin: python-static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128', '192.0.2.4:3128'] }\n";
     let output = conformance(dir.path(), "examples/python-static", entry, None).await;
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of python-static 0.1.0 (contract "), "{stdout}");
-    assert!(stdout.ends_with("11 passed, 0 failed, 0 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("12 passed, 0 failed, 0 skipped\n"), "{stdout}");
 }

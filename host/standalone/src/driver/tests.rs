@@ -351,3 +351,27 @@ async fn the_run_loop_brings_proxies_up_and_lets_passes_end_at_shutdown() {
     running.await.unwrap().unwrap();
     assert_eq!(provider.instances().len(), 2, "a shutdown deletes nothing");
 }
+
+/// Issue 47, item 3: a Proxy a provider's quota holds back showed
+/// `phase: Provisioning` with no reason in `/v1/proxies`; the reason was
+/// only in a log line.
+#[tokio::test]
+async fn issue_47_item_3_a_proxy_held_back_by_quota_says_so_in_the_discovery_view() {
+    let site = Site::new();
+    let provider = Arc::new(FakeProvider::new("fake"));
+    provider.fail_next(
+        fake::Op::Create,
+        proxyfleet_core::ProviderError::quota_exceeded("CPUS quota 24 reached"),
+    );
+    site.write(&manifest("a", "fake"));
+    let standalone = site.open(serving(&provider)).await;
+    let records = standalone.run_until_settled(Duration::from_millis(500)).await.unwrap();
+    assert_eq!(records[0].status.phase, Phase::Provisioning);
+    standalone.publish_fleet().unwrap();
+    let view = standalone.fleet().get(&records[0].meta.uid).unwrap();
+    let shown = serde_json::to_value(&view).unwrap();
+    assert_eq!(shown["phase"], "Provisioning", "{shown}");
+    let reason = shown["phaseReason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("QuotaExceeded: "), "{shown}");
+    assert!(reason.ends_with("CPUS quota 24 reached"), "{shown}");
+}
