@@ -63,6 +63,18 @@ pub enum OciError {
         /// The registry client's error.
         source: oci_client::errors::OciDistributionError,
     },
+    /// A registry reached over TLS answered in plain HTTP.
+    #[error(
+        "{reference}: registry {registry} answered in plain HTTP where TLS was expected: if it \
+         serves only plain HTTP, set `plainHttp: true` on its registries item (`--plain-http` \
+         for the plugin commands; off loopback also `insecure: true`, `--insecure`)"
+    )]
+    PlainHttp {
+        /// The reference.
+        reference: String,
+        /// The registry host.
+        registry: String,
+    },
     /// The registry sent the pull (a redirect, its token realm) somewhere
     /// the address policy refuses; nothing was sent there.
     #[error(
@@ -159,11 +171,41 @@ pub enum OciError {
 enum Meaning {
     Denied,
     NotFound,
+    PlainHttp,
     Other,
+}
+
+/// True when a TLS handshake in `error`'s sources got a record that is no
+/// TLS at all: a plain HTTP server's answer.
+fn plain_http_answer(error: &(dyn std::error::Error + 'static)) -> bool {
+    let is_plain = |error: &(dyn std::error::Error + 'static)| {
+        matches!(
+            error.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType))
+        )
+    };
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if is_plain(error) {
+            return true;
+        }
+        // An I/O error's `source` skips the error it wraps: look at it too.
+        if let Some(inner) =
+            error.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref)
+            && (is_plain(inner) || plain_http_answer(inner))
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 fn meaning(source: &oci_client::errors::OciDistributionError) -> Meaning {
     use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+    if plain_http_answer(source) {
+        return Meaning::PlainHttp;
+    }
     match source {
         E::UnauthorizedError { .. }
         | E::AuthenticationFailure(_)
@@ -241,7 +283,28 @@ impl OciError {
                 registry,
                 detail: source.to_string(),
             },
+            Meaning::PlainHttp => Self::PlainHttp { reference: reference.to_string(), registry },
             Meaning::Other => Self::Registry { reference: reference.to_string(), registry, source },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However deep the transport wraps it, and through an I/O error whose
+    /// `source` skips what it wraps, the handshake's plain-HTTP error is
+    /// found, and nothing else counts as one.
+    #[test]
+    fn a_plain_http_answer_is_found_by_type_through_io_errors() {
+        let plain = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+        let wrapped = std::io::Error::other(std::io::Error::other(plain));
+        assert!(plain_http_answer(&wrapped));
+        let other = std::io::Error::other(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidCcs,
+        ));
+        assert!(!plain_http_answer(&other));
+        assert!(!plain_http_answer(&std::io::Error::other("InvalidContentType")));
     }
 }

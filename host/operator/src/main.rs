@@ -237,10 +237,11 @@ enum PluginCommand {
         /// Where the project's directory is made.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        /// Depend on the SDK and its test kit in this proxyfleet checkout
-        /// instead of their crates.io releases.
+        /// Where the SDK and its test kit come from: the root of a
+        /// proxyfleet checkout, or `crates.io` for their releases. Without
+        /// it, the checkout this binary was built in.
         #[arg(long)]
-        sdk: Option<PathBuf>,
+        sdk: Option<String>,
     },
     /// Publishes a component to a registry in the Wasm OCI layout (as
     /// wasm-pkg-tools does) and prints its digests; an entry then names it
@@ -400,7 +401,13 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             plugin_test::run(files, junit, delete_wait).await
         }
         Command::Plugin { command: PluginCommand::New { name, backend, dir, sdk } } => {
-            let project = plugin_new::run(&name, backend, &dir, sdk.as_deref())?;
+            let sdk = match sdk.as_deref() {
+                Some(value) => plugin_new::SdkSource::parse(value),
+                None => plugin_new::SdkSource::beside(
+                    &std::env::current_exe().context("cannot find this binary's path")?,
+                )?,
+            };
+            let project = plugin_new::run(&name, backend, &dir, &sdk)?;
             print_text(&format!(
                 "made {backend} provider plugin {name} in {}; next: its README.md\n",
                 project.display()

@@ -73,12 +73,64 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the project's SDK comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SdkSource {
+    /// The SDK and its test kit in this proxyfleet checkout.
+    Checkout(PathBuf),
+    /// Their crates.io releases, which the templates need at
+    /// [`SDK_VERSION`].
+    CratesIo,
+}
+
+impl SdkSource {
+    /// `--sdk`'s value: `crates.io`, or the root of a checkout.
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "crates.io" => Self::CratesIo,
+            path => Self::Checkout(PathBuf::from(path)),
+        }
+    }
+
+    /// Without `--sdk`: the checkout this binary was built in, found by
+    /// walking up from the binary (`target/<profile>/proxyfleet` in a
+    /// checkout). The SDK is not on crates.io yet, so a project that asked
+    /// for it there would not build.
+    ///
+    /// # Errors
+    /// When the binary is not in a checkout.
+    pub fn beside(binary: &Path) -> anyhow::Result<Self> {
+        let found = binary.ancestors().skip(1).find(|dir| is_checkout(dir));
+        match found {
+            Some(dir) => Ok(Self::Checkout(dir.to_owned())),
+            None => bail!(
+                "no proxyfleet checkout around {}, and proxyfleet-sdk {SDK_VERSION} is not \
+                 published on crates.io yet: give --sdk PATH, the root of a proxyfleet checkout \
+                 (the project then depends on its sdk/ and sdk-testkit/), or --sdk crates.io \
+                 once the release is published",
+                binary.display()
+            ),
+        }
+    }
+}
+
+/// True for the root of a proxyfleet checkout: it holds the SDK, its test
+/// kit and the contract.
+fn is_checkout(dir: &Path) -> bool {
+    ["sdk/Cargo.toml", "sdk-testkit/Cargo.toml", "wit/provider.wit"]
+        .iter()
+        .all(|file| dir.join(file).is_file())
+}
+
 /// The dependency lines for the SDK and its test kit: path dependencies on
 /// a proxyfleet checkout, or the crates.io release the templates need.
-fn dependencies(checkout: Option<&Path>) -> anyhow::Result<(String, String)> {
-    let Some(checkout) = checkout else {
-        let version = format!("\"{SDK_VERSION}\"");
-        return Ok((version.clone(), version));
+fn dependencies(source: &SdkSource) -> anyhow::Result<(String, String)> {
+    let checkout = match source {
+        SdkSource::CratesIo => {
+            let version = format!("\"{SDK_VERSION}\"");
+            return Ok((version.clone(), version));
+        }
+        SdkSource::Checkout(checkout) => checkout,
     };
     let checkout = std::path::absolute(checkout)
         .with_context(|| format!("--sdk {}: cannot resolve it", checkout.display()))?;
@@ -106,10 +158,10 @@ pub fn run(
     name: &str,
     backend: Backend,
     parent: &Path,
-    checkout: Option<&Path>,
+    sdk: &SdkSource,
 ) -> anyhow::Result<PathBuf> {
     check_name(name)?;
-    let (sdk, testkit) = dependencies(checkout)?;
+    let (sdk, testkit) = dependencies(sdk)?;
     let dir = parent.join(name);
     if dir.exists() {
         bail!("{} exists: choose another NAME or --dir", dir.display());
@@ -153,7 +205,8 @@ mod tests {
         let parent = tempfile::tempdir().expect("a temporary directory");
         for backend in [Backend::Http, Backend::Libvirt] {
             let dir =
-                run(&format!("example-{backend}"), backend, parent.path(), None).expect("made");
+                run(&format!("example-{backend}"), backend, parent.path(), &SdkSource::CratesIo)
+                    .expect("made");
             for (path, _) in templates(backend) {
                 let text = std::fs::read_to_string(dir.join(path)).expect("written");
                 assert!(!text.contains("{{"), "{backend}: {path} keeps a placeholder");
@@ -169,18 +222,41 @@ mod tests {
     fn an_existing_directory_is_left_alone() {
         let parent = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir(parent.path().join("example")).expect("made");
-        let error = run("example", Backend::Http, parent.path(), None).expect_err("refused");
+        let error = run("example", Backend::Http, parent.path(), &SdkSource::CratesIo)
+            .expect_err("refused");
         assert!(error.to_string().contains("exists"), "{error}");
     }
 
     #[test]
     fn a_checkout_gives_path_dependencies() {
         let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let (sdk, testkit) = dependencies(Some(&checkout)).expect("the repository is a checkout");
+        let (sdk, testkit) =
+            dependencies(&SdkSource::Checkout(checkout)).expect("the repository is a checkout");
         assert!(sdk.starts_with("{ path = \"") && sdk.ends_with("/sdk\" }"), "{sdk}");
         assert!(testkit.ends_with("/sdk-testkit\" }"), "{testkit}");
         let elsewhere = tempfile::tempdir().expect("a temporary directory");
-        assert!(dependencies(Some(elsewhere.path())).is_err());
+        assert!(dependencies(&SdkSource::Checkout(elsewhere.path().to_owned())).is_err());
+        assert_eq!(SdkSource::parse("crates.io"), SdkSource::CratesIo);
+    }
+
+    /// Issue 47, item 9: `plugin new NAME && cargo test` failed, since the
+    /// project asked crates.io for an SDK that is not published there.
+    /// Without `--sdk`, a binary built in a checkout uses that checkout's
+    /// SDK; one outside any checkout refuses, naming `--sdk`.
+    #[test]
+    fn issue_47_item_9_without_sdk_the_checkout_around_the_binary_is_used_or_it_refuses() {
+        let checkout = std::path::absolute(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+            .expect("absolute");
+        let binary = checkout.join("target/debug/proxyfleet");
+        match SdkSource::beside(&binary).expect("found") {
+            SdkSource::Checkout(found) => assert!(is_checkout(&found), "{}", found.display()),
+            SdkSource::CratesIo => panic!("the checkout should be found"),
+        }
+        let elsewhere = tempfile::tempdir().expect("a temporary directory");
+        let error = SdkSource::beside(&elsewhere.path().join("bin/proxyfleet"))
+            .expect_err("no checkout")
+            .to_string();
+        assert!(error.contains("--sdk PATH") && error.contains("not published"), "{error}");
     }
 
     /// The release the templates ask for is the SDK's own version, whose

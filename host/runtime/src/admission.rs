@@ -17,12 +17,20 @@ use crate::plugin::PluginRevision;
 pub enum MissingGrant {
     /// An HTTP destination no `grants.http` entry names.
     Http(HttpDestination),
+    /// The libvirt interface, imported by a build whose entry has no
+    /// `grants.libvirt`: what a build imports is what it may do, so one
+    /// that gains libvirt is a widening the operator grants by name.
+    Libvirt {
+        /// The import, as the component names it.
+        import: String,
+    },
 }
 
 impl std::fmt::Display for MissingGrant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Http(destination) => write!(f, "grants.http {destination}"),
+            Self::Libvirt { import } => write!(f, "grants.libvirt (the build imports {import})"),
         }
     }
 }
@@ -126,14 +134,40 @@ pub(crate) fn check_pin_and_grants(
             digest: revision.digest.clone(),
         });
     }
-    let missing = missing_grants(&revision.info.capabilities, &entry.grants);
+    let mut missing = missing_grants(&revision.info.capabilities, &entry.grants);
+    if entry.grants.libvirt.is_empty()
+        && let Some(import) = revision.imports.iter().find(|name| is_libvirt_import(name))
+    {
+        missing.push(MissingGrant::Libvirt { import: import.clone() });
+    }
     if missing.is_empty() { Ok(()) } else { Err(Refusal::Widening(missing)) }
 }
+
+/// True for the contract's libvirt interface, at any version.
+fn is_libvirt_import(name: &str) -> bool {
+    name.split('@').next() == Some(LIBVIRT_INTERFACE)
+}
+
+/// The contract's libvirt interface, without its version.
+const LIBVIRT_INTERFACE: &str = "proxyfleet:provider/libvirt";
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::HttpGrant;
+
+    #[test]
+    fn the_libvirt_interface_is_known_at_any_version_and_nothing_else() {
+        assert!(is_libvirt_import("proxyfleet:provider/libvirt@0.5.0"));
+        assert!(is_libvirt_import("proxyfleet:provider/libvirt"));
+        assert!(!is_libvirt_import("proxyfleet:provider/libvirt-extra@0.5.0"));
+        assert!(!is_libvirt_import("proxyfleet:provider/kv@0.5.0"));
+        let missing = MissingGrant::Libvirt { import: "proxyfleet:provider/libvirt@0.5.0".into() };
+        assert_eq!(
+            missing.to_string(),
+            "grants.libvirt (the build imports proxyfleet:provider/libvirt@0.5.0)"
+        );
+    }
 
     fn destination(scheme: &str, host: &str, port: Option<u16>) -> HttpDestination {
         HttpDestination { scheme: scheme.into(), host: host.into(), port }

@@ -1106,3 +1106,36 @@ async fn issue_43_item_8_a_build_planted_in_the_store_is_pulled_again_or_missing
     }
     assert!(!real_blob.exists(), "the planted file is removed");
 }
+
+/// Issue 47, item 12: pushing to (or pulling from) a plain-HTTP registry
+/// without `plainHttp` failed with the TLS library's `InvalidContentType`
+/// and no hint; it names the setting and the flag instead.
+#[tokio::test]
+async fn issue_47_item_12_a_plain_http_registry_reached_over_tls_names_plain_http() {
+    // What a plain HTTP server (the registry's own, nginx) answers a TLS
+    // ClientHello with: a 400, in plain text.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut hello = [0_u8; 512];
+            let _ = stream.read(&mut hello).await;
+            let _ =
+                stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+        }
+    });
+    let registries =
+        Registries::validate(vec![RawRegistry { host: host.clone(), ..RawRegistry::default() }])
+            .unwrap();
+    let reference = PluginReference::parse(&format!("oci://{host}/plugins/answer:1")).unwrap();
+    let bytes = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
+    let pushed = proxyfleet_oci::push(&registries, &reference, "answer", bytes).await;
+    let resolved = proxyfleet_oci::resolve(&registries, &reference).await;
+    for err in [pushed.unwrap_err(), resolved.unwrap_err()] {
+        assert!(matches!(err, OciError::PlainHttp { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("plainHttp: true") && text.contains("--plain-http"), "{text}");
+        assert!(text.contains(&host), "{text}");
+    }
+}

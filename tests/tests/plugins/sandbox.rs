@@ -15,9 +15,15 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
+/// The fixture imports libvirt (its libvirt attacks run in the libvirt
+/// tier), so its entry must grant libvirt to load; this one names a host
+/// that is never reached here.
+const UNUSED_LIBVIRT: &str = "      libvirt:\n        - { host: kvm.invalid, user: pf, \
+     keyFile: /nonexistent/key, knownHostsFile: /nonexistent/known_hosts, pools: [default] }\n";
+
 fn grant(port: u16) -> String {
     format!(
-        "      http:\n        - {{ url: 'http://127.0.0.1:{port}', allowAddresses: [127.0.0.1] }}\n"
+        "      http:\n        - {{ url: 'http://127.0.0.1:{port}', allowAddresses: [127.0.0.1] }}\n{UNUSED_LIBVIRT}"
     )
 }
 
@@ -210,7 +216,7 @@ async fn issue_43_item_12_a_reflected_credential_is_taken_out_before_the_plugin_
     let grants = format!(
         "      http:\n        - url: http://127.0.0.1:{port}\n          allowAddresses: [127.0.0.1]\n          credential: {{ header: Authorization, valueTemplate: 'Basic {{secret}}', secretFile: {} }}\n",
         secret_file.display()
-    );
+    ) + UNUSED_LIBVIRT;
     let provider = fixture_provider(dir.path(), "hostile", &grants, "").await;
 
     let report = attack(&*provider, &format!("reflect http://127.0.0.1:{port}/echo")).await;
@@ -369,7 +375,9 @@ async fn a_plugin_cannot_hand_back_the_proxy_credential() {
 /// map): its lookup table follows the config.
 async fn with_table(dir: &std::path::Path, config: &str) -> Registry {
     std::fs::copy(plugin("fixtures/hostile"), dir.join("hostile.wasm")).expect("copy fixture");
-    let yaml = format!("providers:\n  - {{ name: table, plugin: hostile, config: {config} }}\n");
+    let yaml = format!(
+        "providers:\n  - name: table\n    plugin: hostile\n    config: {config}\n    grants:\n{UNUSED_LIBVIRT}"
+    );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
     Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
@@ -415,4 +423,41 @@ async fn a_lookup_table_answering_a_key_twice_refuses_the_entry() {
     let registry = with_table(dir.path(), "{ tableKeys: 2, tableRepeat: true }").await;
     let reason = refusal(&registry);
     assert!(reason.contains("the key \"k/0\" twice"), "{reason}");
+}
+
+/// Issue 47, item 11: a component that imports the libvirt interface
+/// loaded for an entry with no libvirt grant (the docs said the host would
+/// refuse it). It is refused as a widening, naming the grant and the
+/// import, and serves once the entry grants libvirt.
+#[tokio::test]
+async fn issue_47_item_11_a_build_importing_libvirt_needs_a_libvirt_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("fixtures/libvirt-probe"), dir.path().join("libvirt-probe.wasm"))
+        .expect("copy fixture");
+    let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
+    let load = |grants: &str| {
+        let yaml = format!(
+            "providers:\n  - name: probe\n    plugin: libvirt-probe\n    config: {{ host: kvm.invalid, pool: default }}\n{grants}"
+        );
+        let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
+        let (runtime, dir) = (runtime.clone(), dir.path().to_owned());
+        async move {
+            Registry::load(&runtime, &config, &dir, Arc::new(MemoryKv::new()))
+                .await
+                .expect("plugin directory readable")
+        }
+    };
+    let refused = load("").await;
+    match &refused.entries()["probe"] {
+        EntryState::Failed(reason) => assert!(
+            reason.contains(
+                "asks for what the entry does not grant: grants.libvirt (the build \
+                             imports proxyfleet:provider/libvirt@"
+            ),
+            "{reason}"
+        ),
+        other => panic!("the entry should be refused: {other:?}"),
+    }
+    let granted = load(&format!("    grants:\n{UNUSED_LIBVIRT}")).await;
+    assert!(granted.provider("probe").is_ok(), "{:?}", granted.entries()["probe"]);
 }
