@@ -183,6 +183,8 @@ enum PluginCommand {
     Inspect {
         /// The `.wasm` component.
         file: PathBuf,
+        #[command(flatten)]
+        cache: CompileCache,
     },
     /// Checks that a component accepts a provider entry's config: loads
     /// it, then binds the entry, which runs the plugin's validate-config.
@@ -193,6 +195,8 @@ enum PluginCommand {
         /// `limits`) as YAML.
         #[arg(long)]
         config: PathBuf,
+        #[command(flatten)]
+        cache: CompileCache,
     },
     /// Runs the plugin contract's conformance suite against a component
     /// bound as one provider entry, on the backend the entry names (a
@@ -222,6 +226,8 @@ enum PluginCommand {
         /// How long a deleted instance may take to be gone.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         delete_wait: Duration,
+        #[command(flatten)]
+        cache: CompileCache,
     },
     /// Makes a provider plugin project NAME (a new directory): a Rust
     /// crate that builds as it is, its native unit tests and an entry; for
@@ -280,6 +286,41 @@ enum PluginCommand {
         #[arg(long)]
         api_token_file: Option<PathBuf>,
     },
+}
+
+/// Where the plugin commands keep compiled plugins, so that looking at a
+/// build again does not compile it again.
+#[derive(Debug, clap::Args)]
+struct CompileCache {
+    /// Directory for compiled plugins (default: `$XDG_CACHE_HOME/proxyfleet`,
+    /// else `~/.cache/proxyfleet`).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Compile without reading or writing any cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl CompileCache {
+    /// The directory to use, if any: the flag, else the user's cache
+    /// directory (none without `XDG_CACHE_HOME` and `HOME`).
+    fn dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        if let Some(dir) = &self.cache_dir {
+            return Some(dir.clone());
+        }
+        let set =
+            |name| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
+        set("XDG_CACHE_HOME")
+            .or_else(|| set("HOME").map(|home| home.join(".cache")))
+            .map(|cache| cache.join("proxyfleet"))
+    }
+
+    fn runtime_options(&self) -> RuntimeOptions {
+        RuntimeOptions { cache_dir: self.dir(), ..RuntimeOptions::default() }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -373,12 +414,13 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             print_text(&proxyfleet_kube::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin { command: PluginCommand::Inspect { file } } => {
-            let runtime = Runtime::new(RuntimeOptions::default())?;
+        Command::Plugin { command: PluginCommand::Inspect { file, cache } } => {
+            let runtime = Runtime::new(cache.runtime_options())?;
             let revision = runtime.load_plugin(&file).await?;
             let out = serde_json::json!({
                 "file": file,
                 "sha256": revision.digest,
+                "fromCache": revision.from_cache,
                 "info": revision.info,
                 "imports": revision.imports,
                 "exports": revision.exports,
@@ -386,11 +428,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             println_json(&out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin { command: PluginCommand::Validate { file, config } } => {
-            validate(&file, &config).await
+        Command::Plugin { command: PluginCommand::Validate { file, config, cache } } => {
+            validate(&file, &config, cache.runtime_options()).await
         }
         Command::Plugin {
-            command: PluginCommand::Test { file, config, spec, backend, junit, delete_wait },
+            command: PluginCommand::Test { file, config, spec, backend, junit, delete_wait, cache },
         } => {
             let files = plugin_test::Files {
                 component: &file,
@@ -398,7 +440,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 spec: spec.as_deref(),
                 backend: backend.as_deref(),
             };
-            plugin_test::run(files, junit, delete_wait).await
+            plugin_test::run(files, junit, delete_wait, cache.runtime_options()).await
         }
         Command::Plugin { command: PluginCommand::New { name, backend, dir, sdk } } => {
             let sdk = match sdk.as_deref() {
@@ -462,9 +504,10 @@ async fn rollback(
 async fn validate(
     file: &std::path::Path,
     entry_file: &std::path::Path,
+    options: RuntimeOptions,
 ) -> anyhow::Result<ExitCode> {
     let entry = plugin_test::read_entry(entry_file)?;
-    let runtime = Runtime::new(RuntimeOptions::default())?;
+    let runtime = Runtime::new(options)?;
     let revision = runtime.load_plugin(file).await?;
     let name = entry.name.clone();
     match PluginProvider::new(&runtime, entry, revision, Arc::new(MemoryKv::new())).await {

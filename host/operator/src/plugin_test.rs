@@ -79,12 +79,12 @@ pub async fn run(
     files: Files<'_>,
     junit: Option<PathBuf>,
     delete_wait: std::time::Duration,
+    mut runtime_options: RuntimeOptions,
 ) -> anyhow::Result<ExitCode> {
     let entry = read_entry(files.entry)?;
     let mut options = Options::new(entry.config.clone(), suite_spec(files.spec)?);
     options.call_timeout = entry.limits.call_timeout;
     options.delete_wait = delete_wait;
-    let mut runtime_options = RuntimeOptions::default();
     if let Some(backend) = files.backend {
         let backend = DeclaredBackend::load(backend).context("--backend")?;
         runtime_options.http_transport = Some(Arc::new(backend));

@@ -1,5 +1,6 @@
-//! The data of one plugin store: WASI context with nothing granted, the
-//! HTTP hooks of the entry, limits, and who the call is for.
+//! The data of one plugin store: WASI context with nothing granted but
+//! stdout and stderr (into the log), the HTTP hooks of the entry, limits,
+//! and who the call is for.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capabilities::CallScope;
 use crate::capabilities::config::{CallConfig, ConfigView};
+use crate::capabilities::guest_output::{GuestOutput, Stream};
 use crate::capabilities::http::{EntryHttp, HttpHooks};
 use crate::capabilities::kv::KvView;
 use crate::capabilities::libvirt::{EntryLibvirt, LibvirtView};
@@ -82,13 +84,23 @@ pub(crate) struct PluginState {
     pub(crate) config: CallConfig,
     /// Store writes this call made, against `limits.kvWritesPerCall`.
     pub(crate) kv_writes: u32,
+    /// What the guest printed, logged when the store goes.
+    stdout: GuestOutput,
+    stderr: GuestOutput,
 }
 
 impl PluginState {
     pub(crate) fn new(scope: CallScope, http: Arc<EntryHttp>, max_memory_bytes: usize) -> Self {
-        // No preopens, no environment, no arguments, closed stdio, and
-        // sockets off: a plugin's only way out is the HTTP capability.
-        let wasi = WasiCtx::builder().allow_tcp(false).allow_udp(false).build();
+        // No preopens, no environment, no arguments, no stdin, and sockets
+        // off: a plugin's only way out is the HTTP capability. What it
+        // prints goes into the log (a panic's message, a traceback).
+        let (stdout, stderr) = (GuestOutput::default(), GuestOutput::default());
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .build();
         let mut http_ctx = WasiHttpCtx::new();
         http_ctx.set_field_size_limit(FIELD_SIZE_LIMIT);
         let mut table = ResourceTable::new();
@@ -104,7 +116,18 @@ impl PluginState {
             libvirt: Arc::default(),
             config: CallConfig::default(),
             kv_writes: 0,
+            stdout,
+            stderr,
         }
+    }
+}
+
+impl Drop for PluginState {
+    /// The call is over (answered, failed, trapped or timed out): what the
+    /// guest printed goes into the log.
+    fn drop(&mut self) {
+        self.stderr.emit(Stream::Stderr, &self.scope);
+        self.stdout.emit(Stream::Stdout, &self.scope);
     }
 }
 

@@ -83,6 +83,28 @@ async fn a_panic_is_a_plugin_fault_and_the_instance_is_not_reused() {
     witness_still_serves(&registry).await;
 }
 
+/// Issue 47, item 6: what a guest prints before it traps (a Rust panic's
+/// message, a Python traceback) was lost, since stdout and stderr were
+/// closed; only a wasm backtrace was logged. It is logged, under the
+/// entry and the call, marked as the guest's stderr.
+#[tokio::test]
+async fn issue_47_item_6_a_panics_message_is_logged_from_the_guests_stderr() {
+    let logs = proxyfleet_tests::CapturedLogs::default();
+    let _guard = logs.install();
+    let registry = fixtures().await;
+    let panicky = registry.provider("panicky").unwrap();
+    panicky.create(&SpecBuilder::new("web-7").build()).await.unwrap_err();
+    let logged = logs.text();
+    let line = logged
+        .lines()
+        .find(|line| line.contains("fixture-panic: create always panics (proxy web-7)"))
+        .unwrap_or_else(|| panic!("the panic's message is not logged:\n{logged}"));
+    assert!(line.contains("WARN"), "{line}");
+    for field in ["entry=\"panicky\"", "operation=\"create\"", "stream=\"stderr\""] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
+}
+
 #[tokio::test]
 async fn another_breaking_contract_version_is_refused_at_load() {
     let runtime = Runtime::new(RuntimeOptions::default()).unwrap();

@@ -105,6 +105,13 @@ fn render(message: &str, fields: &[(String, String)]) -> (String, String) {
     (text, format!("{{{}}}", members.join(",")))
 }
 
+/// One line of text as logged: control characters escaped, cut to
+/// `max_bytes` with `…`.
+pub(crate) fn escaped_line(text: &str, max_bytes: usize) -> String {
+    let mut budget = max_bytes;
+    escaped_within(text, &mut budget, Escape::Text)
+}
+
 /// How [`escaped_within`] spells what it escapes.
 #[derive(Debug, Clone, Copy)]
 enum Escape {

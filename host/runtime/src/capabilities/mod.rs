@@ -6,6 +6,7 @@ pub mod address;
 mod call;
 pub(crate) mod config;
 pub mod google;
+pub(crate) mod guest_output;
 pub mod http;
 pub(crate) mod kv;
 pub mod libvirt;
