@@ -37,6 +37,7 @@ use crate::probe::{ProbeFailure, ProbePass};
 
 mod activity;
 mod bans;
+mod duplicates;
 mod error;
 mod history;
 mod member;
@@ -90,6 +91,8 @@ struct View {
     /// Every pool with a member, available or not: a pool missing here is
     /// unknown, not merely busy.
     pools: HashSet<String>,
+    /// Running members held out because another one has their endpoint.
+    duplicates: HashMap<String, duplicates::Duplicate>,
 }
 
 /// A proxy the catalog picked for a request.
@@ -559,14 +562,31 @@ impl Fleet {
             .iter()
             .map(|c| (c.id.as_str(), c.last_handed.load(Ordering::Relaxed)))
             .collect();
-        let mut view = View::default();
+        let mut view = View { duplicates: duplicates::find(&state.members), ..View::default() };
+        for (id, duplicate) in &view.duplicates {
+            if old.duplicates.get(id) == Some(duplicate) {
+                continue;
+            }
+            let Some(member) = state.members.get(id) else { continue };
+            tracing::warn!(
+                proxy = %member.qualified_name(),
+                holder = %duplicate.holder,
+                endpoint = %duplicate.endpoint,
+                "two Running Proxies report one endpoint: the one made later is held out of the pool"
+            );
+            let mut log = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+            log.push(Some((id, member.qualified_name())), duplicate.reason());
+        }
         for member in state.members.values() {
             if let Some(pool) = &member.pool {
                 view.pools.insert(pool.clone());
             }
             let Some(endpoint) = &member.endpoint else { continue };
             let healthy = state.health.get(&member.id).map(|r| r.verdict) == Some(Verdict::Healthy);
-            if member.phase != Phase::Running || !healthy {
+            if member.phase != Phase::Running
+                || !healthy
+                || view.duplicates.contains_key(&member.id)
+            {
                 continue;
             }
             let index = view.offers.len();
@@ -622,6 +642,8 @@ impl Fleet {
     ) -> ProxyView {
         let healthy = health.is_some_and(|h| h.verdict == Verdict::Healthy);
         let quarantined = holds.quarantined(&member.id, now);
+        let duplicate =
+            self.view.load().duplicates.get(&member.id).map(duplicates::Duplicate::reason);
         ProxyView {
             id: member.id.clone(),
             namespace: member.namespace.clone(),
@@ -630,12 +652,15 @@ impl Fleet {
             provider: member.provider.clone(),
             labels: member.labels.clone(),
             phase: member.phase,
-            phase_reason: member.phase_reason(),
+            phase_reason: duplicate.clone().or_else(|| member.phase_reason()),
             created_at: member.created_at,
             conditions: member.conditions.clone(),
             url: member.endpoint.as_ref().map(Endpoint::url),
             authenticated: member.endpoint.as_ref().is_some_and(|e| e.credential.is_some()),
-            available: healthy && member.phase == Phase::Running && !quarantined,
+            available: healthy
+                && member.phase == Phase::Running
+                && !quarantined
+                && duplicate.is_none(),
             healthy,
             health: health.cloned(),
             quarantined_until: holds

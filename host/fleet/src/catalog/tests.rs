@@ -461,3 +461,43 @@ async fn a_session_keeps_its_proxy_while_available_and_moves_when_not() {
     fleet.route(&all, None, Some(session), &[]).unwrap();
     assert_eq!(fleet.leases().len(), 1, "a new session after the release");
 }
+
+/// Issue 47, item 4: two Running Proxies with one address and port were
+/// both handed out without a word. The one made first keeps the endpoint;
+/// the other is held out of every pick, says why, and the activity names
+/// both; once the endpoints differ it is handed out again.
+#[test]
+fn issue_47_item_4_two_proxies_with_one_endpoint_are_named_and_only_the_first_is_handed_out() {
+    let shared: std::net::SocketAddr = "127.0.0.1:3128".parse().unwrap();
+    let mut first = MemberBuilder::new(1).endpoint(shared).build();
+    first.created_at = Some(100);
+    let mut later = MemberBuilder::new(2).endpoint(shared).build();
+    later.created_at = Some(200);
+    let fleet = fleet_with(vec![later.clone(), first.clone()], FleetSettings::default());
+    for _ in 0..4 {
+        assert_eq!(fleet.next(&Selector::default(), None).unwrap().0, "uid-1");
+    }
+    let held = fleet.get("uid-2").unwrap();
+    assert!(!held.available, "{held:?}");
+    let reason = held.phase_reason.unwrap_or_default();
+    assert!(
+        reason.starts_with(
+            "DuplicateEndpoint: http://127.0.0.1:3128 is also Proxy default/proxy-1's"
+        ),
+        "{reason}"
+    );
+    assert!(fleet.get("uid-1").unwrap().available);
+    let activity = fleet.activity(Some("uid-2"), 10);
+    assert!(activity.iter().any(|a| a.what.starts_with("DuplicateEndpoint")), "{activity:?}");
+
+    // The provider fixes it: each has its own endpoint, both are handed out.
+    let own: std::net::SocketAddr = "127.0.0.2:3128".parse().unwrap();
+    later.endpoint = Some(Endpoint::new(own.ip(), own.port()));
+    fleet.update(vec![later], Vec::new());
+    let results = fleet.probe_targets().into_iter().map(|(id, e)| (id, e, pass())).collect();
+    fleet.record_probes(results, 1, 1);
+    let handed: HashSet<String> =
+        (0..4).map(|_| fleet.next(&Selector::default(), None).unwrap().0).collect();
+    assert_eq!(handed.len(), 2, "{handed:?}");
+    assert_eq!(fleet.get("uid-2").unwrap().phase_reason, None);
+}
