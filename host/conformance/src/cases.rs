@@ -26,6 +26,11 @@ const VALIDATE: Rule = (
     "validate-config refuses an unknown key, naming it",
     "validate-config MUST refuse a key it does not know as invalid-config, naming the key",
 );
+const REQUIRED: Rule = (
+    "validate-config refuses a config without a required key, naming it",
+    "validate-config MUST refuse a config that lacks a key its schema requires as \
+     invalid-config, naming the key",
+);
 const CHECK: Rule = (
     "check answers within its deadline",
     "check MUST answer within its deadline, healthy, or with an issue and its reason",
@@ -51,8 +56,8 @@ const UNKNOWN: Rule = (
 );
 const LIST: Rule = (
     "list returns the marked instances",
-    "list MUST return every instance that carries the plugin's mark, with the mark as read \
-     back, and no other",
+    "list MUST return every instance that carries the plugin's mark for this installation, with \
+     the mark as read back, and no other",
 );
 const CANCEL: Rule = (
     "a cancelled create ends at once and its retry adopts",
@@ -121,6 +126,12 @@ impl<'a> Run<'a> {
         let started = Instant::now();
         let result = self.validate_config().await;
         self.record(VALIDATE, started, result);
+        let started = Instant::now();
+        match self.required_keys(&info).await {
+            Ok(None) => self.record(REQUIRED, started, Ok(())),
+            Ok(Some(why)) => self.skip(REQUIRED, &why),
+            Err(why) => self.record(REQUIRED, started, Err(why)),
+        }
         let started = Instant::now();
         let result = self.check().await;
         self.record(CHECK, started, result);
@@ -224,6 +235,54 @@ impl<'a> Run<'a> {
                 }
             }
         }
+    }
+
+    /// The entry's config without each key the schema's top level
+    /// requires, one at a time: each must be refused, naming the key.
+    /// `Ok(Some(why))` skips the case: a schema that requires nothing.
+    async fn required_keys(&mut self, info: &PluginInfo) -> Result<Option<String>, String> {
+        let schema: Value = serde_json::from_str(&info.config_schema)
+            .map_err(|err| format!("the config schema is no JSON: {err}"))?;
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if required.is_empty() {
+            return Ok(Some("the config schema requires no key".to_owned()));
+        }
+        let Value::Object(config) = &self.options.config else {
+            return Err("the entry's config is not an object: no key can be left out".to_owned());
+        };
+        let mut wrong = Vec::new();
+        for key in required {
+            let mut without = config.clone();
+            if without.remove(key).is_none() {
+                wrong.push(format!(
+                    "the entry's own config lacks `{key}`, which the schema requires"
+                ));
+                continue;
+            }
+            match self.binder.bind(&Value::Object(without)).await {
+                Ok(_) => wrong.push(format!("a config without `{key}` was accepted")),
+                Err(err) => {
+                    self.answers.push(err.message.clone());
+                    if err.class != ErrorClass::InvalidConfig {
+                        wrong.push(format!(
+                            "without `{key}`: refused as {:?}, not invalid-config: {err}",
+                            err.class
+                        ));
+                    } else if !err.message.contains(key) {
+                        wrong.push(format!(
+                            "the refusal of a config without `{key}` does not name it: {err}"
+                        ));
+                    }
+                }
+            }
+        }
+        if wrong.is_empty() { Ok(None) } else { Err(wrong.join("; ")) }
     }
 
     async fn check(&mut self) -> Result<(), String> {
@@ -363,6 +422,16 @@ impl<'a> Run<'a> {
         let listed = self.list().await?;
         if let Some(unmarked) = listed.iter().find(|instance| instance.mark.is_none()) {
             return Err(format!("listed {} without a mark", unmarked.provider_id));
+        }
+        let foreign = listed.iter().find_map(|instance| {
+            let mark = instance.mark.as_ref()?;
+            (mark.installation != self.installation).then_some((instance, mark))
+        });
+        if let Some((instance, mark)) = foreign {
+            return Err(format!(
+                "listed {}, marked by installation {:?}, not this one ({:?})",
+                instance.provider_id, mark.installation, self.installation
+            ));
         }
         match marked_for(&listed, &spec.uid).as_slice() {
             [one] if one.provider_id == id => self.check_mark(spec, one),

@@ -25,6 +25,9 @@ impl Binder for OneKey {
             Some((key, _)) => {
                 Err(ProviderError::invalid_config(format!("unknown key `{key}`; known: endpoint")))
             }
+            None if config.get("endpoint").is_none() => {
+                Err(ProviderError::invalid_config("missing field `endpoint`"))
+            }
             None => Ok(Arc::clone(&self.0)),
         }
     }
@@ -95,8 +98,16 @@ async fn a_provider_that_keeps_the_contract_passes_every_case_and_is_left_clean(
     let fake = Arc::new(FakeProvider::new("lab").slow_deletes());
     let report = suite(Arc::clone(&fake) as _).await;
     assert!(report.passed(), "{}", report.text());
-    assert_eq!(report.cases.len(), 12, "{}", report.text());
-    assert!(report.cases.iter().all(|case| case.outcome == Outcome::Passed));
+    assert_eq!(report.cases.len(), 13, "{}", report.text());
+    let required = "validate-config refuses a config without a required key, naming it";
+    assert!(
+        report.cases.iter().all(|case| case.outcome == Outcome::Passed || case.name == required),
+        "{}",
+        report.text()
+    );
+    assert!(
+        matches!(outcome(&report, required), Outcome::Skipped(why) if why.contains("requires no key"))
+    );
     assert!(fake.instances().is_empty(), "left behind: {:?}", fake.instances());
     assert_eq!(report.entry, "lab");
 }
@@ -352,4 +363,72 @@ async fn creates_at_once_over_a_quota_skip_the_case() {
     }
     assert!(report.passed(), "{}", report.text());
     assert!(one.inner.instances().is_empty(), "left behind: {:?}", one.inner.instances());
+}
+
+/// `FakeProvider` describing a config that requires `endpoint`.
+struct RequiresEndpoint(FakeProvider);
+
+#[async_trait]
+impl Provider for RequiresEndpoint {
+    fn entry(&self) -> &str {
+        self.0.entry()
+    }
+    fn info(&self) -> PluginInfo {
+        PluginInfo {
+            config_schema: r#"{"type":"object","required":["endpoint"],"properties":{"endpoint":{"type":"string"}}}"#.into(),
+            ..self.0.info()
+        }
+    }
+    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
+        self.0.create(spec).await
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance> {
+        self.0.get(provider_id).await
+    }
+    async fn delete(&self, provider_id: &str) -> Result<()> {
+        self.0.delete(provider_id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>> {
+        self.0.list().await
+    }
+    async fn check(&self) -> Health {
+        self.0.check().await
+    }
+}
+
+/// Each key the schema requires is left out in turn: a refusal naming it
+/// passes, a config accepted without it fails.
+#[tokio::test]
+async fn a_config_without_a_required_key_must_be_refused_naming_it() {
+    let name = "validate-config refuses a config without a required key, naming it";
+    let provider: Arc<dyn Provider> = Arc::new(RequiresEndpoint(FakeProvider::new("lab")));
+    let report = suite(Arc::clone(&provider)).await;
+    assert_eq!(outcome(&report, name), &Outcome::Passed, "{}", report.text());
+    let report = run(Arc::clone(&provider), &Lax(provider), &options()).await;
+    assert!(failed(&report, name).contains("a config without `endpoint` was accepted"));
+}
+
+/// An instance marked by another installation in the list fails it: list
+/// returns this installation's instances only.
+#[tokio::test]
+async fn another_installations_instance_in_the_list_fails_it() {
+    let fake = FakeProvider::new("lab");
+    fake.insert(Instance {
+        provider_id: "theirs-1".into(),
+        name: "theirs".into(),
+        state: InstanceState::Running,
+        addresses: Vec::new(),
+        port: None,
+        created_at: None,
+        mark: Some(proxyfleet_core::OwnershipMark {
+            installation: "another-installation".into(),
+            uid: "their-uid".into(),
+            namespace: "crawl".into(),
+            name: "theirs".into(),
+            created_at: 1,
+        }),
+    });
+    let report = suite(Arc::new(fake)).await;
+    let why = failed(&report, "list returns the marked instances");
+    assert!(why.contains("theirs-1, marked by installation \"another-installation\""), "{why}");
 }
