@@ -1,14 +1,14 @@
 //! The plugin contract's MUST list (`docs/plugin-contract.md`) as a suite
 //! any provider entry can be put through: `describe` is well formed,
 //! `validate-config` refuses an unknown key naming it and a config without
-//! a key its schema requires naming that, `create` is
-//! idempotent per UID and writes the mark (with the spec's installation),
-//! creates for different Proxies at once get instances of their own,
-//! `get` reads it back and answers
-//! `not-found` for an unknown id, `list` returns only instances this installation marked,
-//! `delete` is idempotent, `check` answers within its deadline, a
-//! cancelled call ends at once and its retry adopts, and nothing a call
-//! returns holds the Proxy's credential.
+//! a key its schema requires naming that, `create` is idempotent per UID
+//! and writes the mark (with the spec's installation), creates for
+//! different Proxies at once get instances of their own, `get` reads the
+//! mark back and answers `not-found` for an unknown id, `list` returns
+//! only instances this installation marked, `delete` is idempotent,
+//! `check` answers within its deadline, a cancelled call ends at once and
+//! its retry adopts, and nothing a call returns holds the Proxy's
+//! credential.
 //!
 //! It drives the entry through core's [`Provider`], so it runs the same on
 //! a WebAssembly component the runtime bound (`proxyfleet plugin test`) and
