@@ -178,13 +178,21 @@ enum ProvidersCommand {
 enum PluginCommand {
     /// Loads a component and prints, as JSON, what it says about itself
     /// (name, version, contract version, config schema, the capabilities it
-    /// asks for), its digest, and what it imports and exports.
+    /// asks for), its digest, and what it imports and exports. An
+    /// `oci://` reference is pulled (every digest and the layout checked)
+    /// and looked at without being installed anywhere.
     #[command(alias = "describe")]
     Inspect {
-        /// The `.wasm` component.
-        file: PathBuf,
+        /// The `.wasm` component, or `oci://REGISTRY/REPOSITORY:TAG` (or
+        /// `@sha256:DIGEST`).
+        file: String,
         #[command(flatten)]
         cache: CompileCache,
+        /// The largest build pulled, in bytes (an `oci://` reference).
+        #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
+        max_bytes: u64,
+        #[command(flatten)]
+        registry: registry_args::RegistryFlags,
     },
     /// Checks that a component accepts a provider entry's config: loads
     /// it, then binds the entry, which runs the plugin's validate-config.
@@ -414,11 +422,27 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             print_text(&proxyfleet_kube::crd::crds_yaml()?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin { command: PluginCommand::Inspect { file, cache } } => {
+        Command::Plugin {
+            command: PluginCommand::Inspect { file, cache, max_bytes, registry },
+        } => {
             let runtime = Runtime::new(cache.runtime_options())?;
-            let revision = runtime.load_plugin(&file).await?;
+            // A pulled build is looked at from a file of its own, removed
+            // afterwards: nothing is installed.
+            let scratch = tempfile::tempdir().context("cannot make a temporary directory")?;
+            let (path, pulled) = if file.starts_with(proxyfleet_oci::SCHEME) {
+                let (reference, pulled) = registry_args::fetch(&file, max_bytes, registry).await?;
+                let path = scratch.path().join("plugin.wasm");
+                std::fs::write(&path, &pulled.bytes)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                (path, Some((reference, pulled.manifest_digest)))
+            } else {
+                (PathBuf::from(&file), None)
+            };
+            let revision = runtime.load_plugin(&path).await?;
             let out = serde_json::json!({
-                "file": file,
+                "file": pulled.is_none().then_some(&file),
+                "reference": pulled.as_ref().map(|(reference, _)| reference.to_string()),
+                "manifestDigest": pulled.as_ref().map(|(_, digest)| digest),
                 "sha256": revision.digest,
                 "fromCache": revision.from_cache,
                 "info": revision.info,

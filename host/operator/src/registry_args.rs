@@ -109,6 +109,20 @@ pub(crate) async fn push(
     }))
 }
 
+/// Pulls `reference` into memory, every digest and the layout checked: a
+/// build to look at before it is installed.
+pub(crate) async fn fetch(
+    reference: &str,
+    max_bytes: u64,
+    flags: RegistryFlags,
+) -> anyhow::Result<(PluginReference, proxyfleet_oci::Pulled)> {
+    let reference = parse_reference(reference)?;
+    let registries = flags.registries(&reference)?;
+    let pulled =
+        proxyfleet_oci::pull(&registries, &reference, None, PullLimits { max_bytes }).await?;
+    Ok((reference, pulled))
+}
+
 /// Pulls `reference` into `output` (by default the repository's last
 /// segment, `.wasm`) and answers what to print.
 pub(crate) async fn pull(

@@ -154,6 +154,19 @@ fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
     let pulled: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(pulled["manifestDigest"], pushed["manifestDigest"]);
 
+    // A look before installing: what the build says and imports, by tag.
+    let reference = format!("oci://{tagged}");
+    let mut inspect = vec!["plugin", "inspect", reference.as_str(), "--no-cache"];
+    inspect.extend(access);
+    let output = proxyfleet(&inspect);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["reference"], reference);
+    assert_eq!(seen["manifestDigest"], pushed["manifestDigest"]);
+    assert_eq!(seen["sha256"], pushed["sha256"]);
+    assert_eq!(seen["info"]["name"], "static");
+    assert!(seen["imports"].as_array().is_some_and(|imports| !imports.is_empty()), "{seen}");
+
     // A flag error names the flag; a refused login never shows the secret.
     let output = proxyfleet(&["plugin", "pull", &tagged, "--username", USER]);
     let stderr = String::from_utf8_lossy(&output.stderr);
