@@ -229,17 +229,24 @@ async fn a_failing_create_skips_what_needs_its_instance() {
     assert!(xml.contains("failures=\"2\""), "create and the cancelled create: {xml}");
 }
 
-/// `FakeProvider` with the mark or the address broken.
-struct Misplaced {
+/// `FakeProvider` with one of the rules the suite checks broken, or a
+/// backend's limits: what each field names, nothing else.
+struct Altered {
     inner: FakeProvider,
     /// Writes this installation into every mark.
     installation: Option<&'static str>,
     /// Answers this address for every instance.
     address: Option<&'static str>,
+    /// Describes this config schema.
+    schema: Option<&'static str>,
+    /// Takes one of the concurrent case's Proxies and refuses the others as
+    /// over quota, as a backend with one free slot would.
+    one_slot: bool,
+    slot_taken: std::sync::atomic::AtomicBool,
 }
 
-impl Misplaced {
-    fn fix(&self, mut instance: Instance) -> Instance {
+impl Altered {
+    fn alter(&self, mut instance: Instance) -> Instance {
         if let (Some(installation), Some(mark)) = (self.installation, &mut instance.mark) {
             installation.clone_into(&mut mark.installation);
         }
@@ -250,26 +257,49 @@ impl Misplaced {
     }
 }
 
+impl Default for Altered {
+    fn default() -> Self {
+        Self {
+            inner: FakeProvider::new("lab"),
+            installation: None,
+            address: None,
+            schema: None,
+            one_slot: false,
+            slot_taken: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
 #[async_trait]
-impl Provider for Misplaced {
+impl Provider for Altered {
     fn entry(&self) -> &str {
         self.inner.entry()
     }
     fn info(&self) -> PluginInfo {
-        self.inner.info()
+        let info = self.inner.info();
+        match self.schema {
+            Some(schema) => PluginInfo { config_schema: schema.into(), ..info },
+            None => info,
+        }
     }
     async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
-        self.inner.create(spec).await.map(|instance| self.fix(instance))
+        if self.one_slot
+            && spec.name.contains("at-once")
+            && self.slot_taken.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(ProviderError::quota_exceeded("one slot left"));
+        }
+        self.inner.create(spec).await.map(|instance| self.alter(instance))
     }
     async fn get(&self, provider_id: &str) -> Result<Instance> {
-        self.inner.get(provider_id).await.map(|instance| self.fix(instance))
+        self.inner.get(provider_id).await.map(|instance| self.alter(instance))
     }
     async fn delete(&self, provider_id: &str) -> Result<()> {
         self.inner.delete(provider_id).await
     }
     async fn list(&self) -> Result<Vec<Instance>> {
         let listed = self.inner.list().await?;
-        Ok(listed.into_iter().map(|instance| self.fix(instance)).collect())
+        Ok(listed.into_iter().map(|instance| self.alter(instance)).collect())
     }
     async fn check(&self) -> Health {
         self.inner.check().await
@@ -280,11 +310,7 @@ impl Provider for Misplaced {
 /// passed, since only an empty one was refused.
 #[tokio::test]
 async fn issue_47_item_7_a_mark_with_another_installation_fails_create() {
-    let broken = Misplaced {
-        inner: FakeProvider::new("lab"),
-        installation: Some("another-installation"),
-        address: None,
-    };
+    let broken = Altered { installation: Some("another-installation"), ..Altered::default() };
     let report = suite(Arc::new(broken)).await;
     let why = failed(&report, "create writes the mark");
     assert!(
@@ -298,53 +324,12 @@ async fn issue_47_item_7_a_mark_with_another_installation_fails_create() {
 /// at once.
 #[tokio::test]
 async fn issue_47_item_8_one_address_for_two_proxies_at_once_fails() {
-    let broken = Misplaced {
-        inner: FakeProvider::new("lab"),
-        installation: None,
-        address: Some("192.0.2.7"),
-    };
+    let broken = Altered { address: Some("192.0.2.7"), ..Altered::default() };
     let report = suite(Arc::new(broken)).await;
     let why = failed(&report, "creates at once give each Proxy its own instance");
     assert!(why.contains("were both given 192.0.2.7 port 3128"), "{why}");
     // The other cases do not compare addresses.
     assert_eq!(outcome(&report, "create is idempotent per UID"), &Outcome::Passed);
-}
-
-/// Takes one of the concurrent case's Proxies and refuses the others as
-/// over quota, as a backend with one free slot would.
-struct OneSlot {
-    inner: FakeProvider,
-    taken: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl Provider for OneSlot {
-    fn entry(&self) -> &str {
-        self.inner.entry()
-    }
-    fn info(&self) -> PluginInfo {
-        self.inner.info()
-    }
-    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
-        if spec.name.contains("at-once")
-            && self.taken.swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(ProviderError::quota_exceeded("one slot left"));
-        }
-        self.inner.create(spec).await
-    }
-    async fn get(&self, provider_id: &str) -> Result<Instance> {
-        self.inner.get(provider_id).await
-    }
-    async fn delete(&self, provider_id: &str) -> Result<()> {
-        self.inner.delete(provider_id).await
-    }
-    async fn list(&self) -> Result<Vec<Instance>> {
-        self.inner.list().await
-    }
-    async fn check(&self) -> Health {
-        self.inner.check().await
-    }
 }
 
 /// A backend that takes one Proxy at a time skips the case, naming why,
@@ -355,7 +340,7 @@ async fn creates_at_once_over_a_quota_skip_the_case() {
     let report = suite(Arc::new(fake)).await;
     let name = "creates at once give each Proxy its own instance";
     assert_eq!(outcome(&report, name), &Outcome::Passed);
-    let one = Arc::new(OneSlot { inner: FakeProvider::new("lab"), taken: Default::default() });
+    let one = Arc::new(Altered { one_slot: true, ..Altered::default() });
     let report = suite(Arc::clone(&one) as _).await;
     match outcome(&report, name) {
         Outcome::Skipped(why) => assert!(why.contains("took 1 of 4"), "{why}"),
@@ -365,43 +350,15 @@ async fn creates_at_once_over_a_quota_skip_the_case() {
     assert!(one.inner.instances().is_empty(), "left behind: {:?}", one.inner.instances());
 }
 
-/// `FakeProvider` describing a config that requires `endpoint`.
-struct RequiresEndpoint(FakeProvider);
-
-#[async_trait]
-impl Provider for RequiresEndpoint {
-    fn entry(&self) -> &str {
-        self.0.entry()
-    }
-    fn info(&self) -> PluginInfo {
-        PluginInfo {
-            config_schema: r#"{"type":"object","required":["endpoint"],"properties":{"endpoint":{"type":"string"}}}"#.into(),
-            ..self.0.info()
-        }
-    }
-    async fn create(&self, spec: &ProxySpec) -> Result<Instance> {
-        self.0.create(spec).await
-    }
-    async fn get(&self, provider_id: &str) -> Result<Instance> {
-        self.0.get(provider_id).await
-    }
-    async fn delete(&self, provider_id: &str) -> Result<()> {
-        self.0.delete(provider_id).await
-    }
-    async fn list(&self) -> Result<Vec<Instance>> {
-        self.0.list().await
-    }
-    async fn check(&self) -> Health {
-        self.0.check().await
-    }
-}
-
 /// Each key the schema requires is left out in turn: a refusal naming it
 /// passes, a config accepted without it fails.
 #[tokio::test]
 async fn a_config_without_a_required_key_must_be_refused_naming_it() {
     let name = "validate-config refuses a config without a required key, naming it";
-    let provider: Arc<dyn Provider> = Arc::new(RequiresEndpoint(FakeProvider::new("lab")));
+    let schema =
+        r#"{"type":"object","required":["endpoint"],"properties":{"endpoint":{"type":"string"}}}"#;
+    let provider: Arc<dyn Provider> =
+        Arc::new(Altered { schema: Some(schema), ..Altered::default() });
     let report = suite(Arc::clone(&provider)).await;
     assert_eq!(outcome(&report, name), &Outcome::Passed, "{}", report.text());
     let report = run(Arc::clone(&provider), &Lax(provider), &options()).await;

@@ -380,13 +380,8 @@ impl StoredBuilds {
             // the one pulled last; entries that refuse it fail as they would
             // have at their last start.
             let Some(serving) = kept.iter().max_by_key(|kept| kept.pulled_at) else { continue };
-            match self.store.read(&serving.layer_digest) {
-                Ok(Some(bytes)) => {
-                    let file = PluginFile {
-                        path: PathBuf::from(reference.as_str()),
-                        bytes,
-                        digest: hex_of(&serving.layer_digest).to_owned(),
-                    };
+            match read_build(&self.store, reference, serving) {
+                Ok(Some(file)) => {
                     start.serving.insert(name, file);
                 }
                 Ok(None) => {}
@@ -401,8 +396,17 @@ impl StoredBuilds {
 /// checked against their digests. Blocking.
 fn read_stored(store: &Store, reference: &PluginReference) -> Result<Option<PluginFile>, OciError> {
     let Some(stored) = store.current(reference)? else { return Ok(None) };
-    // Not held with its digest (the store removed what it found): the
-    // reference is not held, and the next poll pulls it again.
+    read_build(store, reference, &stored)
+}
+
+/// The component `stored` names, checked against its digest, as the file
+/// of `reference`; `None` when it is not held with its digest (the store
+/// removed what it found), and the next poll pulls it again. Blocking.
+fn read_build(
+    store: &Store,
+    reference: &PluginReference,
+    stored: &proxyfleet_oci::StoredRef,
+) -> Result<Option<PluginFile>, OciError> {
     let Some(bytes) = store.read(&stored.layer_digest)? else { return Ok(None) };
     let digest = hex_of(&stored.layer_digest).to_owned();
     Ok(Some(PluginFile { path: PathBuf::from(reference.as_str()), bytes, digest }))

@@ -616,11 +616,12 @@ impl Fleet {
         let now = Instant::now();
         let mut holds = self.holds();
         holds.sweep(now);
+        let view = self.view.load();
         state
             .members
             .values()
             .filter(|m| selector.matches(m.pool.as_deref(), &m.provider, &m.labels))
-            .map(|m| self.view_of(m, state.health.get(&m.id), &holds, now))
+            .map(|m| self.view_of(m, state.health.get(&m.id), &holds, &view.duplicates, now))
             .filter(|v| healthy.is_none_or(|want| v.healthy == want))
             .collect()
     }
@@ -630,20 +631,22 @@ impl Fleet {
         let state = self.state_read();
         let member = state.members.get(id).ok_or_else(|| CatalogError::NoProxy(id.to_owned()))?;
         let holds = self.holds();
-        Ok(self.view_of(member, state.health.get(id), &holds, Instant::now()))
+        let view = self.view.load();
+        Ok(self.view_of(member, state.health.get(id), &holds, &view.duplicates, Instant::now()))
     }
 
+    /// `duplicates`: the current view's, loaded once by the caller.
     fn view_of(
         &self,
         member: &Member,
         health: Option<&HealthRecord>,
         holds: &Holds,
+        duplicates: &HashMap<String, duplicates::Duplicate>,
         now: Instant,
     ) -> ProxyView {
         let healthy = health.is_some_and(|h| h.verdict == Verdict::Healthy);
         let quarantined = holds.quarantined(&member.id, now);
-        let duplicate =
-            self.view.load().duplicates.get(&member.id).map(duplicates::Duplicate::reason);
+        let duplicate = duplicates.get(&member.id).map(duplicates::Duplicate::reason);
         ProxyView {
             id: member.id.clone(),
             namespace: member.namespace.clone(),
