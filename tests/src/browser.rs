@@ -338,6 +338,20 @@ impl Drop for Driver {
 /// The capabilities of a session: headless Chromium that reaches loopback
 /// only, with a profile in `profile`.
 fn capabilities(profile: &Path, reaching: &[std::net::IpAddr]) -> fantoccini::wd::Capabilities {
+    let reaching: Vec<String> = reaching
+        .iter()
+        .map(|ip| match ip {
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        })
+        .collect();
+    // The resolver's rules apply to address literals too: the addresses
+    // the test reaches are exempt from them, as loopback is.
+    let rules: Vec<String> = ["MAP * ~NOTFOUND", "EXCLUDE localhost", "EXCLUDE 127.0.0.1"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(reaching.iter().map(|ip| format!("EXCLUDE {ip}")))
+        .collect();
     let mut args = vec![
         "--headless=new".to_owned(),
         // Tests run as root, where Chromium's sandbox cannot start.
@@ -347,10 +361,10 @@ fn capabilities(profile: &Path, reaching: &[std::net::IpAddr]) -> fantoccini::wd
         "--disable-dev-shm-usage".to_owned(),
         format!("--window-size={WIDTH},{HEIGHT}"),
         format!("--user-data-dir={}", profile.display()),
+        format!("--host-resolver-rules={}", rules.join(", ")),
         // Nothing leaves the machine: names other than localhost do not
         // resolve, and connections to anything but loopback (which
         // Chromium never proxies) go to a closed port.
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1".to_owned(),
         "--proxy-server=http://127.0.0.1:9".to_owned(),
         "--disable-background-networking".to_owned(),
         "--disable-component-update".to_owned(),
@@ -358,14 +372,7 @@ fn capabilities(profile: &Path, reaching: &[std::net::IpAddr]) -> fantoccini::wd
     ];
     if !reaching.is_empty() {
         // Connections to these go direct instead of to the closed port.
-        let list: Vec<String> = reaching
-            .iter()
-            .map(|ip| match ip {
-                std::net::IpAddr::V4(ip) => ip.to_string(),
-                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-            })
-            .collect();
-        args.push(format!("--proxy-bypass-list={}", list.join(";")));
+        args.push(format!("--proxy-bypass-list={}", reaching.join(";")));
     }
     let capabilities = json!({
         "browserName": "chrome",

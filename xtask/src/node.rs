@@ -5,7 +5,8 @@
 //! - `cargo xtask node start|stop [--purge]`;
 //! - `cargo xtask e2e [--keep]`: images of the operator and tinyproxy,
 //!   a fresh node, the images imported into its containerd, then the
-//!   ignored test `on_node` (the Helm chart installed and exercised), and
+//!   ignored test `on_node` (the Helm chart installed and exercised, the
+//!   console in Chromium through the chart's Service), and
 //!   the node stopped and purged again unless `--keep`.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::image::{self, Profile};
 use crate::process::{self, step};
-use crate::{Repo, helm, shell_vars};
+use crate::{Repo, axe, helm, shell_vars};
 
 fn script(repo: &Repo, name: &str) -> PathBuf {
     repo.root.join("deploy/dev/node").join(name)
@@ -46,6 +47,8 @@ pub fn stop(repo: &Repo, purge: bool) -> Result<()> {
 pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
     let images = image::build(repo, profile)?;
     let helm = helm::provide()?;
+    // The console's check on the node runs axe-core in its pages.
+    let axe_script = axe::provide()?;
     // A fresh cluster each run: nothing of an earlier run's install stays.
     step("node (fresh)", || stop(repo, true))?;
     let mut env_file = None;
@@ -83,6 +86,7 @@ pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
                     .args(["--nocapture", "--test-threads", "1"])
                     .env("PROXYFLEET_NODE_ENV", &env_file)
                     .env("PROXYFLEET_HELM", &helm)
+                    .env(axe::ENV, &axe_script)
                     .current_dir(&repo.root),
             )
         })

@@ -5,7 +5,8 @@
 //! Secret), proxies as tinyproxy pods of that plugin,
 //! probed by the health engine and handed to a crawler on the host through
 //! the chart's Service; the leader's pod deleted, the pool scaled, the pool
-//! deleted.
+//! deleted. With the browser tier, the web console through the same
+//! Service follows all of it (`on_node/console.rs`).
 //!
 //! Ignored by plain `cargo test`: it needs the node running, the images
 //! imported into its containerd and Helm. `cargo xtask e2e` (part of the
@@ -27,6 +28,9 @@ use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
 use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
 use proxyfleet_tests::wait_for;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+#[cfg(feature = "browser")]
+mod console;
 
 /// Where the chart is installed, and the release's name (its objects are
 /// then called `proxyfleet`).
@@ -437,6 +441,21 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     handed.dedup();
     assert_eq!(handed.len(), 3, "round robin hands out each proxy once: {handed:?}");
 
+    // The console through the Service: read-only (no tokens), the leader
+    // serving; the Proxies page stays open from here on.
+    #[cfg(feature = "browser")]
+    let console = {
+        let console = console::Console::open(service_ip.parse().unwrap(), &api).await;
+        console.overview_served_by_the_leader(&leader, 3).await;
+        console.providers_show_the_pull(&plugin).await;
+        console.refuses_a_forged_post();
+        console.proxies_read_only(3).await;
+        eprintln!(
+            "console through the Service: overview, providers, proxies; read-only, axe clean"
+        );
+        console
+    };
+
     // The leader's pod is deleted: it releases the Lease on SIGTERM and the
     // other replica takes over well within the lease duration.
     let deleted_at = Instant::now();
@@ -468,6 +487,15 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     };
     scale(5).await;
     assert!(settled(&proxies, &proxy_pods, 5, wait).await, "scaled to 5");
+    // The page opened before the takeover shows the new Proxies by itself,
+    // and the overview names the new leader.
+    #[cfg(feature = "browser")]
+    {
+        console.proxies_follow(5).await;
+        eprintln!("console: the page opened before the takeover shows the 5 Proxies, not reloaded");
+        console.overview_served_by_the_leader(&successor, 5).await;
+        console.close().await;
+    }
     scale(2).await;
     assert!(settled(&proxies, &proxy_pods, 2, wait).await, "scaled to 2");
 
