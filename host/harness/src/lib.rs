@@ -134,6 +134,7 @@ impl HarnessBuilder {
             grants: Grants { http, ca_file: None, libvirt: Vec::new() },
             limits: self.limits,
             pin: None,
+            verify: None,
             proxy_addresses: Vec::new(),
         };
         let provider =

@@ -18,6 +18,7 @@ use thiserror::Error;
 use crate::destination::Destinations;
 use crate::error::OciError;
 use crate::reference::is_loopback_host;
+use crate::signature::{KeyPolicy, RawVerify};
 
 /// How long a registry has to accept a connection.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -49,6 +50,9 @@ pub struct RawRegistry {
     /// Allows `plainHttp` for a registry that is not on loopback.
     #[serde(default)]
     pub insecure: bool,
+    /// Public keys every build pulled from this registry must be signed
+    /// with (one of them).
+    pub verify: Option<RawVerify>,
 }
 
 /// A registry item that makes no sense, with the field and the fix.
@@ -84,6 +88,7 @@ pub struct RegistryAccess {
     credentials: Credentials,
     ca_file: Option<PathBuf>,
     plain_http: bool,
+    verify: Option<KeyPolicy>,
 }
 
 /// Every registry the installation names, by host.
@@ -121,6 +126,7 @@ impl Registries {
             credentials: Credentials::Anonymous,
             ca_file: None,
             plain_http: false,
+            verify: None,
         })
     }
 }
@@ -202,7 +208,17 @@ impl RegistryAccess {
                 "a CA is for TLS, and `plainHttp` turns TLS off: remove one of them".to_owned(),
             ));
         }
-        Ok(Self { host, credentials, ca_file: raw.ca_file, plain_http: raw.plain_http })
+        let verify = raw
+            .verify
+            .map(|verify| KeyPolicy::validate(format!("registries[{index}].verify"), verify))
+            .transpose()
+            .map_err(|reason| invalid("verify", reason))?;
+        Ok(Self { host, credentials, ca_file: raw.ca_file, plain_http: raw.plain_http, verify })
+    }
+
+    /// The keys every build from this registry must be signed with.
+    pub fn verify(&self) -> Option<&KeyPolicy> {
+        self.verify.as_ref()
     }
 
     /// The registry host.

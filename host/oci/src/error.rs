@@ -149,6 +149,41 @@ pub enum OciError {
         /// What the content hashes to.
         actual: String,
     },
+    /// A signature policy applies and the build has no signature artifact.
+    #[error(
+        "{reference}: manifest {manifest} is not signed (no {tag} in the repository), and \
+         {policy} asks for a signature: sign it with `proxyfleet plugin sign` or `cosign sign \
+         --key`"
+    )]
+    Unsigned {
+        /// The reference.
+        reference: String,
+        /// The manifest that has no signature.
+        manifest: String,
+        /// The tag a signature would be at.
+        tag: String,
+        /// The first policy that asks for one.
+        policy: String,
+    },
+    /// The build's signatures do not satisfy a policy, or its signature
+    /// artifact is malformed.
+    #[error("{reference}: signature refused: {reason}")]
+    Signature {
+        /// The reference.
+        reference: String,
+        /// Which policy, and what was found instead.
+        reason: String,
+    },
+    /// A key a signature policy names cannot be used.
+    #[error("{reference}: {field}: {source}")]
+    VerifyKey {
+        /// The reference being checked.
+        reference: String,
+        /// The key's field, e.g. `registries[0].verify.keys[1]`.
+        field: String,
+        /// What is wrong with the key file.
+        source: crate::cosign_key::KeyError,
+    },
     /// The local store could not be read or written.
     #[error("plugin store {}: {source}", path.display())]
     Store {
@@ -229,8 +264,10 @@ fn meaning(source: &oci_client::errors::OciDistributionError) -> Meaning {
 
 impl OciError {
     /// True when the build itself is refused (its layout, its size, its
-    /// digests), so asking again for the same manifest cannot help; false
-    /// for what may pass (the registry, credentials, the store).
+    /// digests, its signatures under the policies), so pulling the same
+    /// manifest again cannot help (for signatures, see
+    /// [`OciError::is_signature_refusal`]); false for what may pass (the
+    /// registry, credentials, the store).
     pub fn refuses_the_build(&self) -> bool {
         matches!(
             self,
@@ -238,7 +275,15 @@ impl OciError {
                 | Self::TooLarge { .. }
                 | Self::ManifestTooLarge { .. }
                 | Self::Digest { .. }
-        )
+        ) || self.is_signature_refusal()
+    }
+
+    /// True when the build is refused for its signatures (none, none
+    /// valid, or a key of the policy unusable): unlike its content, that
+    /// can change without the tag moving (a signature pushed later, a key
+    /// file fixed), so the same build is checked again.
+    pub fn is_signature_refusal(&self) -> bool {
+        matches!(self, Self::Unsigned { .. } | Self::Signature { .. } | Self::VerifyKey { .. })
     }
 
     /// A request that failed on its way: refused by the address policy

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use oci_client::manifest::OciDescriptor;
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use sha2::{Digest as _, Sha256};
 
 use crate::access::Registries;
@@ -20,6 +20,7 @@ use crate::error::OciError;
 use crate::layout::{MANIFEST_MEDIA_TYPE, MAX_CONFIG_BYTES, check_config, check_manifest};
 use crate::reference::PluginReference;
 use crate::session::Session;
+use crate::signature::{self, KeyPolicy, Verified};
 
 /// The default largest component layer accepted: well above the largest
 /// plugin known (a componentize-py provider is about 18 MB).
@@ -51,6 +52,8 @@ pub struct Pulled {
     pub layer_digest: String,
     /// The component.
     pub bytes: Vec<u8>,
+    /// What verified its signatures, when a policy applied.
+    pub verified: Option<Verified>,
 }
 
 impl std::fmt::Debug for Pulled {
@@ -60,6 +63,7 @@ impl std::fmt::Debug for Pulled {
             .field("manifest", &self.manifest.len())
             .field("layer_digest", &self.layer_digest)
             .field("bytes", &self.bytes.len())
+            .field("verified", &self.verified)
             .finish()
     }
 }
@@ -90,24 +94,126 @@ pub async fn resolve(
 
 /// Fetches and verifies the build `reference` names, at `manifest_digest`
 /// when given (what [`resolve`] answered, so that a tag moving in between
-/// cannot mix two builds).
+/// cannot mix two builds). Its signatures must satisfy the policy of its
+/// registry's item, if any, and each of `verify` (the entries' own),
+/// checked before the component is read.
 pub async fn pull(
     registries: &Registries,
     reference: &PluginReference,
     manifest_digest: Option<&str>,
     limits: PullLimits,
+    verify: &[KeyPolicy],
 ) -> Result<Pulled, OciError> {
     let deadline = PULL_DEADLINE_BASE + Duration::from_secs(limits.max_bytes >> 20);
-    tokio::time::timeout(deadline, pull_now(registries, reference, manifest_digest, limits))
+    let pulling = pull_now(registries, reference, manifest_digest, limits, verify);
+    tokio::time::timeout(deadline, pulling)
         .await
         .map_err(|_| OciError::TimedOut { reference: reference.to_string(), after: deadline })?
 }
+
+/// The policies a build of `reference` must satisfy: its registry's, then
+/// `also`.
+pub fn policies(
+    registries: &Registries,
+    reference: &PluginReference,
+    also: &[KeyPolicy],
+) -> Vec<KeyPolicy> {
+    let access = registries.for_host(reference.registry());
+    access.verify().into_iter().chain(also).cloned().collect()
+}
+
+/// Checks the signatures of the manifest `manifest_digest` against
+/// `policies` (none: nothing is asked of the registry).
+pub async fn verify(
+    registries: &Registries,
+    reference: &PluginReference,
+    manifest_digest: &str,
+    policies: &[KeyPolicy],
+) -> Result<Option<Verified>, OciError> {
+    if policies.is_empty() {
+        return Ok(None);
+    }
+    let session = Session::open(registries, reference).await?;
+    verify_in(&session, reference, manifest_digest, policies).await.map(Some)
+}
+
+/// How many signature layers the signature artifact of `manifest_digest`
+/// holds (none when there is none), checked by no key: what `plugin
+/// inspect` shows without keys.
+pub async fn signatures(
+    registries: &Registries,
+    reference: &PluginReference,
+    manifest_digest: &str,
+) -> Result<usize, OciError> {
+    let session = Session::open(registries, reference).await?;
+    let tag = signature::signature_tag(manifest_digest);
+    let manifest = match session.manifest(&tag, SIGNATURE_MANIFESTS).await {
+        Err(OciError::NotFound { .. }) => return Ok(0),
+        other => other?,
+    };
+    let manifest: OciImageManifest =
+        serde_json::from_slice(&manifest).map_err(|err| OciError::Signature {
+            reference: reference.to_string(),
+            reason: format!("the signature artifact {tag} is not an image manifest: {err}"),
+        })?;
+    Ok(signature::signature_layers(reference, &manifest)?.len())
+}
+
+async fn verify_in(
+    session: &Session<'_>,
+    reference: &PluginReference,
+    manifest_digest: &str,
+    policies: &[KeyPolicy],
+) -> Result<Verified, OciError> {
+    let keyed = signature::read_policies(reference, policies)?;
+    let tag = signature::signature_tag(manifest_digest);
+    let refuse = |reason: String| OciError::Signature { reference: reference.to_string(), reason };
+    let manifest = match session.manifest(&tag, SIGNATURE_MANIFESTS).await {
+        Err(OciError::NotFound { .. }) => {
+            return Err(OciError::Unsigned {
+                reference: reference.to_string(),
+                manifest: manifest_digest.to_owned(),
+                tag,
+                policy: policies
+                    .first()
+                    .map(|policy| policy.field().to_owned())
+                    .unwrap_or_default(),
+            });
+        }
+        // Refused content of the signature artifact is a signature
+        // refusal: it may be replaced without the build's tag moving.
+        Err(err) if err.refuses_the_build() => return Err(refuse(err.to_string())),
+        other => other?,
+    };
+    let manifest: OciImageManifest = serde_json::from_slice(&manifest).map_err(|err| {
+        refuse(format!("the signature artifact {tag} is not an image manifest: {err}"))
+    })?;
+    let layers = signature::signature_layers(reference, &manifest)?;
+    let mut read = Vec::with_capacity(layers.len());
+    for layer in layers {
+        let what = "signature payload";
+        let payload =
+            read_blob(session, reference, layer.descriptor, what, signature::MAX_PAYLOAD_BYTES)
+                .await
+                .map_err(
+                    |err| if err.refuses_the_build() { refuse(err.to_string()) } else { err },
+                )?;
+        read.push(layer.with(payload));
+    }
+    signature::check(reference, manifest_digest, &keyed, &read)
+}
+
+/// The manifest types a signature artifact may be: cosign writes OCI
+/// manifests; older releases and some registries, Docker's.
+const SIGNATURE_MANIFESTS: &[&str] =
+    &[MANIFEST_MEDIA_TYPE, "application/vnd.docker.distribution.manifest.v2+json"];
 
 async fn pull_now(
     registries: &Registries,
     reference: &PluginReference,
     manifest_digest: Option<&str>,
     limits: PullLimits,
+    verify: &[KeyPolicy],
 ) -> Result<Pulled, OciError> {
     let session = Session::open(registries, reference).await?;
     let expected_manifest = manifest_digest.or(reference.digest());
@@ -130,6 +236,12 @@ async fn pull_now(
     }
     let layout = |source| OciError::Layout { reference: reference.to_string(), source };
     let checked = check_manifest(&manifest).map_err(layout)?;
+    let policies = policies(registries, reference, verify);
+    let verified = if policies.is_empty() {
+        None
+    } else {
+        Some(verify_in(&session, reference, &actual, &policies).await?)
+    };
     let declared = u64::try_from(checked.layer.size).unwrap_or(u64::MAX);
     if declared > limits.max_bytes {
         return Err(OciError::TooLarge {
@@ -143,12 +255,18 @@ async fn pull_now(
     check_config(&config, &checked.layer.digest).map_err(layout)?;
     let bytes =
         read_blob(&session, reference, &checked.layer, "component layer", limits.max_bytes).await?;
-    Ok(Pulled { manifest_digest: actual, manifest, layer_digest: checked.layer.digest, bytes })
+    Ok(Pulled {
+        manifest_digest: actual,
+        manifest,
+        layer_digest: checked.layer.digest,
+        bytes,
+        verified,
+    })
 }
 
 /// Streams one blob, refusing it once it outgrows `limit` or its declared
 /// size, and checks what arrived against its digest.
-async fn read_blob(
+pub(crate) async fn read_blob(
     session: &Session<'_>,
     reference: &PluginReference,
     descriptor: &OciDescriptor,

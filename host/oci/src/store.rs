@@ -39,6 +39,7 @@ use crate::error::OciError;
 use crate::layout::check_manifest;
 use crate::pull::Pulled;
 use crate::reference::PluginReference;
+use crate::signature::Signature;
 
 /// A store directory; clones share its write lock.
 #[derive(Debug, Clone)]
@@ -59,6 +60,10 @@ pub struct StoredRef {
     pub layer_digest: String,
     /// When it was pulled, in Unix seconds.
     pub pulled_at: u64,
+    /// The signatures that verified it at its pull, when a policy applied:
+    /// checked again before the build serves after a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<Signature>,
 }
 
 impl Store {
@@ -283,6 +288,11 @@ impl Store {
             manifest_digest: pulled.manifest_digest.clone(),
             layer_digest: pulled.layer_digest.clone(),
             pulled_at: now_unix,
+            signatures: pulled
+                .verified
+                .as_ref()
+                .map(|verified| verified.signatures.clone())
+                .unwrap_or_default(),
         };
         let path = self.ref_path(reference);
         self.write_atomic(&path, &self.record_bytes(&path, &stored)?)?;
@@ -400,6 +410,7 @@ mod tests {
             manifest,
             layer_digest: sha256(bytes),
             bytes: bytes.to_vec(),
+            verified: None,
         }
     }
 
@@ -542,6 +553,7 @@ mod tests {
                 manifest_digest: real.manifest_digest.clone(),
                 layer_digest: planted.layer_digest.clone(),
                 pulled_at: 1,
+                signatures: Vec::new(),
             };
             std::fs::write(&record, serde_json::to_vec(&forged).unwrap()).unwrap();
             assert_eq!(served(&store, reference), None, "{reference}");
@@ -558,6 +570,7 @@ mod tests {
             manifest_digest: planted.manifest_digest.clone(),
             layer_digest: planted.layer_digest.clone(),
             pulled_at: 1,
+            signatures: Vec::new(),
         };
         std::fs::write(store.ref_path(&pinned), serde_json::to_vec(&forged).unwrap()).unwrap();
         assert_eq!(served(&store, &pinned), None);

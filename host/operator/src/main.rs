@@ -8,6 +8,7 @@ mod plugin_new;
 mod plugin_test;
 mod registry_args;
 mod shutdown;
+mod signing_args;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -191,6 +192,11 @@ enum PluginCommand {
         /// The largest build pulled, in bytes (an `oci://` reference).
         #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
         max_bytes: u64,
+        /// A public key (cosign.pub) the build must be signed with; may be
+        /// given more than once (any one verifies). Without it, the
+        /// signatures the build has are counted, not checked.
+        #[arg(long = "key")]
+        keys: Vec<PathBuf>,
         #[command(flatten)]
         registry: registry_args::RegistryFlags,
     },
@@ -279,6 +285,46 @@ enum PluginCommand {
         /// The largest build accepted, in bytes.
         #[arg(long, default_value_t = proxyfleet_oci::DEFAULT_MAX_BYTES)]
         max_bytes: u64,
+        /// A public key (cosign.pub) the build must be signed with; may be
+        /// given more than once (any one verifies).
+        #[arg(long = "key")]
+        keys: Vec<PathBuf>,
+        #[command(flatten)]
+        registry: registry_args::RegistryFlags,
+    },
+    /// Writes a new signing key pair as cosign does: PREFIX.key (the
+    /// private key, encrypted with the password) and PREFIX.pub (what a
+    /// `verify: {keys: [...]}` names). Never replaces a file.
+    Keygen {
+        /// Path and name of the two files, without extension.
+        #[arg(long, default_value = "cosign")]
+        output_prefix: PathBuf,
+        #[command(flatten)]
+        password: signing_args::PasswordFlags,
+    },
+    /// Signs a published build (as `cosign sign --key` does): its manifest
+    /// digest, signed with the private key, under the tag
+    /// `sha256-<digest>.sig` beside it. Signatures already there are kept.
+    Sign {
+        /// `[oci://]REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// The private key (cosign.key).
+        #[arg(long)]
+        key: PathBuf,
+        #[command(flatten)]
+        password: signing_args::PasswordFlags,
+        #[command(flatten)]
+        registry: registry_args::RegistryFlags,
+    },
+    /// Checks that a published build is signed with one of the public
+    /// keys (as an entry with `verify: {keys: [...]}` would check it);
+    /// prints which key verified, or fails naming what was found.
+    Verify {
+        /// `[oci://]REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// A public key (cosign.pub); may be given more than once.
+        #[arg(long = "key", required = true)]
+        keys: Vec<PathBuf>,
         #[command(flatten)]
         registry: registry_args::RegistryFlags,
     },
@@ -423,26 +469,32 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin {
-            command: PluginCommand::Inspect { file, cache, max_bytes, registry },
+            command: PluginCommand::Inspect { file, cache, max_bytes, keys, registry },
         } => {
             let runtime = Runtime::new(cache.runtime_options())?;
             // A pulled build is looked at from a file of its own, removed
             // afterwards: nothing is installed.
             let scratch = tempfile::tempdir().context("cannot make a temporary directory")?;
             let (path, pulled) = if file.starts_with(proxyfleet_oci::SCHEME) {
-                let (reference, pulled) = registry_args::fetch(&file, max_bytes, registry).await?;
+                let (reference, pulled, signature) =
+                    registry_args::fetch(&file, max_bytes, keys, registry).await?;
                 let path = scratch.path().join("plugin.wasm");
                 std::fs::write(&path, &pulled.bytes)
                     .with_context(|| format!("cannot write {}", path.display()))?;
-                (path, Some((reference, pulled.manifest_digest)))
+                (path, Some((reference, pulled.manifest_digest, signature)))
             } else {
+                anyhow::ensure!(
+                    keys.is_empty(),
+                    "--key: a file is not signed; signatures are checked for oci:// references"
+                );
                 (PathBuf::from(&file), None)
             };
             let revision = runtime.load_plugin(&path).await?;
             let out = serde_json::json!({
                 "file": pulled.is_none().then_some(&file),
-                "reference": pulled.as_ref().map(|(reference, _)| reference.to_string()),
-                "manifestDigest": pulled.as_ref().map(|(_, digest)| digest),
+                "reference": pulled.as_ref().map(|(reference, _, _)| reference.to_string()),
+                "manifestDigest": pulled.as_ref().map(|(_, digest, _)| digest),
+                "signature": pulled.as_ref().map(|(_, _, signature)| signature),
                 "sha256": revision.digest,
                 "fromCache": revision.from_cache,
                 "info": revision.info,
@@ -485,9 +537,22 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin {
-            command: PluginCommand::Pull { reference, output, max_bytes, registry },
+            command: PluginCommand::Pull { reference, output, max_bytes, keys, registry },
         } => {
-            println_json(&registry_args::pull(&reference, output, max_bytes, registry).await?);
+            let pulled = registry_args::pull(&reference, output, max_bytes, keys, registry).await?;
+            println_json(&pulled);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin { command: PluginCommand::Keygen { output_prefix, password } } => {
+            println_json(&signing_args::keygen(&output_prefix, &password)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin { command: PluginCommand::Sign { reference, key, password, registry } } => {
+            println_json(&signing_args::sign(&reference, &key, &password, registry).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin { command: PluginCommand::Verify { reference, keys, registry } } => {
+            println_json(&signing_args::verify(&reference, keys, registry).await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Rollback { entry, api, api_token_file } } => {

@@ -1,11 +1,11 @@
 //! `proxyfleet plugin push` and `plugin pull`: a component to and from a
 //! registry in the Wasm OCI layout, reached as a `registries[]` item of
-//! the providers file would reach it.
+//! the providers file would reach it (`--key`: its `verify.keys`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use proxyfleet_oci::{PluginReference, PullLimits, RawRegistry, Registries};
+use proxyfleet_oci::{PluginReference, PullLimits, RawRegistry, RawVerify, Registries};
 
 /// How to reach the registry a reference names; the flags mirror the keys
 /// of a `registries[]` item.
@@ -35,7 +35,13 @@ pub(crate) struct RegistryFlags {
 }
 
 impl RegistryFlags {
-    fn registries(self, reference: &PluginReference) -> anyhow::Result<Registries> {
+    /// The registry item these flags describe; `keys` are the public keys
+    /// a pulled build must be signed with (its `verify.keys`).
+    pub(crate) fn registries(
+        self,
+        reference: &PluginReference,
+        keys: Vec<PathBuf>,
+    ) -> anyhow::Result<Registries> {
         let raw = RawRegistry {
             host: reference.registry().to_owned(),
             username: self.username,
@@ -45,6 +51,7 @@ impl RegistryFlags {
             ca_file: self.ca_file,
             plain_http: self.plain_http,
             insecure: self.insecure,
+            verify: (!keys.is_empty()).then_some(RawVerify { keys }),
         };
         // Flags, not a list: name the flag rather than `registries[0]`.
         Registries::validate(vec![raw]).map_err(|err| {
@@ -57,6 +64,7 @@ impl RegistryFlags {
                 "caFile" => "--ca-file",
                 "plainHttp" => "--plain-http",
                 "insecure" => "--insecure",
+                "verify" => "--key",
                 other => other,
             };
             anyhow::anyhow!("{flag}: {}", err.reason)
@@ -64,7 +72,7 @@ impl RegistryFlags {
     }
 }
 
-fn parse_reference(text: &str) -> anyhow::Result<PluginReference> {
+pub(crate) fn parse_reference(text: &str) -> anyhow::Result<PluginReference> {
     // `oci://` may be left out on the command line, where nothing else
     // could be meant.
     let text = if text.starts_with(proxyfleet_oci::SCHEME) {
@@ -88,7 +96,7 @@ pub(crate) async fn push(
              which this command prints"
         );
     }
-    let registries = flags.registries(&reference)?;
+    let registries = flags.registries(&reference, Vec::new())?;
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let size = bytes.len();
     let pushed =
@@ -109,18 +117,34 @@ pub(crate) async fn push(
     }))
 }
 
-/// Pulls `reference` into memory, every digest and the layout checked: a
-/// build to look at before it is installed.
+/// Pulls `reference` into memory, every digest and the layout checked,
+/// and its signatures when `keys` are named: a build to look at before it
+/// is installed. Answers too how its signatures stand.
 pub(crate) async fn fetch(
     reference: &str,
     max_bytes: u64,
+    keys: Vec<PathBuf>,
     flags: RegistryFlags,
-) -> anyhow::Result<(PluginReference, proxyfleet_oci::Pulled)> {
+) -> anyhow::Result<(PluginReference, proxyfleet_oci::Pulled, serde_json::Value)> {
     let reference = parse_reference(reference)?;
-    let registries = flags.registries(&reference)?;
-    let pulled =
-        proxyfleet_oci::pull(&registries, &reference, None, PullLimits { max_bytes }).await?;
-    Ok((reference, pulled))
+    let registries = flags.registries(&reference, keys)?;
+    let limits = PullLimits { max_bytes };
+    let pulled = proxyfleet_oci::pull(&registries, &reference, None, limits, &[]).await?;
+    let signature = match &pulled.verified {
+        Some(verified) => verified_json(&pulled.manifest_digest, verified),
+        None => {
+            let found =
+                proxyfleet_oci::signatures(&registries, &reference, &pulled.manifest_digest)
+                    .await?;
+            serde_json::json!({
+                "tag": proxyfleet_oci::signature_tag(&pulled.manifest_digest),
+                "signatures": found,
+                "verified": false,
+                "hint": "name the public keys to check them against with --key",
+            })
+        }
+    };
+    Ok((reference, pulled, signature))
 }
 
 /// Pulls `reference` into `output` (by default the repository's last
@@ -129,12 +153,13 @@ pub(crate) async fn pull(
     reference: &str,
     output: Option<PathBuf>,
     max_bytes: u64,
+    keys: Vec<PathBuf>,
     flags: RegistryFlags,
 ) -> anyhow::Result<serde_json::Value> {
     let reference = parse_reference(reference)?;
-    let registries = flags.registries(&reference)?;
-    let pulled =
-        proxyfleet_oci::pull(&registries, &reference, None, PullLimits { max_bytes }).await?;
+    let registries = flags.registries(&reference, keys)?;
+    let limits = PullLimits { max_bytes };
+    let pulled = proxyfleet_oci::pull(&registries, &reference, None, limits, &[]).await?;
     let output = output.unwrap_or_else(|| {
         let name = reference.repository().rsplit('/').next().unwrap_or("plugin");
         PathBuf::from(format!("{name}.wasm"))
@@ -147,5 +172,25 @@ pub(crate) async fn pull(
         "sha256": pulled.layer_digest.trim_start_matches("sha256:"),
         "bytes": pulled.bytes.len(),
         "file": output,
+        "verified": pulled.verified.as_ref().map(|verified| {
+            verified_json(&pulled.manifest_digest, verified)
+        }),
     }))
+}
+
+/// How a verified build is printed.
+pub(crate) fn verified_json(
+    manifest_digest: &str,
+    verified: &proxyfleet_oci::Verified,
+) -> serde_json::Value {
+    serde_json::json!({
+        "tag": proxyfleet_oci::signature_tag(manifest_digest),
+        "manifestDigest": manifest_digest,
+        "verified": true,
+        "by": verified
+            .by
+            .iter()
+            .map(|(policy, key)| serde_json::json!({ "policy": policy, "key": key }))
+            .collect::<Vec<_>>(),
+    })
 }

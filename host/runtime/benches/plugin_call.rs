@@ -55,6 +55,7 @@ fn entry_with(name: &str, limits: Limits, grants: Grants) -> EntryConfig {
         grants,
         limits,
         pin: None,
+        verify: None,
         // The fixtures report loopback addresses, which only an entry that
         // names the range keeps.
         proxy_addresses: vec!["127.0.0.0/8".parse().expect("a range")],

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
-use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
+use proxyfleet_oci::{KeyPolicy, PluginReference, RawRegistry, RawVerify, Registries};
 use serde::Deserialize;
 
 use crate::capabilities::address;
@@ -53,6 +53,9 @@ pub struct EntryConfig {
     pub limits: Limits,
     /// The only build of the plugin this entry accepts, if any.
     pub pin: Option<Pin>,
+    /// Public keys the entry's `oci://` builds must be signed with (one of
+    /// them), besides any its registry's item names.
+    pub verify: Option<KeyPolicy>,
     /// The ranges the proxies of this entry live in: an address the
     /// plugin reports outside them is dropped. Empty: private networks and
     /// public addresses are taken, other special-purpose ones dropped (see
@@ -91,6 +94,7 @@ struct RawEntry {
     #[serde(default)]
     limits: RawLimits,
     pin: Option<RawPin>,
+    verify: Option<RawVerify>,
     #[serde(default, rename = "proxyAddresses")]
     proxy_addresses: Vec<String>,
 }
@@ -209,6 +213,22 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
     let grants = Grants { http, ca_file: raw.grants.ca_file, libvirt };
     let limits = validate_limits(&at, raw.limits)?;
     let pin = raw.pin.map(|pin| validate_pin(&at, pin)).transpose()?;
+    let verify = match (raw.verify, &oci) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ConfigError::invalid(
+                &at,
+                "verify",
+                "checks the signatures of registry builds, and this entry's plugin is a file \
+                 of the plugin directory (trusted as the directory is): name an \
+                 oci:// reference, or remove `verify`",
+            ));
+        }
+        (Some(raw), Some(_)) => Some(
+            KeyPolicy::validate(format!("providers[{index}].verify"), raw)
+                .map_err(|reason| ConfigError::invalid(&at, "verify", reason))?,
+        ),
+    };
     let proxy_addresses = address::parse_ranges(&at, "proxyAddresses", &raw.proxy_addresses)?;
     Ok(EntryConfig {
         name: raw.name,
@@ -218,6 +238,7 @@ fn validate_entry(index: usize, raw: RawEntry) -> Result<EntryConfig, ConfigErro
         grants,
         limits,
         pin,
+        verify,
         proxy_addresses,
     })
 }

@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 pub use proxyfleet_core::revisions::PullStatus;
-use proxyfleet_oci::{OciError, PluginReference, PullLimits, Registries, Store};
+use proxyfleet_oci::{KeyPolicy, OciError, PluginReference, PullLimits, Registries, Store};
 
 use crate::config::ProvidersConfig;
 use crate::engine::Runtime;
@@ -31,7 +31,9 @@ pub enum PollError {
     #[error(transparent)]
     Registry(#[from] OciError),
     /// The registry answered with a build that is refused (its layout, its
-    /// size, its digests); it is not pulled again until the tag moves.
+    /// size, its digests, its signatures); it is not pulled again until
+    /// the tag moves, except one refused for its signatures, which is
+    /// checked again on every poll.
     #[error("{source}")]
     Refused {
         /// The manifest the reference named.
@@ -59,6 +61,12 @@ pub(crate) struct OciPlugins {
     status: Mutex<BTreeMap<String, PullStatus>>,
     /// The manifest each reference named when its build was refused.
     refused: Mutex<BTreeMap<String, String>>,
+    /// Per reference, the `verify` policies of the entries naming it.
+    verify: BTreeMap<String, Vec<KeyPolicy>>,
+    /// Per reference, the manifest and reason of the last refusal for its
+    /// signatures: checked again on every poll (a signature may be pushed
+    /// later, a key file fixed), reported once.
+    unverified: Mutex<BTreeMap<String, (String, String)>>,
     /// Holds the store when no cache directory was given; removed on drop.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -101,6 +109,12 @@ impl OciPlugins {
                 (store, Some(scratch))
             }
         };
+        let mut verify: BTreeMap<String, Vec<KeyPolicy>> = BTreeMap::new();
+        for entry in &config.entries {
+            if let (Some(reference), Some(policy)) = (&entry.oci, &entry.verify) {
+                verify.entry(reference.to_string()).or_default().push(policy.clone());
+            }
+        }
         let status = references
             .iter()
             .map(|reference| {
@@ -116,6 +130,8 @@ impl OciPlugins {
             references,
             status: Mutex::new(status),
             refused: Mutex::default(),
+            verify,
+            unverified: Mutex::default(),
             _scratch: scratch,
         }))
     }
@@ -128,7 +144,20 @@ impl OciPlugins {
     /// A reader of what the store holds for every reference, to move to a
     /// blocking thread.
     pub(crate) fn stored(&self) -> StoredBuilds {
-        StoredBuilds { store: self.store.clone(), references: self.references.clone() }
+        let policies = self
+            .references
+            .iter()
+            .map(|reference| (reference.to_string(), self.policies(reference)))
+            .filter(|(_, policies)| !policies.is_empty())
+            .collect();
+        StoredBuilds { store: self.store.clone(), references: self.references.clone(), policies }
+    }
+
+    /// Every signature policy a build of `reference` must satisfy: its
+    /// registry's, then its entries'.
+    fn policies(&self, reference: &PluginReference) -> Vec<KeyPolicy> {
+        let entries = self.verify.get(reference.as_str()).map_or(&[][..], Vec::as_slice);
+        proxyfleet_oci::policies(&self.registries, reference, entries)
     }
 
     /// Pulls `reference` into the store now, for an entry whose cache is
@@ -200,10 +229,14 @@ impl OciPlugins {
         let current = {
             let store = self.store.clone();
             let reference = reference.clone();
+            let policies = self.policies(&reference);
             self.blocking(move || {
-                // A record whose build is gone (removed as damaged) is not
-                // held: the build is pulled again.
-                Ok(store.current(&reference)?.filter(|stored| store.holds(&stored.layer_digest)))
+                // A record whose build is gone (removed as damaged), or
+                // whose signatures do not satisfy the policies as they are
+                // now, is not held: the build is pulled (and checked) again.
+                Ok(store.current(&reference)?.filter(|stored| {
+                    store.holds(&stored.layer_digest) && signed(&reference, &policies, stored)
+                }))
             })
             .await?
         };
@@ -227,15 +260,28 @@ impl OciPlugins {
             let held = current.map(|current| current.manifest_digest).unwrap_or_default();
             return Ok((false, held));
         }
+        let policies = self.verify.get(reference.as_str()).map_or(&[][..], Vec::as_slice);
         let pulled = match proxyfleet_oci::pull(
             &self.registries,
             reference,
             Some(&manifest_digest),
             self.limits,
+            policies,
         )
         .await
         {
             Ok(pulled) => pulled,
+            Err(source) if source.is_signature_refusal() => {
+                let seen = (manifest_digest.clone(), source.to_string());
+                let mut unverified = self.unverified.lock().unwrap_or_else(PoisonError::into_inner);
+                if unverified.get(reference.as_str()) == Some(&seen) {
+                    // Refused for the same reason before: listed once.
+                    let held = current.map(|current| current.manifest_digest).unwrap_or_default();
+                    return Ok((false, held));
+                }
+                unverified.insert(reference.to_string(), seen);
+                return Err(PollError::Refused { manifest_digest, source });
+            }
             Err(source) if source.refuses_the_build() => {
                 self.refused
                     .lock()
@@ -245,11 +291,17 @@ impl OciPlugins {
             }
             Err(source) => return Err(PollError::Registry(source)),
         };
+        let signed_by: Vec<&str> = pulled
+            .verified
+            .iter()
+            .flat_map(|verified| verified.by.iter().map(|(_, key)| key.as_str()))
+            .collect();
         tracing::info!(
             plugin = %reference,
             manifest = %pulled.manifest_digest,
             digest = %hex_of(&pulled.layer_digest),
             bytes = pulled.bytes.len(),
+            signed_by = ?signed_by,
             "pulled a plugin build"
         );
         let store = self.store.clone();
@@ -260,6 +312,7 @@ impl OciPlugins {
         // The tag moved on to a build that passed: a later move back to the
         // refused one is a move like any other.
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).remove(&refused_key);
+        self.unverified.lock().unwrap_or_else(PoisonError::into_inner).remove(&refused_key);
         Ok((true, manifest_digest))
     }
 
@@ -300,6 +353,47 @@ impl OciPlugins {
 pub(crate) struct StoredBuilds {
     store: Store,
     references: Vec<PluginReference>,
+    /// Per reference that has any, the signature policies its builds
+    /// must satisfy.
+    policies: BTreeMap<String, Vec<KeyPolicy>>,
+}
+
+/// True when the signatures kept with `stored` satisfy `policies` (read
+/// now: a key removed from a policy no longer admits what it signed).
+/// Blocking: reads the key files.
+fn signed(
+    reference: &PluginReference,
+    policies: &[KeyPolicy],
+    stored: &proxyfleet_oci::StoredRef,
+) -> bool {
+    policies.is_empty()
+        || proxyfleet_oci::verify_kept(
+            reference,
+            &stored.manifest_digest,
+            policies,
+            &stored.signatures,
+        )
+        .is_ok()
+}
+
+impl StoredBuilds {
+    /// True when `stored` may serve for `reference` under its policies;
+    /// a build that may not is left to the next poll, which checks the
+    /// registry's signatures. Blocking.
+    fn admits(&self, reference: &PluginReference, stored: &proxyfleet_oci::StoredRef) -> bool {
+        let policies = self.policies.get(reference.as_str()).map_or(&[][..], Vec::as_slice);
+        let signed = signed(reference, policies, stored);
+        if !signed {
+            tracing::warn!(
+                plugin = %reference,
+                manifest = %stored.manifest_digest,
+                "the stored build's signatures do not satisfy the signature policies now \
+                 (a policy or key changed since its pull): it does not serve until the \
+                 registry's signatures are checked again"
+            );
+        }
+        signed
+    }
 }
 
 impl StoredBuilds {
@@ -322,7 +416,7 @@ impl StoredBuilds {
                     continue;
                 }
             };
-            if known == Some(hex_of(&stored.layer_digest)) {
+            if known == Some(hex_of(&stored.layer_digest)) || !self.admits(reference, &stored) {
                 continue;
             }
             match read_stored(&self.store, reference) {
@@ -357,7 +451,7 @@ impl StoredBuilds {
         for reference in &self.references {
             let name = reference.to_string();
             let current = match self.store.current(reference) {
-                Ok(current) => current,
+                Ok(current) => current.filter(|current| self.admits(reference, current)),
                 Err(err) => {
                     tracing::warn!(plugin = %name, "{err}");
                     continue;
@@ -370,6 +464,8 @@ impl StoredBuilds {
                     Vec::new()
                 }
             };
+            let kept: Vec<_> =
+                kept.into_iter().filter(|kept| self.admits(reference, kept)).collect();
             if let Some(current) = &current {
                 start.manifests.insert(name.clone(), current.manifest_digest.clone());
                 if kept.iter().any(|kept| kept.layer_digest == current.layer_digest) {

@@ -19,6 +19,7 @@ mod http_capability;
 mod isolation;
 mod loading;
 mod oci;
+mod oci_signatures;
 mod plugin_logs;
 mod provider_metrics;
 mod provider_spans;

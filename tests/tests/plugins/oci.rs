@@ -31,21 +31,21 @@ use proxyfleet_tests::{CapturedLogs, plugin, wait_for};
 /// test fails; what it takes is printed, not asserted.
 const PATIENCE: Duration = Duration::from_secs(30);
 /// The poll interval of the tests that follow a tag.
-const POLL: Duration = Duration::from_millis(200);
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 
-const V1: &str = "answer 1.0.0";
-const V2: &str = "answer 2.0.0";
+pub(crate) const V1: &str = "answer 1.0.0";
+pub(crate) const V2: &str = "answer 2.0.0";
 
 /// A registry, a password file for it, and a folder for plugin
 /// directories and caches.
-struct Setup {
-    registry: OciRegistry,
-    password_file: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) registry: OciRegistry,
+    pub(crate) password_file: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let registry = OciRegistry::start();
         let dir = tempfile::tempdir().unwrap();
         let password_file = dir.path().join("registry-password");
@@ -54,7 +54,7 @@ impl Setup {
         Self { registry, password_file, dir }
     }
 
-    fn registries(&self) -> Registries {
+    pub(crate) fn registries(&self) -> Registries {
         Registries::validate(vec![RawRegistry {
             host: self.registry.host.clone(),
             username: Some(USER.to_owned()),
@@ -65,13 +65,13 @@ impl Setup {
         .unwrap()
     }
 
-    fn reference(&self, repository: &str, tag: &str) -> PluginReference {
+    pub(crate) fn reference(&self, repository: &str, tag: &str) -> PluginReference {
         PluginReference::parse(&self.registry.reference(repository, tag)).unwrap()
     }
 
     /// Pushes fixture or plugin `name` to `repository:tag`; answers the
     /// pinned reference.
-    async fn push(&self, name: &str, repository: &str, tag: &str) -> String {
+    pub(crate) async fn push(&self, name: &str, repository: &str, tag: &str) -> String {
         let reference = self.reference(repository, tag);
         let bytes = std::fs::read(plugin(name)).unwrap();
         let pushed =
@@ -81,7 +81,7 @@ impl Setup {
 
     /// A providers file with this registry's item and `entries` (YAML list
     /// items, indented by two).
-    fn providers(&self, entries: &str) -> ProvidersConfig {
+    pub(crate) fn providers(&self, entries: &str) -> ProvidersConfig {
         let text = format!(
             "registries:\n  - {}\nproviders:\n{entries}",
             self.registry.registries_item(&self.password_file)
@@ -89,16 +89,20 @@ impl Setup {
         ProvidersConfig::parse(&text).expect("valid providers file")
     }
 
-    fn cache(&self, name: &str) -> PathBuf {
+    pub(crate) fn cache(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn plugin_dir(&self) -> PathBuf {
+    pub(crate) fn plugin_dir(&self) -> PathBuf {
         self.dir.path().join("plugins")
     }
 }
 
-async fn load(config: &ProvidersConfig, plugin_dir: &Path, cache: &Path) -> Arc<Registry> {
+pub(crate) async fn load(
+    config: &ProvidersConfig,
+    plugin_dir: &Path,
+    cache: &Path,
+) -> Arc<Registry> {
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache.to_owned()),
         ..RuntimeOptions::default()
@@ -111,19 +115,19 @@ async fn load(config: &ProvidersConfig, plugin_dir: &Path, cache: &Path) -> Arc<
     )
 }
 
-async fn answer(registry: &Registry, entry: &str) -> String {
+pub(crate) async fn answer(registry: &Registry, entry: &str) -> String {
     let provider = registry.provider(entry).expect("the entry serves");
     provider.get("probe").await.expect("get answers").name
 }
 
-fn unavailable(registry: &Registry, entry: &str) -> String {
+pub(crate) fn unavailable(registry: &Registry, entry: &str) -> String {
     match &registry.entries()[entry] {
         EntryState::Failed(reason) => reason.clone(),
         other => panic!("{entry} should be unavailable: {other:?}"),
     }
 }
 
-async fn until_answer(registry: &Registry, entry: &str, expected: &str) -> Duration {
+pub(crate) async fn until_answer(registry: &Registry, entry: &str, expected: &str) -> Duration {
     let started = Instant::now();
     let answered = wait_for(PATIENCE, || async {
         let provider = registry.provider(entry).ok()?;
@@ -135,7 +139,11 @@ async fn until_answer(registry: &Registry, entry: &str, expected: &str) -> Durat
     started.elapsed()
 }
 
-async fn until_rejected(registry: &Registry, entry: &str, count: u64) -> RejectedCandidate {
+pub(crate) async fn until_rejected(
+    registry: &Registry,
+    entry: &str,
+    count: u64,
+) -> RejectedCandidate {
     let rejected = wait_for(PATIENCE, || async {
         let revisions = registry.revisions_of(entry)?;
         (revisions.rejections >= count).then(|| revisions.rejected.last().cloned()).flatten()
@@ -190,15 +198,17 @@ async fn pushed_builds_follow_the_wasm_oci_layout_and_pull_by_tag_and_by_digest(
         &setup.reference("plugins/static", "1.0"),
         None,
         PullLimits::default(),
+        &[],
     )
     .await
     .unwrap();
     assert_eq!(by_tag.bytes, component);
     assert_eq!(by_tag.layer_digest, layer);
     let by_digest = PluginReference::parse(&pinned).unwrap();
-    let pulled = proxyfleet_oci::pull(&setup.registries(), &by_digest, None, PullLimits::default())
-        .await
-        .unwrap();
+    let pulled =
+        proxyfleet_oci::pull(&setup.registries(), &by_digest, None, PullLimits::default(), &[])
+            .await
+            .unwrap();
     assert_eq!(pulled, by_tag);
     assert_eq!(Some(pulled.manifest_digest.as_str()), by_digest.digest());
 }
@@ -420,6 +430,7 @@ async fn wrong_credentials_name_the_registry_and_repository_and_never_the_secret
         &setup.reference("plugins/answer", "stable"),
         None,
         PullLimits::default(),
+        &[],
     )
     .await
     .unwrap_err();
@@ -455,6 +466,7 @@ async fn a_layer_that_does_not_match_its_digest_is_refused() {
         &setup.reference("plugins/answer", "stable"),
         None,
         PullLimits::default(),
+        &[],
     )
     .await
     .unwrap_err();
@@ -480,6 +492,7 @@ async fn an_oversized_artifact_is_refused_before_its_layer_is_read() {
         &setup.reference("plugins/answer", "stable"),
         None,
         PullLimits { max_bytes: limit },
+        &[],
     )
     .await
     .unwrap_err();
@@ -548,6 +561,7 @@ async fn artifacts_laid_out_by_other_tools_load_and_other_kinds_are_refused_by_n
         &setup.reference("oras/answer", "1"),
         None,
         PullLimits::default(),
+        &[],
     )
     .await
     .unwrap();
@@ -582,6 +596,7 @@ async fn artifacts_laid_out_by_other_tools_load_and_other_kinds_are_refused_by_n
             &setup.reference(repository, "1"),
             None,
             PullLimits::default(),
+            &[],
         )
         .await
         .unwrap_err();
@@ -611,15 +626,16 @@ async fn a_bearer_token_from_a_file_is_read_on_every_use_and_never_shown() {
     let push_and_pull = registry.token("plugins/answer", &["pull", "push"]);
     std::fs::write(&token_file, format!("{push_and_pull}\n")).unwrap();
     proxyfleet_oci::push(&registries, &reference, "answer-v1", component.clone()).await.unwrap();
-    let pulled =
-        proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default()).await.unwrap();
+    let pulled = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
+        .await
+        .unwrap();
     assert_eq!(pulled.bytes, component);
 
     // The file now holds a token for another repository: the next pull
     // reads it and is refused, naming the registry and the repository.
     let elsewhere = registry.token("plugins/other", &["pull"]);
     std::fs::write(&token_file, &elsewhere).unwrap();
-    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
         .await
         .unwrap_err();
     assert!(matches!(err, OciError::Denied { .. }), "{err:?}");
@@ -734,7 +750,7 @@ async fn a_refused_build_at_a_cold_start_is_listed_and_its_entry_unavailable() {
 
 /// The `registries` of a stub: plain HTTP on loopback, with a user and a
 /// password the stub never asks for unless a test makes it.
-fn stub_registries(stub: &StubRegistry, password_file: &Path) -> Registries {
+pub(crate) fn stub_registries(stub: &StubRegistry, password_file: &Path) -> Registries {
     std::fs::write(password_file, PASSWORD).unwrap();
     Registries::validate(vec![RawRegistry {
         host: stub.host.clone(),
@@ -746,13 +762,19 @@ fn stub_registries(stub: &StubRegistry, password_file: &Path) -> Registries {
     .unwrap()
 }
 
-fn sha256_of(bytes: &[u8]) -> String {
+pub(crate) fn sha256_of(bytes: &[u8]) -> String {
     format!("sha256:{}", proxyfleet_runtime::file_digest(bytes))
 }
 
 /// Serves `component` from `stub` as `repository:tag` in the Wasm OCI
-/// layout (an empty config); answers the layer's digest.
-fn stub_build(stub: &StubRegistry, repository: &str, tag: &str, component: &[u8]) -> String {
+/// layout (an empty config); answers the layer's and the manifest's
+/// digests.
+pub(crate) fn stub_build(
+    stub: &StubRegistry,
+    repository: &str,
+    tag: &str,
+    component: &[u8],
+) -> (String, String) {
     let config = b"{}".to_vec();
     let layer = sha256_of(component);
     let manifest = serde_json::to_vec(&serde_json::json!({
@@ -771,7 +793,7 @@ fn stub_build(stub: &StubRegistry, repository: &str, tag: &str, component: &[u8]
     }
     stub.answer(&format!("/v2/{repository}/blobs/{}", sha256_of(&config)), Answer::Body(config));
     stub.answer(&format!("/v2/{repository}/blobs/{layer}"), Answer::Body(component.to_vec()));
-    layer
+    (layer, sha256_of(&manifest))
 }
 
 /// Issue 43, item 6: a 512 MiB manifest was read whole (+1 GiB RSS) before
@@ -792,7 +814,7 @@ async fn issue_43_item_6_a_manifest_over_4_mib_is_refused_at_the_bound_with_and_
         let reference =
             PluginReference::parse(&format!("oci://{}/plugins/huge:1", stub.host)).unwrap();
 
-        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
             .await
             .unwrap_err();
         let size = match &err {
@@ -850,7 +872,7 @@ async fn issue_43_item_7_a_blob_redirect_to_a_metadata_or_link_local_address_is_
     let stub = StubRegistry::start().await;
     let registries = stub_registries(&stub, &dir.path().join("password"));
     let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
-    let layer = stub_build(&stub, "plugins/answer", "1", &component);
+    let (layer, _) = stub_build(&stub, "plugins/answer", "1", &component);
     let reference =
         PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
     let blob = format!("/v2/plugins/answer/blobs/{layer}");
@@ -880,7 +902,7 @@ async fn issue_43_item_7_a_blob_redirect_to_a_metadata_or_link_local_address_is_
     ] {
         stub.answer(&blob, Answer::Redirect(target.to_owned()));
         let before = stub.requests().len();
-        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+        let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
             .await
             .unwrap_err();
         match &err {
@@ -912,7 +934,7 @@ async fn issue_43_item_7_storage_redirects_are_followed_at_most_five_in_a_row() 
     let stub = StubRegistry::start().await;
     let registries = stub_registries(&stub, &dir.path().join("password"));
     let component = std::fs::read(plugin("fixtures/answer-v1")).unwrap();
-    let layer = stub_build(&stub, "plugins/answer", "1", &component);
+    let (layer, _) = stub_build(&stub, "plugins/answer", "1", &component);
     let reference =
         PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
     let blob = format!("/v2/plugins/answer/blobs/{layer}");
@@ -921,8 +943,9 @@ async fn issue_43_item_7_storage_redirects_are_followed_at_most_five_in_a_row() 
     // from a registry on loopback.
     stub.answer(&blob, Answer::Redirect(format!("http://localhost:{}/storage/1", stub.port)));
     stub.answer("/storage/1", Answer::Body(component.clone()));
-    let pulled =
-        proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default()).await.unwrap();
+    let pulled = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
+        .await
+        .unwrap();
     assert_eq!(pulled.bytes, component);
     assert!(stub.requests().contains(&"GET /storage/1".to_owned()));
 
@@ -930,7 +953,7 @@ async fn issue_43_item_7_storage_redirects_are_followed_at_most_five_in_a_row() 
         stub.answer(&format!("/hop/{hop}"), Answer::Redirect(format!("/hop/{}", hop + 1)));
     }
     stub.answer(&blob, Answer::Redirect("/hop/1".to_owned()));
-    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
         .await
         .unwrap_err();
     assert!(
@@ -960,7 +983,7 @@ async fn issue_43_item_7_a_token_realm_at_a_metadata_address_is_not_asked() {
     );
     let reference =
         PluginReference::parse(&format!("oci://{}/plugins/answer:1", stub.host)).unwrap();
-    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default())
+    let err = proxyfleet_oci::pull(&registries, &reference, None, PullLimits::default(), &[])
         .await
         .unwrap_err();
     assert!(
@@ -1021,9 +1044,10 @@ async fn a_token_from_the_registrys_realm_is_fetched_with_the_credentials_and_ne
     }])
     .unwrap();
     let digest = proxyfleet_oci::resolve(&puller, &reference).await.unwrap();
-    let pulled = proxyfleet_oci::pull(&puller, &reference, Some(&digest), PullLimits::default())
-        .await
-        .unwrap();
+    let pulled =
+        proxyfleet_oci::pull(&puller, &reference, Some(&digest), PullLimits::default(), &[])
+            .await
+            .unwrap();
     assert_eq!(pulled.bytes, component);
     let asked = realm.seen();
     assert_eq!(asked.len(), 2, "one token per look and per pull: {asked:?}");
@@ -1041,8 +1065,9 @@ async fn a_token_from_the_registrys_realm_is_fetched_with_the_credentials_and_ne
     }
 
     realm.set_canned(Canned { status: 401, body: "wrong credentials".into() });
-    let err =
-        proxyfleet_oci::pull(&puller, &reference, None, PullLimits::default()).await.unwrap_err();
+    let err = proxyfleet_oci::pull(&puller, &reference, None, PullLimits::default(), &[])
+        .await
+        .unwrap_err();
     assert!(matches!(err, OciError::Denied { .. }), "{err:?}");
     let message = err.to_string();
     assert!(

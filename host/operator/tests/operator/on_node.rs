@@ -2,7 +2,8 @@
 //! real one-node cluster (`deploy/dev/node`), two replicas from the
 //! project's own image, the kubernetes plugin pulled from a registry on the
 //! node's bridge (TLS from a test CA, htpasswd auth, the credentials in a
-//! Secret), proxies as tinyproxy pods of that plugin,
+//! Secret; the build signed, its signature checked with a public key from
+//! that Secret), proxies as tinyproxy pods of that plugin,
 //! probed by the health engine and handed to a crawler on the host through
 //! the chart's Service; the leader's pod deleted, the pool scaled, the pool
 //! deleted. With the browser tier, the web console through the same
@@ -103,13 +104,14 @@ fn chart() -> PathBuf {
 }
 
 /// The Secret mounted as `credentials/registry`: the registry's password
-/// and CA.
+/// and CA, and the public key its builds are signed with.
 const REGISTRY_SECRET: &str = "plugin-registry";
 
 /// The chart's values for this cluster: the project's images as imported
 /// (never pulled), one kubernetes entry whose plugin is `plugin` (an
-/// `oci://` reference into `registry`) talking to the API server through
-/// the `kubernetes` Service with the pod's token, quick probes.
+/// `oci://` reference into `registry`, which serves only builds signed
+/// with the key in the registry's Secret) talking to the API server
+/// through the `kubernetes` Service with the pod's token, quick probes.
 fn values(api_ip: &str, registry: &str, plugin: &str) -> String {
     format!(
         r#"image:
@@ -132,6 +134,8 @@ providers:
       username: {USER}
       passwordFile: /etc/proxyfleet/credentials/registry/password
       caFile: /etc/proxyfleet/credentials/registry/ca.crt
+      verify:
+        keys: [/etc/proxyfleet/credentials/registry/signing.pub]
   providers:
     - name: pods
       plugin: "{plugin}"
@@ -348,7 +352,14 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     }])
     .unwrap();
     let reference = PluginReference::parse(&plugin).unwrap();
-    proxyfleet_oci::push(&access, &reference, "kubernetes.wasm", component).await.unwrap();
+    let pushed_manifest = proxyfleet_oci::push(&access, &reference, "kubernetes.wasm", component)
+        .await
+        .unwrap()
+        .manifest_digest;
+    // Signed with a key of this run; the replicas verify with its public
+    // half, mounted from the registry's Secret.
+    let signing = proxyfleet_oci::PrivateKey::generate().unwrap();
+    proxyfleet_oci::sign(&access, &reference, &signing).await.unwrap();
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(REGISTRY_SECRET.to_owned()),
@@ -357,6 +368,7 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         string_data: Some(BTreeMap::from([
             ("password".to_owned(), PASSWORD.to_owned()),
             ("ca.crt".to_owned(), std::fs::read_to_string(&registry.ca_file).unwrap()),
+            ("signing.pub".to_owned(), signing.public().to_pem()),
         ])),
         ..Default::default()
     };
@@ -424,6 +436,11 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     let fetched = format!("GET /v2/proxyfleet/kubernetes/blobs/{layer}");
     let pulls = registry.log().matches(&fetched).count();
     assert!(pulls >= 2, "each replica pulled the plugin from the registry ({pulls} pulls)");
+    // And each checked its signature first.
+    let signature = proxyfleet_oci::signature_tag(&pushed_manifest);
+    let checked = format!("GET /v2/proxyfleet/kubernetes/manifests/{signature}");
+    let checks = registry.log().matches(&checked).count();
+    assert!(checks >= 2, "each replica checked the build's signature ({checks} checks)");
     let origin = origin(node.var("KUBE_NODE_IP")).await;
     let page = format!("http://{origin}/hello.txt");
     let mut handed = Vec::new();

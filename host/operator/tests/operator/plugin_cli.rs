@@ -1,6 +1,6 @@
-//! `proxyfleet plugin inspect`, `validate`, `push` and `pull` on real
-//! components (and a real registry: Debian's `docker-registry` on
-//! loopback, TLS and htpasswd).
+//! `proxyfleet plugin inspect`, `validate`, `push`, `pull`, `keygen`,
+//! `sign` and `verify` on real components (and a real registry: Debian's
+//! `docker-registry` on loopback, TLS and htpasswd).
 
 use std::process::{Command, Output};
 
@@ -179,6 +179,98 @@ fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("refused access to repository plugins/static"), "{stderr}");
     assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD), "{stderr}");
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn keygen_sign_and_verify_a_pushed_build_and_inspect_shows_its_signatures() {
+    use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
+
+    let registry = OciRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    let key_password = dir.path().join("key-password");
+    std::fs::write(&key_password, "correct horse\n").unwrap();
+    let access = [
+        "--username",
+        USER,
+        "--password-file",
+        password.to_str().unwrap(),
+        "--ca-file",
+        registry.ca_file.to_str().unwrap(),
+    ];
+    let prefix = dir.path().join("release");
+    let keygen = ["plugin", "keygen", "--output-prefix", prefix.to_str().unwrap()];
+    let with_password = ["--key-password-file", key_password.to_str().unwrap()];
+    let made = json(&proxyfleet(&[&keygen[..], &with_password[..]].concat()));
+    let (private, public) = (dir.path().join("release.key"), dir.path().join("release.pub"));
+    assert_eq!(made["publicKey"], public.to_str().unwrap());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&private.metadata().unwrap().permissions());
+    assert_eq!(mode & 0o077, 0, "the private key is the owner's only");
+    let again = proxyfleet(&[&keygen[..], &with_password[..]].concat());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && stderr.contains("never replaced"), "{stderr}");
+
+    let tagged = format!("{}/plugins/static:signed", registry.host);
+    let file = path("static");
+    let pushed =
+        json(&proxyfleet(&[&["plugin", "push", &file, &tagged][..], &access[..]].concat()));
+    let public = public.to_str().unwrap();
+    let verify = [&["plugin", "verify", &tagged, "--key", public][..], &access[..]].concat();
+    let unsigned = proxyfleet(&verify);
+    let stderr = String::from_utf8_lossy(&unsigned.stderr);
+    assert!(!unsigned.status.success() && stderr.contains("is not signed"), "{stderr}");
+    let reference = format!("oci://{tagged}");
+    let inspect = [&["plugin", "inspect", &reference, "--no-cache"][..], &access[..]].concat();
+    assert_eq!(json(&proxyfleet(&inspect))["signature"]["signatures"], 0);
+
+    // A wrong password is named as such and signs nothing.
+    let private = private.to_str().unwrap();
+    let sign = [&["plugin", "sign", &tagged, "--key", private][..], &access[..]].concat();
+    std::fs::write(dir.path().join("wrong"), "battery staple").unwrap();
+    let wrong = dir.path().join("wrong");
+    let output =
+        proxyfleet(&[&sign[..], &["--key-password-file", wrong.to_str().unwrap()]].concat());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("does not decrypt"), "{stderr}");
+    assert!(!stderr.contains("battery staple"), "{stderr}");
+
+    let signed = json(&proxyfleet(&[&sign[..], &with_password[..]].concat()));
+    assert_eq!(signed["manifestDigest"], pushed["manifestDigest"]);
+    assert_eq!((signed["added"].as_bool(), signed["signatures"].as_u64()), (Some(true), Some(1)));
+    let twice = json(&proxyfleet(&[&sign[..], &with_password[..]].concat()));
+    assert_eq!(twice["added"], false, "signing again adds nothing");
+    let verified = json(&proxyfleet(&verify));
+    assert_eq!(verified["verified"], true);
+    assert_eq!(verified["by"][0]["key"], made["fingerprint"]);
+    let seen = json(&proxyfleet(&[&inspect[..], &["--key", public]].concat()));
+    assert_eq!(seen["signature"]["verified"], true, "{seen}");
+    assert_eq!(json(&proxyfleet(&inspect))["signature"]["signatures"], 1);
+
+    // Another key does not verify it, and says what it found.
+    let other = dir.path().join("other");
+    json(&proxyfleet(
+        &[
+            &["plugin", "keygen", "--output-prefix", other.to_str().unwrap()][..],
+            &with_password[..],
+        ]
+        .concat(),
+    ));
+    let other = dir.path().join("other.pub");
+    let output = proxyfleet(
+        &[&["plugin", "verify", &tagged, "--key", other.to_str().unwrap()][..], &access[..]]
+            .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("a key the policy does not name"),
+        "{stderr}"
+    );
 }
 
 /// `proxyfleet plugin test` with the entry in `entry` (YAML), in `dir`,
