@@ -77,9 +77,11 @@ commands:
   doctor             list every prerequisite with its version and source; exit 1 when
                      something is missing that the commands cannot install
   fresh-root         run doctor and plugins inside a new Debian bookworm root (CI)
-  image [--push REGISTRY]  OCI image archives of the operator and of tinyproxy in
-                     target/images/; --push copies them to REGISTRY (skopeo's login);
-                     --push-check: the test build's through a loopback registry (part of test)
+  image [--push REGISTRY [--sign-key KEY]]  OCI image archives of the operator and of
+                     tinyproxy in target/images/; --push copies them to REGISTRY (skopeo's
+                     login), --sign-key signs them there (cosign's key, COSIGN_PASSWORD);
+                     --push-check: the test build's images, the chart and the plugins
+                     through a loopback registry, signed and verified (part of test)
   render [--check]   render deploy/kubernetes/ from the Helm chart (--check: lint, report drift)
   node start|stop [--purge]  the one-node test cluster of deploy/dev/node
   e2e [--keep|--release]  the chart and the operator's image on a fresh node (part of
@@ -113,8 +115,11 @@ fn run(args: &[String]) -> Result<()> {
         ["demo", "--keep"] => demo::run(&repo, true),
         ["doctor"] => doctor::run(&repo),
         ["fresh-root"] => fresh_root::run(&repo),
-        ["image"] => image::run(&repo, None),
-        ["image", "--push", registry] => image::run(&repo, Some(*registry)),
+        ["image"] => image::run(&repo, None, None),
+        ["image", "--push", registry] => image::run(&repo, Some(*registry), None),
+        ["image", "--push", registry, "--sign-key", key] => {
+            image::run(&repo, Some(*registry), Some(std::path::Path::new(key)))
+        }
         ["image", "--push-check"] => image::push_check(&repo),
         ["node", "start"] => node::start(&repo).map(|env| eprintln!("{}", env.display())),
         ["node", "stop"] => node::stop(&repo, false),

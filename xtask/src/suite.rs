@@ -80,7 +80,9 @@ pub fn test(repo: &Repo) -> Result<()> {
     // The chart, the operator's image and the kubernetes plugin's proxies
     // on a real node (deploy/dev/node).
     step("in-cluster tests on a node", || node::e2e(repo, false, crate::image::Profile::Dev))?;
-    step("images through a registry on loopback", || crate::image::push_check(repo))?;
+    step("images, chart and plugins through a registry on loopback, signed", || {
+        crate::image::push_check(repo)
+    })?;
     eprintln!("xtask test: all steps passed in {}", elapsed(started));
     Ok(())
 }

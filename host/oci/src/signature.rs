@@ -399,6 +399,36 @@ mod tests {
         Keys { _dir: dir, policy, key }
     }
 
+    /// A signature `cosign sign --key` made of an image, with the payload
+    /// it signed and its public key: it verifies as cosign's own does.
+    #[test]
+    fn verifies_a_signature_cosign_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let public = dir.path().join("cosign.pub");
+        std::fs::write(
+            &public,
+            "-----BEGIN PUBLIC KEY-----\n\
+             MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAENptdY/l3nB0yqkXLBWkZWQwo6+cu\n\
+             OSWS1X9vPavpiQOoTTGC0xX57OojUadxF1cdQmrsiReWg2Wn4FneJfa8xw==\n\
+             -----END PUBLIC KEY-----\n",
+        )
+        .unwrap();
+        let payload = br#"{"critical":{"identity":{"docker-reference":"registry-testing.svc.lan/busybox"},"image":{"docker-manifest-digest":"sha256:f3cfc9d0dbf931d3db4685ec659b7ac68e2a578219da4aae65427886e649b06b"},"type":"cosign container image signature"},"optional":null}"#;
+        let signature = BASE64
+            .decode(
+                "MEUCIQD6q/COgzOyW0YH1Dk+CCYSt4uAhm3FDHUwvPI55zwnlwIgE0ZK58ZOWpZw8YVmBapJhBqCfdPekIknimuO0xH8Jh8=",
+            )
+            .unwrap();
+        let policy =
+            KeyPolicy::validate("registries[0].verify", RawVerify { keys: vec![public] }).unwrap();
+        let digest = "sha256:f3cfc9d0dbf931d3db4685ec659b7ac68e2a578219da4aae65427886e649b06b";
+        let signatures = [Signature { payload: payload.to_vec(), signature }];
+        verify_kept(&reference(), digest, std::slice::from_ref(&policy), &signatures).unwrap();
+        let other = DIGEST;
+        let err = verify_kept(&reference(), other, &[policy], &signatures).unwrap_err();
+        assert!(err.to_string().contains("another manifest"), "{err}");
+    }
+
     #[test]
     fn the_tag_is_cosigns() {
         assert_eq!(

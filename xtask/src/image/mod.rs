@@ -11,11 +11,13 @@
 //!
 //! The same inputs give the same digests (see `tree` and `oci`); the
 //! archives load with `ctr images import`, and `--push REGISTRY` copies
-//! them to a registry with their digests unchanged (see `push`).
+//! them to a registry with their digests unchanged (see `push`), signed
+//! with `--sign-key KEY` (see `sign`).
 
 mod libs;
 mod oci;
 mod push;
+mod sign;
 mod tree;
 
 use std::fs;
@@ -69,31 +71,69 @@ pub struct Built {
     pub digest: String,
 }
 
-/// `cargo xtask image [--push REGISTRY]`: the release images, and what
-/// they are; pushed to `push_to` when given.
-pub fn run(repo: &Repo, push_to: Option<&str>) -> Result<()> {
-    for built in build(repo, Profile::Release)? {
+/// `cargo xtask image [--push REGISTRY [--sign-key KEY]]`: the release
+/// images, and what they are; pushed to `push_to` when given, and signed
+/// there with `sign_key` (cosign's key file, its password in
+/// COSIGN_PASSWORD).
+pub fn run(repo: &Repo, push_to: Option<&str>, sign_key: Option<&Path>) -> Result<()> {
+    let images = build(repo, Profile::Release)?;
+    let signer = sign_key
+        .map(|key| sign::Signer::release(&operator_binary(repo, Profile::Release), key))
+        .transpose()?;
+    for built in images {
         eprintln!("xtask image: {} {} ({})", built.name, built.digest, built.archive.display());
         if let Some(registry) = push_to {
             let reference = push::push(&built, registry)?;
             eprintln!("xtask image: pushed {reference}@{}", built.digest);
+            if let Some(signer) = &signer {
+                signer.sign(&reference)?;
+            }
         }
     }
     Ok(())
 }
 
-/// The test suite's check that the archives go through a registry with
-/// their digests: the test build's images pushed to a private registry
-/// on loopback.
+/// The test suite's check of what a release publishes, through a private
+/// registry on loopback: the test build's images with their digests, the
+/// chart as `helm push` stores it, and the first-party plugins, each
+/// signed with a key made for the run and verified.
 pub fn push_check(repo: &Repo) -> Result<()> {
     step("debian packages", || apt::ensure(&[Need::any("skopeo"), Need::any("docker-registry")]))?;
     let images = build(repo, Profile::Dev)?;
+    let helm = crate::helm::provide()?;
     let registry = crate::registry::Registry::start()?;
+    let work = tempfile_dir(repo, "signing")?;
+    let signer = sign::Signer::for_test(&operator_binary(repo, Profile::Dev), &work)?;
     for built in &images {
         let reference = push::push(built, &registry.host)?;
         eprintln!("xtask image: pushed {reference}@{}", built.digest);
+        signer.sign(&reference)?;
     }
+    let version = workspace_version(repo)?;
+    let chart = push::push_chart(repo, &helm, &registry.host, &work)?;
+    signer.sign(&chart)?;
+    for plugin in FIRST_PARTY {
+        let reference = format!("{}/proxyfleet/plugins/{plugin}:{version}", registry.host);
+        push::push_plugin(&operator_binary(repo, Profile::Dev), repo, plugin, &reference)?;
+        signer.sign(&reference)?;
+    }
+    std::fs::remove_dir_all(&work).ok();
     Ok(())
+}
+
+/// The operator binary of `profile`'s build.
+fn operator_binary(repo: &Repo, profile: Profile) -> std::path::PathBuf {
+    repo.root.join("target").join(profile.dir()).join("proxyfleet")
+}
+
+/// An empty directory under `target/images/` for `what`.
+fn tempfile_dir(repo: &Repo, what: &str) -> Result<std::path::PathBuf> {
+    let dir = repo.root.join("target/images").join(what);
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// Builds the operator (`profile`) and both images.

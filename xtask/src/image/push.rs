@@ -52,6 +52,46 @@ pub fn push(built: &Built, registry: &str) -> Result<String> {
     Ok(reference)
 }
 
+/// Packages the chart and pushes it with Helm to
+/// `registry/proxyfleet/charts`; answers its reference.
+pub fn push_chart(
+    repo: &crate::Repo,
+    helm: &std::path::Path,
+    registry: &str,
+    work: &std::path::Path,
+) -> Result<String> {
+    let chart = repo.root.join("deploy/helm/proxyfleet");
+    process::run(Command::new(helm).arg("package").arg(&chart).arg("--destination").arg(work))?;
+    let version = super::workspace_version(repo)?;
+    let package = work.join(format!("proxyfleet-{version}.tgz"));
+    ensure!(package.is_file(), "helm package wrote no {}", package.display());
+    let mut push = Command::new(helm);
+    push.arg("push").arg(&package).arg(format!("oci://{registry}/proxyfleet/charts"));
+    if !tls_verify(registry) {
+        push.arg("--plain-http");
+    }
+    process::run(&mut push)?;
+    Ok(format!("{registry}/proxyfleet/charts/proxyfleet:{version}"))
+}
+
+/// Publishes the first-party plugin `name` (from `target/plugins/`) as
+/// `reference` with the operator's `plugin push`.
+pub fn push_plugin(
+    binary: &std::path::Path,
+    repo: &crate::Repo,
+    name: &str,
+    reference: &str,
+) -> Result<()> {
+    let mut push = Command::new(binary);
+    push.args(["--log-format", "text", "plugin", "push"])
+        .arg(repo.plugin_outputs().join(format!("{name}.wasm")))
+        .arg(reference);
+    if !tls_verify(reference.split('/').next().unwrap_or_default()) {
+        push.arg("--plain-http");
+    }
+    process::output(&mut push).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
