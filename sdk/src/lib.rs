@@ -167,6 +167,40 @@ pub mod bindings {
     });
 }
 
+/// Declares the oldest proxyfleet release a plugin runs on, for a plugin
+/// that relies on host behaviour newer than its contract version says:
+/// a host older than `$version` refuses the build at load, naming both
+/// versions, instead of loading it and failing later. Hosts that predate
+/// the declaration ignore it. Written once, at the crate root:
+///
+/// ```ignore
+/// proxyfleet_sdk::min_host_version!("0.2.0");
+/// ```
+///
+/// It is the custom section `proxyfleet-min-host-version` of the built
+/// component; `proxyfleet plugin inspect` shows it as `minHostVersion`.
+#[macro_export]
+macro_rules! min_host_version {
+    ($version:literal) => {
+        const _: () = {
+            const VERSION: &str = $version;
+            #[allow(unsafe_code, reason = "a custom section holding a version, never executed")]
+            #[used]
+            #[unsafe(link_section = "proxyfleet-min-host-version")]
+            static MIN_HOST_VERSION: [u8; VERSION.len()] = {
+                let bytes = VERSION.as_bytes();
+                let mut out = [0u8; VERSION.len()];
+                let mut i = 0;
+                while i < bytes.len() {
+                    out[i] = bytes[i];
+                    i += 1;
+                }
+                out
+            };
+        };
+    };
+}
+
 /// Items the exported macros expand to. Not part of the API.
 #[doc(hidden)]
 pub mod __private {

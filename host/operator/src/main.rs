@@ -6,6 +6,7 @@ mod malloc;
 mod plugin_fields;
 mod plugin_new;
 mod plugin_test;
+mod plugin_watch;
 mod registry_args;
 mod shutdown;
 mod signing_args;
@@ -237,6 +238,48 @@ enum PluginCommand {
         /// Also write the report as JUnit XML here.
         #[arg(long)]
         junit: Option<PathBuf>,
+        /// How long a deleted instance may take to be gone.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        delete_wait: Duration,
+        #[command(flatten)]
+        cache: CompileCache,
+    },
+    /// Rebuilds a plugin project whenever one of its files changes, runs
+    /// the conformance suite against each build (as `plugin test`), and
+    /// copies a build that passes into --install-to, where an operator
+    /// running on that plugin directory swaps it in without a restart.
+    Watch {
+        /// The project's directory.
+        #[arg(default_value = ".")]
+        project: PathBuf,
+        /// The provider entry (YAML) the suite binds; its `plugin` names
+        /// the file installed.
+        #[arg(long)]
+        config: PathBuf,
+        /// The build, run with `sh -c` in the project.
+        #[arg(long, default_value = plugin_watch::DEFAULT_BUILD)]
+        build: String,
+        /// The component the build writes, relative to the project
+        /// (default: what cargo names the crate's wasm32-wasip2 release
+        /// build).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// A Proxy manifest whose spec the suite's Proxies ask for.
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Answer the plugin's HTTP requests from this declared backend.
+        #[arg(long)]
+        backend: Option<PathBuf>,
+        /// The plugin directory of a running operator: a build that passes
+        /// is copied there as `<plugin>.wasm`.
+        #[arg(long)]
+        install_to: Option<PathBuf>,
+        /// How often the project is looked at.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+        interval: Duration,
+        /// Build, test and install once, then exit with the suite's outcome.
+        #[arg(long)]
+        once: bool,
         /// How long a deleted instance may take to be gone.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         delete_wait: Duration,
@@ -497,6 +540,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 "signature": pulled.as_ref().map(|(_, _, signature)| signature),
                 "sha256": revision.digest,
                 "fromCache": revision.from_cache,
+                "minHostVersion": revision.min_host_version,
                 "info": revision.info,
                 "imports": revision.imports,
                 "exports": revision.exports,
@@ -517,6 +561,36 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 backend: backend.as_deref(),
             };
             plugin_test::run(files, junit, delete_wait, cache.runtime_options()).await
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Watch {
+                    project,
+                    config,
+                    build,
+                    output,
+                    spec,
+                    backend,
+                    install_to,
+                    interval,
+                    once,
+                    delete_wait,
+                    cache,
+                },
+        } => {
+            let watch = plugin_watch::Watch {
+                project,
+                build,
+                output,
+                entry: config,
+                spec,
+                backend,
+                install_to,
+                interval,
+                once,
+                delete_wait,
+            };
+            plugin_watch::run(watch, cache.runtime_options()).await
         }
         Command::Plugin { command: PluginCommand::New { name, backend, dir, sdk } } => {
             let sdk = match sdk.as_deref() {

@@ -90,6 +90,19 @@ pub enum LoadError {
         /// Which versions the host accepts.
         compatible: &'static str,
     },
+    /// The component declares that it needs a newer host.
+    #[error(
+        "{path} needs proxyfleet {needs} or newer (its proxyfleet-min-host-version section), \
+         and this host is {host}: upgrade the operator, or use a build made for this release"
+    )]
+    NeedsNewerHost {
+        /// The file.
+        path: PathBuf,
+        /// The version it declares.
+        needs: String,
+        /// This host's version.
+        host: &'static str,
+    },
     /// The component imports something the host does not offer.
     #[error("{path} cannot be linked: {message}")]
     Link {

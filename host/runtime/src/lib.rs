@@ -27,6 +27,7 @@ mod error;
 pub mod follow;
 mod grant_summary;
 mod limits;
+pub mod min_host;
 mod oci;
 mod plugin;
 mod provider;

@@ -37,6 +37,8 @@ pub struct PluginRevision {
     pub imports: Vec<String>,
     /// Names of what it exports.
     pub exports: Vec<String>,
+    /// The oldest host it declares it runs on ([`crate::min_host`]).
+    pub min_host_version: Option<String>,
     pub(crate) pre: ProviderPluginPre<PluginState>,
 }
 
@@ -73,6 +75,9 @@ impl Runtime {
         digest: String,
     ) -> Result<Arc<PluginRevision>, LoadError> {
         let inner = &self.inner;
+        // Before anything is compiled: a build for a newer host is refused
+        // by what it declares, not by what fails to link.
+        let min_host_version = crate::min_host::check(path, &bytes)?.map(|v| v.to_string());
         let cached =
             inner.cache.as_ref().and_then(|cache| cache.load(&inner.engine, &digest, bytes.len()));
         let from_cache = cached.is_some();
@@ -128,6 +133,7 @@ impl Runtime {
             from_cache,
             imports,
             exports,
+            min_host_version,
             pre,
         }))
     }

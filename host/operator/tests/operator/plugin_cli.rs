@@ -35,6 +35,29 @@ fn inspect_shows_info_digest_imports_and_exports() {
     };
     assert!(names("exports").contains(&format!("proxyfleet:provider/provider@{version}")));
     assert!(names("imports").contains(&format!("proxyfleet:provider/kv@{version}")));
+    assert_eq!(report["minHostVersion"], serde_json::Value::Null, "static declares none");
+}
+
+/// A build made with the SDK's `min_host_version!` carries the
+/// declaration through the toolchain; one needing a newer host is refused
+/// by `inspect` naming both versions.
+#[test]
+fn issue_47_a_declared_minimum_host_version_is_shown_and_a_newer_one_refused() {
+    let output = proxyfleet(&["plugin", "inspect", &path("fixtures/answer-v2"), "--no-cache"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["minHostVersion"], "0.1.0");
+
+    let dir = tempfile::tempdir().unwrap();
+    let newer = dir.path().join("newer.wasm");
+    let built = std::fs::read(plugin("static")).unwrap();
+    let needs = semver::Version::new(99, 0, 0);
+    std::fs::write(&newer, proxyfleet_runtime::min_host::declare(&built, &needs)).unwrap();
+    let output = proxyfleet(&["plugin", "inspect", newer.to_str().unwrap(), "--no-cache"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let host = env!("CARGO_PKG_VERSION");
+    assert!(stderr.contains("needs proxyfleet 99.0.0") && stderr.contains(host), "{stderr}");
 }
 
 /// Issue 47, item 5: `inspect`, `validate` and `test` compiled the
@@ -488,4 +511,85 @@ async fn plugin_test_passes_the_provider_written_in_python() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of python-static 0.1.0 (contract "), "{stdout}");
     assert!(stdout.ends_with("13 passed, 0 failed, 0 skipped\n"), "{stdout}");
+}
+
+/// Issue 47, an author's loop: `plugin watch` builds the project when a
+/// file changes, runs the suite, and installs only a build that passes;
+/// a failed build or a build that fails the suite leaves the installed one.
+#[test]
+fn issue_47_plugin_watch_installs_only_builds_that_pass_the_suite() {
+    use std::io::Read as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    let entry = dir.path().join("entry.yaml");
+    std::fs::write(
+        &entry,
+        "name: office\nplugin: static\nconfig: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128', '192.0.2.4:3128'] }\n",
+    )
+    .unwrap();
+    // The project's "build" copies a built component to its output.
+    let build = project.join("build.sh");
+    let copying = |name: &str| format!("mkdir -p out && cp '{}' out/plugin.wasm\n", path(name));
+    std::fs::write(&build, copying("static")).unwrap();
+
+    // Once: the build passes and is installed; the exit status says so.
+    let once = [
+        "plugin",
+        "watch",
+        project.to_str().unwrap(),
+        "--config",
+        entry.to_str().unwrap(),
+        "--build",
+        "sh build.sh",
+        "--output",
+        "out/plugin.wasm",
+        "--install-to",
+        plugins.to_str().unwrap(),
+        "--delete-wait",
+        "3s",
+    ];
+    let output = proxyfleet(&[&once[..], &["--once"]].concat());
+    assert!(output.status.success(), "{}", report(&output));
+    let installed = plugins.join("static.wasm");
+    assert_eq!(std::fs::read(&installed).unwrap(), std::fs::read(plugin("static")).unwrap());
+
+    // Watching: each change is built and tested; failures install nothing.
+    std::fs::remove_file(&installed).unwrap();
+    let log = dir.path().join("watch.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyfleet"))
+        .env("XDG_CACHE_HOME", proxyfleet_tests::workspace_root().join("target/test-cli-cache"))
+        .args(["--log-format", "text"])
+        .args(once)
+        .args(["--interval", "100ms"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let said = |text: &str, times: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let mut seen = String::new();
+            std::fs::File::open(&log).unwrap().read_to_string(&mut seen).unwrap();
+            if seen.matches(text).count() >= times {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {text:?} ({times}x) in:\n{seen}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    said("watch: installed as", 1);
+    let good = std::fs::read(&installed).unwrap();
+    std::fs::write(&build, "echo broken >&2; exit 3\n").unwrap();
+    said("the build failed", 1);
+    std::fs::write(&build, copying("fixtures/answer-v1")).unwrap();
+    said("the suite failed; nothing is installed", 1);
+    assert_eq!(std::fs::read(&installed).unwrap(), good, "the passing build stays installed");
+    std::fs::write(&build, format!("# again\n{}", copying("static"))).unwrap();
+    said("watch: installed as", 2);
+    let _ = child.kill();
+    let _ = child.wait();
 }

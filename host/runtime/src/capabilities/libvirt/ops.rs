@@ -391,10 +391,14 @@ impl HostPool {
         self.call("domain-list", move |c| {
             let mut ours = Vec::new();
             for dom in c.domains().list_all_domains()? {
-                match owner::owns(&dom, &scope.entry) {
-                    Ok(true) => ours.push(domain_of(&dom)?),
-                    Ok(false) => {}
-                    // Undefined between the listing and the lookup.
+                // A domain undefined after the listing (by another entry,
+                // or another call of this one) is gone, not an error: at
+                // the ownership check or while its details are read.
+                match owner::owns(&dom, &scope.entry)
+                    .and_then(|owned| owned.then(|| domain_of(&dom)).transpose())
+                {
+                    Ok(Some(info)) => ours.push(info),
+                    Ok(None) => {}
                     Err(err) if err.code == ErrorCode::NoDomain => {}
                     Err(err) => return Err(err.into()),
                 }
