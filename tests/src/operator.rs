@@ -53,20 +53,29 @@ impl Site {
         command
     }
 
-    /// Starts `binary standalone` on the site with `args` added; its output
-    /// is discarded. The process is killed when the handle drops.
+    /// Starts `binary standalone` on the site with `args` added; its log
+    /// goes to [`Site::log`]. The process is killed when the handle drops.
     ///
     /// # Panics
     /// When the binary cannot be started.
     pub fn standalone(&self, binary: &Path, args: &[&str]) -> Running {
+        let log = std::fs::File::create(self.path("operator.log")).expect("the operator's log");
         let child = self
             .command(binary, args)
             .args(["--log-format", "text"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start proxyfleet");
         Running(child)
+    }
+
+    /// The last `lines` lines the operator started by [`Site::standalone`]
+    /// logged: what a failing test shows.
+    pub fn log(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.path("operator.log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 

@@ -59,6 +59,11 @@ const LIST: Rule = (
     "list MUST return every instance that carries the plugin's mark for this installation, with \
      the mark as read back, and no other",
 );
+const ELSEWHERE: Rule = (
+    "a delete from another installation leaves the instance",
+    "a delete of an instance another installation made MUST leave it: the host answers \
+     not-found to an installation whose mark it is not",
+);
 const CANCEL: Rule = (
     "a cancelled create ends at once and its retry adopts",
     "a call MUST end promptly when the host stops it, and create MUST adopt what an \
@@ -143,7 +148,7 @@ impl<'a> Run<'a> {
         match created {
             Ok(instance) => self.with_instance(&spec, &instance).await,
             Err(_) => {
-                for rule in [IDEMPOTENT, GET, LIST, DELETE] {
+                for rule in [IDEMPOTENT, GET, LIST, ELSEWHERE, DELETE] {
                     self.skip(rule, "create failed");
                 }
             }
@@ -199,6 +204,13 @@ impl<'a> Run<'a> {
         let started = Instant::now();
         let result = self.list_holds(spec, &first.provider_id).await;
         self.record(LIST, started, result);
+
+        let started = Instant::now();
+        match self.delete_elsewhere(&first.provider_id).await {
+            Ok(None) => self.record(ELSEWHERE, started, Ok(())),
+            Ok(Some(why)) => self.skip(ELSEWHERE, &why),
+            Err(why) => self.record(ELSEWHERE, started, Err(why)),
+        }
 
         let started = Instant::now();
         let result = self.delete(&first.provider_id).await;
@@ -468,6 +480,31 @@ impl<'a> Run<'a> {
                 }
             }
             tokio::time::sleep(self.options.poll).await;
+        }
+    }
+
+    /// The entry bound under another installation deletes `id`: the
+    /// answer is success (nothing of its own was there) or not-found, and
+    /// the instance stays. `Ok(Some(why))`: skipped.
+    async fn delete_elsewhere(&mut self, id: &str) -> Result<Option<String>, String> {
+        let Some(other) = self.binder.bind_elsewhere(&self.options.config).await else {
+            return Ok(Some("this binder binds the entry under one installation only".to_owned()));
+        };
+        let other = other.map_err(|err| format!("the entry under another installation: {err}"))?;
+        match other.delete(id).await {
+            Ok(()) => {}
+            Err(err) if err.class == ErrorClass::NotFound => self.answers.push(err.message),
+            Err(err) => {
+                self.answers.push(err.message.clone());
+                return Err(format!("another installation's delete of {id} failed: {err}"));
+            }
+        }
+        match self.get(id).await {
+            Ok(read) if read.state == InstanceState::Deleting => {
+                Err(format!("another installation's delete of {id} set it deleting"))
+            }
+            Ok(_) => Ok(None),
+            Err(err) => Err(format!("{id} is gone after another installation's delete: {err}")),
         }
     }
 

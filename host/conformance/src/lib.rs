@@ -55,6 +55,17 @@ pub trait Binder: Send + Sync {
     /// The installation the host puts into every spec it hands the entry,
     /// which every mark must carry unchanged.
     fn installation(&self) -> String;
+
+    /// The entry with `config`, bound under another installation that
+    /// shares its backend (with a key-value store of its own): what a
+    /// second operator would be. `None` skips the case that needs it.
+    async fn bind_elsewhere(
+        &self,
+        config: &Value,
+    ) -> Option<Result<Arc<dyn Provider>, ProviderError>> {
+        let _ = config;
+        None
+    }
 }
 
 /// What the suite needs to know about the entry.

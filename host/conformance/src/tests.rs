@@ -98,10 +98,16 @@ async fn a_provider_that_keeps_the_contract_passes_every_case_and_is_left_clean(
     let fake = Arc::new(FakeProvider::new("lab").slow_deletes());
     let report = suite(Arc::clone(&fake) as _).await;
     assert!(report.passed(), "{}", report.text());
-    assert_eq!(report.cases.len(), 13, "{}", report.text());
+    assert_eq!(report.cases.len(), 14, "{}", report.text());
     let required = "validate-config refuses a config without a required key, naming it";
+    // One binding only: the case that needs a second installation skips.
+    let elsewhere = "a delete from another installation leaves the instance";
     assert!(
-        report.cases.iter().all(|case| case.outcome == Outcome::Passed || case.name == required),
+        report
+            .cases
+            .iter()
+            .all(|case| case.outcome == Outcome::Passed
+                || [required, elsewhere].contains(&case.name)),
         "{}",
         report.text()
     );
@@ -388,4 +394,42 @@ async fn another_installations_instance_in_the_list_fails_it() {
     let report = suite(Arc::new(fake)).await;
     let why = failed(&report, "list returns the marked instances");
     assert!(why.contains("theirs-1, marked by installation \"another-installation\""), "{why}");
+}
+
+/// Binds another installation's entry to the same backend, with the
+/// provider given: the fake itself (which deletes whatever it is asked
+/// to, as a plugin does without the host's check of the mark).
+struct TwoInstallations {
+    own: Arc<dyn Provider>,
+    other: Arc<dyn Provider>,
+}
+
+#[async_trait]
+impl Binder for TwoInstallations {
+    async fn bind(&self, config: &Value) -> Result<Arc<dyn Provider>, ProviderError> {
+        OneKey(Arc::clone(&self.own)).bind(config).await
+    }
+
+    fn installation(&self) -> String {
+        INSTALLATION.to_owned()
+    }
+
+    async fn bind_elsewhere(&self, _config: &Value) -> Option<Result<Arc<dyn Provider>>> {
+        Some(Ok(Arc::clone(&self.other)))
+    }
+}
+
+/// Issue 47: no case checked that a delete by another installation
+/// leaves an instance; a host without its check of the mark would pass.
+#[tokio::test]
+async fn issue_47_a_delete_from_another_installation_that_removes_the_instance_fails() {
+    let fake: Arc<dyn Provider> = Arc::new(FakeProvider::new("lab"));
+    let binder = TwoInstallations { own: Arc::clone(&fake), other: Arc::clone(&fake) };
+    let report = run(Arc::clone(&fake), &binder, &options()).await;
+    let why = failed(&report, "a delete from another installation leaves the instance");
+    assert!(why.contains("gone after another installation's delete"), "{why}");
+    // Without a second binding the case is skipped, saying why.
+    let report = suite(fake).await;
+    let skipped = outcome(&report, "a delete from another installation leaves the instance");
+    assert!(matches!(skipped, Outcome::Skipped(why) if why.contains("one installation")));
 }

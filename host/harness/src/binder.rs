@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use proxyfleet_conformance::Binder;
-use proxyfleet_core::kv::KvStore;
+use proxyfleet_core::installation::InstallationId;
+use proxyfleet_core::kv::{KvStore, MemoryKv};
 use proxyfleet_core::{Provider, ProviderError};
 use proxyfleet_runtime::config::EntryConfig;
 use proxyfleet_runtime::{PluginProvider, PluginRevision, Runtime};
@@ -58,4 +59,24 @@ impl Binder for EntryBinder {
     fn installation(&self) -> String {
         self.runtime.installation().to_string()
     }
+
+    async fn bind_elsewhere(
+        &self,
+        config: &serde_json::Value,
+    ) -> Option<Result<Arc<dyn Provider>, ProviderError>> {
+        let other = if self.runtime.installation().as_str() == OTHER { OTHER_TOO } else { OTHER };
+        let installation = InstallationId::parse("the other installation", other)
+            .unwrap_or_else(|_| unreachable!("a valid installation ID"));
+        let runtime = self.runtime.for_installation(installation);
+        let mut entry = self.entry.clone();
+        entry.config = config.clone();
+        let kv: Arc<dyn KvStore> = Arc::new(MemoryKv::new());
+        let bound = PluginProvider::new(&runtime, entry, Arc::clone(&self.revision), kv).await;
+        Some(bound.map(|provider| Arc::new(provider) as Arc<dyn Provider>))
+    }
 }
+
+/// The installation the suite's second binding serves (another, when the
+/// entry's own is called that).
+const OTHER: &str = "conformance-other";
+const OTHER_TOO: &str = "conformance-another";

@@ -66,6 +66,9 @@ pub struct RuntimeOptions {
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub(crate) inner: Arc<RuntimeInner>,
+    /// The installation every create names, and the only one whose
+    /// instances a delete touches.
+    pub(crate) installation: InstallationId,
 }
 
 pub(crate) struct RuntimeInner {
@@ -78,7 +81,6 @@ pub(crate) struct RuntimeInner {
     pub(crate) http_transport: Option<Arc<dyn HttpTransport>>,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
-    pub(crate) installation: InstallationId,
     pub(crate) libvirt: Arc<LibvirtHelper>,
     /// One compilation at a time. Each one already spreads its functions
     /// over every core (`parallel_compilation`), so a second alongside it
@@ -141,7 +143,6 @@ impl Runtime {
                 oci_store_dir,
                 pull_limits: options.pull_limits,
                 http_transport: options.http_transport,
-                installation: options.installation,
                 observer: options.observer,
                 pooling,
                 compiling: tokio::sync::Semaphore::new(1),
@@ -151,12 +152,20 @@ impl Runtime {
                         .map_or_else(LibvirtHelper::beside_current_exe, LibvirtHelper::new),
                 ),
             }),
+            installation: options.installation,
         })
     }
 
     /// The installation every create names (see [`RuntimeOptions`]).
     pub fn installation(&self) -> &InstallationId {
-        &self.inner.installation
+        &self.installation
+    }
+
+    /// This runtime (its engine, compiled plugins and cache) serving
+    /// another installation: what a second operator sharing the backends
+    /// would be, for the conformance suite.
+    pub fn for_installation(&self, installation: InstallationId) -> Self {
+        Self { inner: Arc::clone(&self.inner), installation }
     }
 
     /// Whether instances come from the pooling allocator.

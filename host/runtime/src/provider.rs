@@ -356,7 +356,7 @@ impl PluginProvider {
             &ctx,
             &operation,
             &self.config_json,
-            &self.runtime.inner.installation,
+            &self.runtime.installation,
         );
         // The epoch callback stops guest code at the deadline; this timeout
         // also bounds time spent in host calls (HTTP, store) and cancels them.
@@ -537,6 +537,33 @@ impl Provider for PluginProvider {
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        // Deletes reach only what this installation made: the plugin's
+        // delete carries no installation, so the host reads the mark
+        // first. An instance marked by another installation sharing the
+        // backend is not-found to this one, and left alone; one gone
+        // already, unmarked or marked before marks named installations is
+        // the plugin's to delete (its delete also clears what a create
+        // left behind).
+        match self.get(provider_id).await {
+            Ok(instance) => {
+                let ours = self.runtime.installation().as_str();
+                if let Some(mark) = instance.mark.as_ref()
+                    && !mark.installation.is_empty()
+                    && mark.installation != ours
+                {
+                    return Err(ProviderError::new(
+                        ErrorClass::NotFound,
+                        format!(
+                            "{provider_id} is marked by installation {:?}, not this one \
+                             ({ours:?}); it is left alone",
+                            mark.installation
+                        ),
+                    ));
+                }
+            }
+            Err(err) if err.class == ErrorClass::NotFound => {}
+            Err(err) => return Err(err),
+        }
         self.call(Operation::Delete(provider_id)).await.map(|_| ())
     }
 

@@ -272,15 +272,18 @@ async fn the_console_follows_the_fleet_live_and_acts_for_operators_only() {
         .to_owned();
     browser.goto(&format!("http://{api}/ui/proxies/{other}")).await;
     browser.click("form[aria-label='Replace the instance'] button[type=submit]").await;
-    browser
-        .wait_for_text(
-            "ul.events",
-            |text| {
-                text.contains("gets a new instance") && text.contains("Replaced: deleted instance")
-            },
-            WAIT,
-        )
-        .await;
+    let replaced = wait_for(WAIT, || async {
+        let events = browser.client().find(Locator::Css("ul.events")).await.ok()?;
+        let text = events.text().await.ok()?;
+        (text.contains("gets a new instance") && text.contains("Replaced: deleted instance"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        replaced.is_some(),
+        "the replacement did not show within {WAIT:?}; the operator's log ends:\n{}",
+        fleet.site.log(60)
+    );
     let conditions = browser.wait_for_text("#conditions + div table", |_| true, WAIT).await;
     assert!(conditions.contains("Provisioned"), "{conditions}");
     browser.goto(&format!("http://{api}/ui/proxies")).await;

@@ -362,9 +362,9 @@ async fn plugin_test_passes_the_static_plugin_and_writes_junit() {
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of static "), "{stdout}");
-    assert!(stdout.ends_with("13 passed, 0 failed, 0 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("14 passed, 0 failed, 0 skipped\n"), "{stdout}");
     let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
-    assert!(xml.contains("tests=\"13\"") && xml.contains("failures=\"0\""), "{xml}");
+    assert!(xml.contains("tests=\"14\"") && xml.contains("failures=\"0\""), "{xml}");
 }
 
 /// A backend file is checked before anything runs, naming the field.
@@ -411,7 +411,7 @@ async fn plugin_test_names_the_rules_a_plugin_breaks() {
     assert!(stdout.contains("rule: get MUST answer not-found"), "{stdout}");
     let xml = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
     assert!(stdout.contains("  FAIL  list returns the marked instances"), "{stdout}");
-    assert!(stdout.ends_with("6 passed, 6 failed, 1 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("7 passed, 6 failed, 1 skipped\n"), "{stdout}");
     assert!(xml.contains("failures=\"6\""), "{xml}");
 }
 
@@ -510,7 +510,7 @@ async fn plugin_test_passes_the_provider_written_in_python() {
     assert!(output.status.success(), "{}", report(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("conformance of python-static 0.1.0 (contract "), "{stdout}");
-    assert!(stdout.ends_with("13 passed, 0 failed, 0 skipped\n"), "{stdout}");
+    assert!(stdout.ends_with("14 passed, 0 failed, 0 skipped\n"), "{stdout}");
 }
 
 /// Issue 47, an author's loop: `plugin watch` builds the project when a
