@@ -71,6 +71,126 @@ fn outputs() -> Vec<(&'static str, &'static str, Option<Vec<String>>)> {
     ]
 }
 
+/// One way of installing the chart: the values set, and what the rendered
+/// manifests must hold (`Ok`) or how `helm template` must refuse (`Err`).
+struct Case {
+    what: &'static str,
+    set: &'static [&'static str],
+    expect: std::result::Result<&'static [(&'static str, bool)], &'static str>,
+}
+
+/// What the knobs do, checked on `helm template` output: each case's
+/// texts present (`true`) or absent (`false`), or its refusal.
+const CASES: &[Case] = &[
+    Case {
+        what: "defaults: two replicas, a budget, spread over nodes",
+        set: &[],
+        expect: Ok(&[
+            ("kind: PodDisruptionBudget", true),
+            ("podAntiAffinity:", true),
+            ("topologyKey: kubernetes.io/hostname", true),
+            ("\nkind: ServiceAccount\n", true),
+            ("sizeLimit: 1Gi", true),
+            ("type: ClusterIP", true),
+        ]),
+    },
+    Case {
+        what: "one replica: no budget, which would block every node drain",
+        set: &["replicaCount=1"],
+        expect: Ok(&[("kind: PodDisruptionBudget", false)]),
+    },
+    Case {
+        what: "a ServiceAccount of the user's, with workload identity on the chart's",
+        set: &["serviceAccount.create=false", "serviceAccount.name=ops-made"],
+        expect: Ok(&[
+            ("\nkind: ServiceAccount\n", false),
+            ("serviceAccountName: ops-made", true),
+            ("    name: ops-made\n    namespace: proxyfleet-system", true),
+        ]),
+    },
+    Case {
+        what: "serviceAccount.create=false needs a name",
+        set: &["serviceAccount.create=false"],
+        expect: Err("name the ServiceAccount to run as in serviceAccount.name"),
+    },
+    Case {
+        what: "names, labels, priority, environment, volumes, service type",
+        set: &[
+            "fullnameOverride=fleet",
+            "commonLabels.team=crawl",
+            "priorityClassName=system-cluster-critical",
+            "extraEnv[0].name=HTTPS_PROXY",
+            "extraEnv[0].value=http://egress:3128",
+            "extraVolumes[0].name=ca",
+            "extraVolumes[0].configMap.name=corp-ca",
+            "extraVolumeMounts[0].name=ca",
+            "extraVolumeMounts[0].mountPath=/etc/corp-ca",
+            "service.type=LoadBalancer",
+            "cache.sizeLimit=2Gi",
+        ],
+        expect: Ok(&[
+            ("--lease-name=fleet-leader", true),
+            ("team: crawl", true),
+            ("priorityClassName: system-cluster-critical", true),
+            ("- name: HTTPS_PROXY\n              value: http://egress:3128", true),
+            ("mountPath: /etc/corp-ca", true),
+            ("configMap:\n            name: corp-ca", true),
+            ("type: LoadBalancer", true),
+            ("sizeLimit: 2Gi", true),
+        ]),
+    },
+    Case {
+        what: "an affinity of the user's replaces the default",
+        set: &[
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        ],
+        expect: Ok(&[("podAntiAffinity:", false), ("nodeAffinity:", true)]),
+    },
+    Case {
+        what: "a misspelt knob is refused by the schema",
+        set: &["serviceAcount.create=false"],
+        expect: Err("serviceAcount"),
+    },
+];
+
+/// Renders the chart for each of [`CASES`] and checks it.
+fn cases(repo: &Repo, helm: &std::path::Path) -> Result<()> {
+    for case in CASES {
+        let mut template = Command::new(helm);
+        template.args(["template", RELEASE]).arg(chart(repo)).args(["--namespace", NAMESPACE]);
+        for set in case.set {
+            template.args(["--set", set]);
+        }
+        let output = template.output().context("running helm template")?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        match case.expect {
+            Ok(texts) => {
+                ensure!(
+                    output.status.success(),
+                    "chart case `{}`: helm template failed: {stderr}",
+                    case.what
+                );
+                for (text, present) in texts {
+                    ensure!(
+                        stdout.contains(text) == *present,
+                        "chart case `{}`: {text:?} should{} be in the rendered manifests",
+                        case.what,
+                        if *present { "" } else { " not" }
+                    );
+                }
+            }
+            Err(refusal) => ensure!(
+                !output.status.success() && stderr.contains(refusal),
+                "chart case `{}`: helm template should refuse naming {refusal:?}; it said: {stderr}",
+                case.what
+            ),
+        }
+    }
+    eprintln!("xtask render: {} chart cases hold", CASES.len());
+    Ok(())
+}
+
 fn chart(repo: &Repo) -> PathBuf {
     repo.root.join("deploy/helm/proxyfleet")
 }
@@ -79,6 +199,7 @@ pub fn render(repo: &Repo, check: bool) -> Result<()> {
     let helm = helm::provide()?;
     if check {
         process::run(Command::new(&helm).args(["lint", "--strict"]).arg(chart(repo)))?;
+        cases(repo, &helm)?;
     }
     let out_dir = repo.root.join("deploy/kubernetes");
     let mut stale = Vec::new();

@@ -11,7 +11,6 @@
 
 use std::path::{Path, PathBuf};
 
-use base64::engine::general_purpose::STANDARD as BASE64;
 use crypto_secretbox::aead::{Aead as _, KeyInit as _};
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{DerSignature, SigningKey, VerifyingKey};
@@ -207,7 +206,7 @@ fn read_bounded(path: &Path) -> Result<String, KeyError> {
 struct Sealed {
     kdf: Kdf,
     cipher: Cipher,
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::base64_bytes")]
     ciphertext: Vec<u8>,
 }
 
@@ -215,7 +214,7 @@ struct Sealed {
 struct Kdf {
     name: String,
     params: ScryptParams,
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::base64_bytes")]
     salt: Vec<u8>,
 }
 
@@ -230,7 +229,7 @@ struct ScryptParams {
 #[derive(Serialize, Deserialize)]
 struct Cipher {
     name: String,
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::base64_bytes")]
     nonce: Vec<u8>,
 }
 
@@ -300,23 +299,6 @@ fn derive(password: &[u8], salt: &[u8], log_n: u8) -> Result<Zeroizing<[u8; 32]>
     scrypt::scrypt(password, salt, &params, key.as_mut())
         .map_err(|err| format!("scrypt: {err}"))?;
     Ok(key)
-}
-
-mod base64_bytes {
-    use super::BASE64;
-    use base64::Engine as _;
-    use serde::{Deserialize as _, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&BASE64.encode(bytes))
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        BASE64.decode(text).map_err(serde::de::Error::custom)
-    }
 }
 
 #[cfg(test)]

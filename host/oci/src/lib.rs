@@ -13,6 +13,7 @@
 
 mod access;
 mod answer;
+mod base64_bytes;
 mod cosign_key;
 mod destination;
 mod digest;

@@ -238,10 +238,10 @@ pub(crate) fn signature_layers<'a>(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Signature {
     /// The simple signing payload, as signed.
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::base64_bytes")]
     pub payload: Vec<u8>,
     /// The signature, ASN.1 DER.
-    #[serde(with = "base64_bytes")]
+    #[serde(with = "crate::base64_bytes")]
     pub signature: Vec<u8>,
 }
 
@@ -337,23 +337,6 @@ pub(crate) fn check(
         }
     }
     Ok(Verified { by, signatures: used })
-}
-
-mod base64_bytes {
-    use base64::Engine as _;
-    use base64::engine::general_purpose::STANDARD as BASE64;
-    use serde::{Deserialize as _, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&BASE64.encode(bytes))
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        BASE64.decode(text).map_err(serde::de::Error::custom)
-    }
 }
 
 #[cfg(test)]

@@ -834,6 +834,14 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Every replica swaps plugins, so a new leader serves the same revision.
     let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
     let _follower = registry.follow(args.setup.follow_options());
+    // A process that died leading left the label on its pod; started again
+    // in that pod it is a standby until it wins the Lease, and the
+    // discovery Service must not send crawlers to it meanwhile.
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && let Err(err) = mark_leader(&client, &args.namespace, &pod, false).await
+    {
+        tracing::warn!("cannot clear a leader label this pod kept from before: {err}");
+    }
     // On a signal the elector stops leading and releases the Lease, so a
     // successor takes over at once instead of waiting the Lease out, while
     // the API drains beside it.

@@ -289,6 +289,16 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
     let ready =
         wait_for(wait, || async { (readyz(&api_b).await == Some(200)).then_some(()) }).await;
     assert!(ready.is_some(), "and its catalog turns ready");
+
+    // Issue 46: op-a died leading (killed, as a crashed container) and kept
+    // its label; started again in the same pod it stood by with the label,
+    // so the Service sent crawlers to a standby too. It clears it at start.
+    assert_eq!(leader_of("op-a").await.as_deref(), Some("true"), "the killed leader's label");
+    let _a = start_as_pod(dir.path(), &namespace, "op-a", Some("op-a"), &api_a);
+    let cleared =
+        wait_for(wait, || async { leader_of("op-a").await.is_none().then_some(()) }).await;
+    assert!(cleared.is_some(), "a restarted standby clears the label it kept");
+    assert_eq!(leader_of("op-b").await.as_deref(), Some("true"), "the leader keeps its own");
 }
 
 /// What the kubelet does to a Pod it stops: SIGTERM, then SIGKILL when the
