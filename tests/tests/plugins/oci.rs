@@ -29,7 +29,7 @@ use proxyfleet_tests::{CapturedLogs, plugin, wait_for};
 
 /// How long a swap or a recovery may take on a loaded machine before the
 /// test fails; what it takes is printed, not asserted.
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 /// The poll interval of the tests that follow a tag.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
 
