@@ -147,16 +147,30 @@ pub async fn signatures(
 ) -> Result<usize, OciError> {
     let session = Session::open(registries, reference).await?;
     let tag = signature::signature_tag(manifest_digest);
-    let manifest = match session.manifest(&tag, SIGNATURE_MANIFESTS).await {
-        Err(OciError::NotFound { .. }) => return Ok(0),
+    match signature_manifest(&session, reference, &tag).await? {
+        None => Ok(0),
+        Some(manifest) => Ok(signature::signature_layers(reference, &manifest)?.len()),
+    }
+}
+
+/// The signature manifest under `tag`, read within the manifest bound;
+/// `None` when there is no such tag. Content refused as a build would be
+/// (too large, not a manifest) is a signature refusal: it may be replaced
+/// without the build's tag moving.
+pub(crate) async fn signature_manifest(
+    session: &Session<'_>,
+    reference: &PluginReference,
+    tag: &str,
+) -> Result<Option<OciImageManifest>, OciError> {
+    let refuse = |reason: String| OciError::Signature { reference: reference.to_string(), reason };
+    let bytes = match session.manifest(tag, SIGNATURE_MANIFESTS).await {
+        Err(OciError::NotFound { .. }) => return Ok(None),
+        Err(err) if err.refuses_the_build() => return Err(refuse(err.to_string())),
         other => other?,
     };
-    let manifest: OciImageManifest =
-        serde_json::from_slice(&manifest).map_err(|err| OciError::Signature {
-            reference: reference.to_string(),
-            reason: format!("the signature artifact {tag} is not an image manifest: {err}"),
-        })?;
-    Ok(signature::signature_layers(reference, &manifest)?.len())
+    serde_json::from_slice(&bytes).map(Some).map_err(|err| {
+        refuse(format!("the signature artifact {tag} is not an image manifest: {err}"))
+    })
 }
 
 async fn verify_in(
@@ -168,26 +182,14 @@ async fn verify_in(
     let keyed = signature::read_policies(reference, policies)?;
     let tag = signature::signature_tag(manifest_digest);
     let refuse = |reason: String| OciError::Signature { reference: reference.to_string(), reason };
-    let manifest = match session.manifest(&tag, SIGNATURE_MANIFESTS).await {
-        Err(OciError::NotFound { .. }) => {
-            return Err(OciError::Unsigned {
-                reference: reference.to_string(),
-                manifest: manifest_digest.to_owned(),
-                tag,
-                policy: policies
-                    .first()
-                    .map(|policy| policy.field().to_owned())
-                    .unwrap_or_default(),
-            });
-        }
-        // Refused content of the signature artifact is a signature
-        // refusal: it may be replaced without the build's tag moving.
-        Err(err) if err.refuses_the_build() => return Err(refuse(err.to_string())),
-        other => other?,
+    let Some(manifest) = signature_manifest(session, reference, &tag).await? else {
+        return Err(OciError::Unsigned {
+            reference: reference.to_string(),
+            manifest: manifest_digest.to_owned(),
+            tag,
+            policy: policies.first().map(|policy| policy.field().to_owned()).unwrap_or_default(),
+        });
     };
-    let manifest: OciImageManifest = serde_json::from_slice(&manifest).map_err(|err| {
-        refuse(format!("the signature artifact {tag} is not an image manifest: {err}"))
-    })?;
     let layers = signature::signature_layers(reference, &manifest)?;
     let mut read = Vec::with_capacity(layers.len());
     for layer in layers {

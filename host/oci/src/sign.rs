@@ -15,6 +15,7 @@ use crate::cosign_key::PrivateKey;
 use crate::digest::sha256;
 use crate::error::OciError;
 use crate::layout::MANIFEST_MEDIA_TYPE;
+use crate::pull::signature_manifest;
 use crate::reference::PluginReference;
 use crate::session::Session;
 use crate::signature::{
@@ -53,17 +54,17 @@ pub async fn sign(
     let signature =
         base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key.sign(&payload));
     let fingerprint = key.public().fingerprint();
-    let mut layers = existing_layers(registries, reference, &tag).await?;
-    // The payload names only the manifest, so the same key signs it the
-    // same way every time: a second run adds nothing.
+    let session = Session::open(registries, reference).await?;
+    let existing = signature_manifest(&session, reference, &tag).await?.unwrap_or_default();
+    // Checked as a verifier would check it, so signing never extends an
+    // artifact that no verifier would accept. The payload names only the
+    // manifest, so the same key signs it the same way every time: a second
+    // run adds nothing.
     let public = key.public();
-    let already = layers.iter().any(|layer| {
-        let signature = layer.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION));
-        layer.digest == sha256(&payload)
-            && signature
-                .and_then(|text| decode(text))
-                .is_some_and(|sig| public.verifies(&payload, &sig))
+    let already = signature_layers(reference, &existing)?.iter().any(|layer| {
+        layer.descriptor.digest == sha256(&payload) && layer.verifies(&payload, &public)
     });
+    let mut layers = existing.layers;
     if already {
         return Ok(Signed {
             manifest_digest,
@@ -119,36 +120,6 @@ pub async fn sign(
         signatures: manifest.layers.len(),
         added: true,
     })
-}
-
-/// The signature layers already under `tag`; none when there is no such
-/// tag.
-async fn existing_layers(
-    registries: &Registries,
-    reference: &PluginReference,
-    tag: &str,
-) -> Result<Vec<OciDescriptor>, OciError> {
-    let session = Session::open(registries, reference).await?;
-    let bytes = match session.manifest(tag, &[MANIFEST_MEDIA_TYPE]).await {
-        Err(OciError::NotFound { .. }) => return Ok(Vec::new()),
-        other => other?,
-    };
-    let manifest: OciImageManifest =
-        serde_json::from_slice(&bytes).map_err(|err| OciError::Signature {
-            reference: reference.to_string(),
-            reason: format!(
-                "{tag} holds something other than a signature manifest ({err}); it is left as \
-                 it is"
-            ),
-        })?;
-    // Checked as a verifier would check it, so signing never extends an
-    // artifact that no verifier would accept.
-    signature_layers(reference, &manifest)?;
-    Ok(manifest.layers)
-}
-
-fn decode(text: &str) -> Option<Vec<u8>> {
-    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, text.trim()).ok()
 }
 
 /// The config cosign writes beside its signature layers: an empty image

@@ -179,6 +179,11 @@ pub(crate) struct SignatureLayer<'a> {
 }
 
 impl SignatureLayer<'_> {
+    /// True when this layer's signature signs `payload` under `key`.
+    pub(crate) fn verifies(&self, payload: &[u8], key: &PublicKey) -> bool {
+        key.verifies(payload, &self.signature)
+    }
+
     /// The signature with its payload, once read.
     pub(crate) fn with(self, payload: Vec<u8>) -> Signature {
         Signature { payload, signature: self.signature }

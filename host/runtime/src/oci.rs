@@ -382,8 +382,18 @@ impl StoredBuilds {
     /// registry's signatures. Blocking.
     fn admits(&self, reference: &PluginReference, stored: &proxyfleet_oci::StoredRef) -> bool {
         let policies = self.policies.get(reference.as_str()).map_or(&[][..], Vec::as_slice);
-        let signed = signed(reference, policies, stored);
-        if !signed {
+        signed(reference, policies, stored)
+    }
+
+    /// [`StoredBuilds::admits`] at start, saying why a build does not
+    /// serve (once a start; the rescans every few seconds say nothing).
+    fn admits_at_start(
+        &self,
+        reference: &PluginReference,
+        stored: &proxyfleet_oci::StoredRef,
+    ) -> bool {
+        let admitted = self.admits(reference, stored);
+        if !admitted {
             tracing::warn!(
                 plugin = %reference,
                 manifest = %stored.manifest_digest,
@@ -392,11 +402,9 @@ impl StoredBuilds {
                  registry's signatures are checked again"
             );
         }
-        signed
+        admitted
     }
-}
 
-impl StoredBuilds {
     /// The build of every reference whose digest differs from `known` (the
     /// digest each name was last read with), read and checked; a reference
     /// never pulled, or whose build cannot be read, is absent. Blocking.
@@ -451,7 +459,7 @@ impl StoredBuilds {
         for reference in &self.references {
             let name = reference.to_string();
             let current = match self.store.current(reference) {
-                Ok(current) => current.filter(|current| self.admits(reference, current)),
+                Ok(current) => current.filter(|current| self.admits_at_start(reference, current)),
                 Err(err) => {
                     tracing::warn!(plugin = %name, "{err}");
                     continue;
@@ -465,7 +473,7 @@ impl StoredBuilds {
                 }
             };
             let kept: Vec<_> =
-                kept.into_iter().filter(|kept| self.admits(reference, kept)).collect();
+                kept.into_iter().filter(|kept| self.admits_at_start(reference, kept)).collect();
             if let Some(current) = &current {
                 start.manifests.insert(name.clone(), current.manifest_digest.clone());
                 if kept.iter().any(|kept| kept.layer_digest == current.layer_digest) {

@@ -140,22 +140,38 @@ fn validate_runs_the_plugins_config_check() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("confg"), "unknown keys are named");
 }
 
-#[test]
-fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
-    use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
-
-    let registry = OciRegistry::start();
+/// A registry on loopback (TLS from a test CA, htpasswd), and a folder
+/// holding the file with its password.
+fn registry_with_password()
+-> (proxyfleet_tests::registry::OciRegistry, tempfile::TempDir, std::path::PathBuf) {
+    let registry = proxyfleet_tests::registry::OciRegistry::start();
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
-    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
-    let access = [
+    std::fs::write(&password, format!("{}\n", proxyfleet_tests::registry::PASSWORD)).unwrap();
+    (registry, dir, password)
+}
+
+/// The flags that reach `registry` with the password in `password`.
+fn access<'a>(
+    registry: &'a proxyfleet_tests::registry::OciRegistry,
+    password: &'a std::path::Path,
+) -> [&'a str; 6] {
+    [
         "--username",
-        USER,
+        proxyfleet_tests::registry::USER,
         "--password-file",
         password.to_str().unwrap(),
         "--ca-file",
         registry.ca_file.to_str().unwrap(),
-    ];
+    ]
+}
+
+#[test]
+fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
+    use proxyfleet_tests::registry::PASSWORD;
+
+    let (registry, dir, password) = registry_with_password();
+    let access = access(&registry, &password);
     let tagged = format!("{}/plugins/static:1.0", registry.host);
     let file = path("static");
     let mut push = vec!["plugin", "push", &file, &tagged];
@@ -191,7 +207,8 @@ fn push_and_pull_round_trip_through_a_registry_and_name_bad_flags() {
     assert!(seen["imports"].as_array().is_some_and(|imports| !imports.is_empty()), "{seen}");
 
     // A flag error names the flag; a refused login never shows the secret.
-    let output = proxyfleet(&["plugin", "pull", &tagged, "--username", USER]);
+    let output =
+        proxyfleet(&["plugin", "pull", &tagged, "--username", proxyfleet_tests::registry::USER]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("--password-file"), "{stderr}");
     std::fs::write(&password, "not-the-password").unwrap();
@@ -211,22 +228,10 @@ fn json(output: &Output) -> serde_json::Value {
 
 #[test]
 fn keygen_sign_and_verify_a_pushed_build_and_inspect_shows_its_signatures() {
-    use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
-
-    let registry = OciRegistry::start();
-    let dir = tempfile::tempdir().unwrap();
-    let password = dir.path().join("password");
-    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    let (registry, dir, password) = registry_with_password();
+    let access = access(&registry, &password);
     let key_password = dir.path().join("key-password");
     std::fs::write(&key_password, "correct horse\n").unwrap();
-    let access = [
-        "--username",
-        USER,
-        "--password-file",
-        password.to_str().unwrap(),
-        "--ca-file",
-        registry.ca_file.to_str().unwrap(),
-    ];
     let prefix = dir.path().join("release");
     let keygen = ["plugin", "keygen", "--output-prefix", prefix.to_str().unwrap()];
     let with_password = ["--key-password-file", key_password.to_str().unwrap()];
