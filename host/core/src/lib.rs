@@ -14,6 +14,7 @@ pub mod fake;
 pub mod gc;
 pub mod installation;
 pub mod kv;
+pub mod liveness;
 pub mod observe;
 pub mod pool;
 mod provider;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
+use proxyfleet_core::liveness::Heartbeat;
 
 use crate::catalog::Fleet;
 use crate::error::{Error, Result};
@@ -98,12 +99,27 @@ pub struct RoundReport {
 pub struct HealthEngine {
     settings: HealthSettings,
     fleet: Arc<Fleet>,
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 impl HealthEngine {
     /// An engine recording into `fleet`.
     pub fn new(settings: HealthSettings, fleet: Arc<Fleet>) -> Self {
-        Self { settings, fleet }
+        Self { settings, fleet, heartbeat: None }
+    }
+
+    /// Beats `heartbeat` at the end of every round (and of every attempt
+    /// to restore the leases), so `/livez` fails when rounds stop ending.
+    /// Its owner retires it.
+    pub fn with_heartbeat(mut self, heartbeat: Arc<Heartbeat>) -> Self {
+        self.heartbeat = Some(heartbeat);
+        self
+    }
+
+    fn beat(&self) {
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.beat();
+        }
     }
 
     /// The settings.
@@ -170,6 +186,7 @@ impl HealthEngine {
                 }
                 Err(err) => tracing::warn!("cannot restore discovery leases yet: {err}"),
             }
+            self.beat();
             tokio::select! {
                 () = &mut shutdown => return,
                 () = tokio::time::sleep(self.settings.interval) => {}
@@ -178,6 +195,7 @@ impl HealthEngine {
         loop {
             let report = self.round().await;
             self.fleet.set_ready(true);
+            self.beat();
             if report.elapsed > self.settings.interval {
                 tracing::warn!(
                     probed = report.probed,

@@ -13,6 +13,7 @@ use kube::runtime::{PredicateConfig, WatchStreamExt as _, reflector, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::credential::ProxyCredential;
+use proxyfleet_core::liveness::Heartbeat;
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{
     FINALIZER, FinalizerChange, Policy, ProxyState, random_jitter, reconcile,
@@ -56,6 +57,7 @@ pub struct Context {
     credentials: Arc<Credentials>,
     spec_key: SpecKey,
     own_writes: OwnWrites,
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -87,7 +89,16 @@ impl Context {
             credentials: Arc::default(),
             spec_key,
             own_writes: OwnWrites::default(),
+            heartbeat: None,
         }
+    }
+
+    /// Marks every pass on `heartbeat`, so `/livez` fails when one runs
+    /// past its bound. Its owner retires it.
+    #[must_use]
+    pub fn with_heartbeat(mut self, heartbeat: Arc<Heartbeat>) -> Self {
+        self.heartbeat = Some(heartbeat);
+        self
     }
 
     /// Publishes the Proxies to `fleet` and merges its health verdicts into
@@ -167,7 +178,7 @@ pub async fn run(
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_proxy, error_policy, context)
+        .run(watched_pass, error_policy, context)
         .for_each(|result| async move {
             match result {
                 Ok((proxy, _)) => tracing::debug!(proxy = %proxy, "reconciled"),
@@ -178,6 +189,12 @@ pub async fn run(
     if let Some(publisher) = publisher {
         publisher.abort();
     }
+}
+
+/// [`reconcile_proxy`], marked on the context's heartbeat while it runs.
+async fn watched_pass(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Action, Error> {
+    let _pass = context.heartbeat.as_ref().map(|heartbeat| heartbeat.pass());
+    reconcile_proxy(proxy, context).await
 }
 
 /// What a pass answers to in the object: the spec (its generation, which

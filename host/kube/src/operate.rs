@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
 use proxyfleet_core::spec_key::SpecKey;
@@ -48,6 +49,8 @@ pub struct LeaderSettings {
     pub fleet: Option<(Arc<Fleet>, HealthSettings)>,
     /// The installation's key of the spec hashes.
     pub spec_key: SpecKey,
+    /// Where the leader's loops beat, for `/livez`.
+    pub watchdog: Watchdog,
 }
 
 /// Runs until `lost` turns true.
@@ -59,6 +62,15 @@ pub async fn lead(
     lost: watch::Receiver<bool>,
 ) {
     let identity_for_events = identity.clone();
+    // Leadership ends by dropping these loops mid-round: each heartbeat is
+    // retired here, not where it is used.
+    let watchdog = &settings.watchdog;
+    let heartbeats = Heartbeats {
+        proxies: Arc::new(watchdog.expect_passes("proxy reconciler")),
+        pools: Arc::new(watchdog.expect_passes("pool reconciler")),
+        health: settings.fleet.as_ref().map(|_| Arc::new(watchdog.expect_beats("health engine"))),
+        housekeeping: watchdog.expect_beats("housekeeping"),
+    };
     let mut context = Context::new(
         client.clone(),
         Arc::clone(&source),
@@ -66,7 +78,8 @@ pub async fn lead(
         Some(identity),
         settings.spec_key.clone(),
     )
-    .with_metrics(Arc::clone(&settings.metrics));
+    .with_metrics(Arc::clone(&settings.metrics))
+    .with_heartbeat(Arc::clone(&heartbeats.proxies));
     if let Some((fleet, _)) = &settings.fleet {
         context = context.with_fleet(Arc::clone(fleet));
     }
@@ -76,15 +89,23 @@ pub async fn lead(
     };
     let controller =
         controller::run(context, settings.watch_namespace.as_deref(), stop(lost.clone()));
-    let pools =
-        crate::pool::run(client.clone(), settings.watch_namespace.as_deref(), stop(lost.clone()));
+    let pools = crate::pool::run(
+        client.clone(),
+        settings.watch_namespace.as_deref(),
+        Some(Arc::clone(&heartbeats.pools)),
+        stop(lost.clone()),
+    );
     // Only the leader probes; `/readyz` turns ready after its first round
     // and back when leadership goes, so a Service sends crawlers here.
     let health_stop = stop(lost.clone());
     let health = async {
         match &settings.fleet {
             Some((fleet, health)) => {
-                HealthEngine::new(health.clone(), Arc::clone(fleet)).run(health_stop).await;
+                let mut engine = HealthEngine::new(health.clone(), Arc::clone(fleet));
+                if let Some(heartbeat) = &heartbeats.health {
+                    engine = engine.with_heartbeat(Arc::clone(heartbeat));
+                }
+                engine.run(health_stop).await;
             }
             None => std::future::pending().await,
         }
@@ -109,6 +130,7 @@ pub async fn lead(
                     }
                 }
             }
+            heartbeats.housekeeping.beat();
         }
     };
     tokio::select! {
@@ -116,8 +138,28 @@ pub async fn lead(
         () = housekeeping => {}
         () = stop(lost) => {}
     }
+    heartbeats.retire();
     if let Some((fleet, _)) = &settings.fleet {
         fleet.set_ready(false);
+    }
+}
+
+/// The leader's parts on the watchdog.
+struct Heartbeats {
+    proxies: Arc<Heartbeat>,
+    pools: Arc<Heartbeat>,
+    health: Option<Arc<Heartbeat>>,
+    housekeeping: Heartbeat,
+}
+
+impl Heartbeats {
+    fn retire(&self) {
+        self.proxies.retire();
+        self.pools.retire();
+        if let Some(health) = &self.health {
+            health.retire();
+        }
+        self.housekeeping.retire();
     }
 }
 

@@ -15,6 +15,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
+use proxyfleet_core::liveness::Heartbeat;
 use proxyfleet_core::pool::{PoolMember, PoolPlan, PoolSpec, parse_max_age, plan};
 
 use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
@@ -54,9 +55,12 @@ impl PoolContext {
 
 /// Runs the pool controller over `namespace` (all when `None`) until
 /// `shutdown`.
+///
+/// Each pass is marked on `heartbeat` when given (its owner retires it).
 pub async fn run(
     client: kube::Client,
     namespace: Option<&str>,
+    heartbeat: Option<Arc<Heartbeat>>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (pools, proxies): (Api<ProxyPool>, Api<Proxy>) = match namespace {
@@ -75,7 +79,18 @@ pub async fn run(
     Controller::new(pools, watcher::Config::default())
         .owns_stream(changes)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_pool, error_policy, context)
+        .run(
+            move |pool, context| {
+                let pass = heartbeat.as_ref().map(|heartbeat| heartbeat.pass());
+                async move {
+                    let result = reconcile_pool(pool, context).await;
+                    drop(pass);
+                    result
+                }
+            },
+            error_policy,
+            context,
+        )
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::warn!("pool reconcile failed: {err}");

@@ -1,4 +1,6 @@
-//! A small HTTP endpoint for scrapers: `GET /metrics` and `GET /healthz`.
+//! A small HTTP endpoint for scrapers and probes: `GET /metrics`,
+//! `GET /healthz` (the process answers) and `GET /livez` (no part of the
+//! operator has stalled: see [`proxyfleet_core::liveness`]).
 //!
 //! It is often bound to every interface, so it holds at most
 //! [`MAX_CONNECTIONS`] at once (a slot is taken before accepting, so that
@@ -19,6 +21,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use proxyfleet_core::liveness::Watchdog;
+
 use crate::Metrics;
 
 /// The content type of the OpenMetrics text format the registry encodes.
@@ -32,18 +36,22 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// idle keep-alive connection is kept.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `metrics` on `listener` until `shutdown` resolves.
+/// Serves `metrics` and the liveness `watchdog` on `listener` until
+/// `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    watchdog: Watchdog,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_bounded(listener, metrics, MAX_CONNECTIONS, HEADER_READ_TIMEOUT, shutdown).await;
+    serve_bounded(listener, metrics, watchdog, MAX_CONNECTIONS, HEADER_READ_TIMEOUT, shutdown)
+        .await;
 }
 
 async fn serve_bounded(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    watchdog: Watchdog,
     max_connections: usize,
     header_read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
@@ -70,10 +78,12 @@ async fn serve_bounded(
             }
         };
         let metrics = Arc::clone(&metrics);
+        let watchdog = watchdog.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let metrics = Arc::clone(&metrics);
-                async move { Ok::<_, Infallible>(answer(&request, &metrics)) }
+                let watchdog = watchdog.clone();
+                async move { Ok::<_, Infallible>(answer(&request, &metrics, &watchdog)) }
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -88,10 +98,15 @@ async fn serve_bounded(
     }
 }
 
-fn answer(request: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes>> {
+fn answer(
+    request: &Request<Incoming>,
+    metrics: &Metrics,
+    watchdog: &Watchdog,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, metrics.encode()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        (&Method::GET, "/livez") => livez(watchdog),
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics\n".to_owned()),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -100,6 +115,21 @@ fn answer(request: &Request<Incoming>, metrics: &Metrics) -> Response<Full<Bytes
         response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
     }
     response
+}
+
+/// 200 naming the parts watched, or 503 naming each stalled part and why.
+fn livez(watchdog: &Watchdog) -> (StatusCode, &'static str, String) {
+    let stalls = watchdog.stalls();
+    if stalls.is_empty() {
+        let parts = watchdog.parts();
+        let watched = if parts.is_empty() { "nothing yet".to_owned() } else { parts.join(", ") };
+        return (StatusCode::OK, "text/plain", format!("ok: {watched}\n"));
+    }
+    let mut body = String::from("stalled:\n");
+    for stall in stalls {
+        body.push_str(&format!("- {stall}\n"));
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, "text/plain", body)
 }
 
 #[cfg(test)]
@@ -126,7 +156,9 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         metrics.record_check("pve", true);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, metrics, async {
+        let watchdog = Watchdog::new(Duration::from_secs(3600));
+        let watcher = watchdog.expect_beats("plugin watcher");
+        let server = tokio::spawn(serve(listener, metrics, watchdog, async {
             let _ = stopped.await;
         }));
         let response = get(addr, "/metrics").await;
@@ -134,6 +166,13 @@ mod tests {
         assert!(response.contains("application/openmetrics-text"), "{response}");
         assert!(response.contains("proxyfleet_provider_healthy{entry=\"pve\"} 1"), "{response}");
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let live = get(addr, "/livez").await;
+        assert!(live.starts_with("HTTP/1.1 200") && live.contains("ok: plugin watcher"), "{live}");
+        // A loop whose task ended without stopping fails the probe.
+        drop(watcher);
+        let dead = get(addr, "/livez").await;
+        assert!(dead.starts_with("HTTP/1.1 503"), "{dead}");
+        assert!(dead.contains("- plugin watcher: its task ended"), "{dead}");
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
         let _ = stop.send(());
         tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
@@ -143,7 +182,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let metrics = Arc::new(Metrics::new());
-        tokio::spawn(serve_bounded(listener, metrics, max, timeout, std::future::pending()));
+        tokio::spawn(serve_bounded(
+            listener,
+            metrics,
+            Watchdog::default(),
+            max,
+            timeout,
+            std::future::pending(),
+        ));
         addr
     }
 

@@ -21,6 +21,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use proxyfleet_core::installation::{self, InstallationId};
 use proxyfleet_core::kv::MemoryKv;
+use proxyfleet_core::liveness::Watchdog;
 use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::kv::ConfigMapKv;
@@ -85,10 +86,16 @@ enum Command {
 /// Orphan collection, provider checks and metrics, the same in both modes.
 #[derive(Debug, clap::Args)]
 struct Housekeeping {
-    /// Where `/metrics` (Prometheus) and `/healthz` are served; port 0 picks
-    /// a free one.
+    /// Where `/metrics` (Prometheus), `/healthz` and `/livez` are served;
+    /// port 0 picks a free one.
     #[arg(long, default_value = "127.0.0.1:9464")]
     metrics_addr: std::net::SocketAddr,
+    /// `/livez` fails when a reconcile pass has run this long, or a loop
+    /// (health rounds, plugin rescans, housekeeping) has ended no round
+    /// for this long. Keep it above the largest `limits.timeout` of the
+    /// entries, times the calls of a pass.
+    #[arg(long, default_value = "5m", value_parser = stall_after)]
+    stall_after: Duration,
     /// Log the orphans that would be deleted instead of deleting them.
     #[arg(long)]
     gc_dry_run: bool,
@@ -107,6 +114,16 @@ struct Housekeeping {
     /// start naming another ID is refused (1-32 characters of [a-z0-9-]).
     #[arg(long, env = "PROXYFLEET_INSTALLATION_ID", value_parser = installation_id)]
     installation_id: Option<InstallationId>,
+}
+
+/// `--stall-after`: a duration of at least 10 s (below, a busy but healthy
+/// operator would be restarted).
+fn stall_after(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|err| err.to_string())?;
+    if duration < Duration::from_secs(10) {
+        return Err(format!("{text} is too short; use 10s or more (the default is 5m)"));
+    }
+    Ok(duration)
 }
 
 /// `--installation-id`: a valid installation ID.
@@ -790,6 +807,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         proxyfleet_fleet::Fleet::new(fleet_setup.fleet, Arc::clone(&metrics))
             .with_lease_store(Arc::clone(&kv) as _),
     );
+    let watchdog = Watchdog::new(args.housekeeping.stall_after);
     let settings = LeaderSettings {
         watch_namespace: args.watch_namespace,
         policy: Policy::default(),
@@ -800,8 +818,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         metrics,
         fleet: Some((Arc::clone(&fleet), fleet_setup.health)),
         spec_key: proxyfleet_kube::spec_key::settle(&client, &args.namespace).await?,
+        watchdog: watchdog.clone(),
     };
-    serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics)).await?;
+    serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics), watchdog.clone())
+        .await?;
     // Every replica serves the API; only the leader's catalog turns ready,
     // so a Service over `/readyz` sends crawlers to the leader.
     // The gateway reads the same catalog, so it serves on the leader only
@@ -832,7 +852,10 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         stop.clone(),
     );
     // Every replica swaps plugins, so a new leader serves the same revision.
-    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
+    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions {
+        watchdog: Some(watchdog),
+        ..Default::default()
+    });
     let _follower = registry.follow(args.setup.follow_options());
     // A process that died leading left the label on its pod; started again
     // in that pod it is a standby until it wins the Lease, and the
@@ -898,12 +921,13 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
 async fn serve_metrics(
     addr: std::net::SocketAddr,
     metrics: Arc<proxyfleet_metrics::Metrics>,
+    watchdog: Watchdog,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("--metrics-addr {addr}: cannot listen; pick a free address"))?;
     tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
-    tokio::spawn(proxyfleet_metrics::serve(listener, metrics, std::future::pending()));
+    tokio::spawn(proxyfleet_metrics::serve(listener, metrics, watchdog, std::future::pending()));
     Ok(())
 }
 
@@ -915,6 +939,8 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.gc_min_age = args.housekeeping.gc_min_age;
     settings.gc_interval = args.housekeeping.gc_interval;
     settings.check_interval = args.housekeeping.provider_check_interval;
+    settings.watchdog = Watchdog::new(args.housekeeping.stall_after);
+    let watchdog = settings.watchdog.clone();
     let state = StateDb::open(&args.state, args.housekeeping.installation_id.as_ref()).await?;
     let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
     let runtime = Runtime::new(RuntimeOptions {
@@ -937,7 +963,12 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.health = Some(fleet.health);
     let standalone =
         Arc::new(Standalone::new(settings, state, Arc::clone(&registry) as _, metrics)?);
-    serve_metrics(args.housekeeping.metrics_addr, Arc::clone(standalone.metrics())).await?;
+    serve_metrics(
+        args.housekeeping.metrics_addr,
+        Arc::clone(standalone.metrics()),
+        watchdog.clone(),
+    )
+    .await?;
     let gateway = fleet_args::serve_gateway(
         fleet.gateway,
         Arc::clone(standalone.fleet()),
@@ -955,7 +986,10 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     // A new plugin file in the directory, or a new build behind an
     // `oci://` plugin's tag, is admitted and swapped in while everything
     // keeps running.
-    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions::default());
+    let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions {
+        watchdog: Some(watchdog),
+        ..Default::default()
+    });
     let _follower = registry.follow(args.setup.follow_options());
     standalone.run(stop.cancelled()).await?;
     let _ = api.await;

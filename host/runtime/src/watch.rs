@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{EventKind, RecursiveMode, Watcher as _};
+use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use tokio::sync::Notify;
 
 use crate::registry::Registry;
@@ -25,11 +26,18 @@ pub struct WatchOptions {
     /// times as long) before rescanning, so a file still being written is
     /// read once it is complete rather than refused half-written.
     pub settle: Duration,
+    /// Where each rescan beats (as `plugin watcher`), so `/livez` fails
+    /// when rescans stop ending.
+    pub watchdog: Option<Watchdog>,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        Self { rescan_interval: Duration::from_secs(5), settle: Duration::from_millis(100) }
+        Self {
+            rescan_interval: Duration::from_secs(5),
+            settle: Duration::from_millis(100),
+            watchdog: None,
+        }
     }
 }
 
@@ -37,6 +45,7 @@ impl Default for WatchOptions {
 #[derive(Debug)]
 pub struct WatchHandle {
     task: tokio::task::JoinHandle<()>,
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 impl WatchHandle {
@@ -50,6 +59,10 @@ impl WatchHandle {
 
 impl Drop for WatchHandle {
     fn drop(&mut self) {
+        // Stopped on purpose: not a stall.
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.retire();
+        }
         self.task.abort();
     }
 }
@@ -63,6 +76,8 @@ impl Drop for WatchHandle {
 pub fn spawn_watcher(registry: Arc<Registry>, options: WatchOptions) -> WatchHandle {
     let wake = Arc::new(Notify::new());
     let watcher = watch_dir(&registry, Arc::clone(&wake));
+    let heartbeat = options.watchdog.as_ref().map(|w| Arc::new(w.expect_beats("plugin watcher")));
+    let beats = heartbeat.clone();
     let task = tokio::spawn(async move {
         // Owned by the task: events stop when it ends.
         let _watcher = watcher;
@@ -71,13 +86,16 @@ pub fn spawn_watcher(registry: Arc<Registry>, options: WatchOptions) -> WatchHan
         ticker.tick().await;
         loop {
             registry.rescan().await;
+            if let Some(beats) = &beats {
+                beats.beat();
+            }
             tokio::select! {
                 () = wake.notified() => settle(&wake, options.settle).await,
                 _ = ticker.tick() => {}
             }
         }
     });
-    WatchHandle { task }
+    WatchHandle { task, heartbeat }
 }
 
 impl Registry {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use proxyfleet_core::clock::unix_now;
 use proxyfleet_core::gc::GcReport;
+use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::pool::{self, PoolMember};
 use proxyfleet_core::proxy::{ConditionStatus, ConditionType, Phase, ProxyMeta, ProxyStatus};
 use proxyfleet_core::reconcile::{FinalizerChange, Policy, ProxyState, random_jitter, reconcile};
@@ -60,6 +61,8 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// Health probes; `None` runs none, so no Proxy is ever handed out.
     pub health: Option<HealthSettings>,
+    /// Where the reconciler and the run loop's parts beat, for `/livez`.
+    pub watchdog: Watchdog,
 }
 
 impl Settings {
@@ -76,6 +79,7 @@ impl Settings {
             check_interval: Duration::from_secs(60),
             fleet: FleetSettings::default(),
             health: None,
+            watchdog: Watchdog::default(),
         }
     }
 }
@@ -113,6 +117,9 @@ pub struct Standalone {
     published: Mutex<Option<Published>>,
     /// What the last full sync saw; `None` before the first.
     synced: Mutex<Option<Synced>>,
+    /// Every pass is marked on it: one stuck past the watchdog's bound
+    /// fails `/livez`.
+    reconciler: Heartbeat,
 }
 
 /// What a sync read: while the manifests keep their stamp, no pool's member
@@ -203,7 +210,9 @@ impl Standalone {
             let proxy = logged.action.proxy().map(|p| (p.id.as_str(), p.qualified()));
             fleet.record_activity_at(logged.at, proxy, logged.action.note());
         }
+        let reconciler = settings.watchdog.expect_passes("proxy reconciler");
         Ok(Self {
+            reconciler,
             settings,
             store,
             spec_key,
@@ -634,6 +643,7 @@ impl Standalone {
     /// with the latest health verdict merged: a manifest sync or a verdict
     /// that came in during the pass is kept, and wakes the Proxy again.
     async fn reconcile_record(&self, key: &str, record: ProxyRecord) -> Result<()> {
+        let _pass = self.reconciler.pass();
         let provider = self.source.provider(&record.desired.provider);
         let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
             Ok(provider) => Ok(provider.as_ref()),
@@ -788,15 +798,25 @@ impl Standalone {
         // Publish once before the first round, so the engine's first round
         // already probes what the store knows.
         self.publish_fleet()?;
-        let prober = self.settings.health.clone().map(|settings| {
-            let engine = HealthEngine::new(settings, Arc::clone(&self.fleet));
+        // The tasks below are aborted at the end: each heartbeat is retired
+        // here, not where it is used.
+        let watchdog = &self.settings.watchdog;
+        let health =
+            self.settings.health.as_ref().map(|_| Arc::new(watchdog.expect_beats("health engine")));
+        let checks = Arc::new(watchdog.expect_beats("provider checks"));
+        let turns = watchdog.expect_beats("run loop");
+        let prober = self.settings.health.clone().zip(health.clone()).map(|(settings, health)| {
+            let engine =
+                HealthEngine::new(settings, Arc::clone(&self.fleet)).with_heartbeat(health);
             tokio::spawn(engine.run(std::future::pending()))
         });
         let checker = {
             let this = Arc::clone(&self);
+            let checks = Arc::clone(&checks);
             tokio::spawn(async move {
                 loop {
                     this.check_providers().await;
+                    checks.beat();
                     tokio::time::sleep(this.settings.check_interval).await;
                 }
             })
@@ -830,6 +850,7 @@ impl Standalone {
                 }
                 self.queue_due(&mut dispatch);
                 next_turn = Instant::now() + TURN;
+                turns.beat();
             }
             self.start_queued(&mut dispatch);
             // Passes run across turns; each result is published at the
@@ -851,6 +872,10 @@ impl Standalone {
         if let Some(prober) = prober {
             prober.abort();
         }
+        for heartbeat in health.iter().chain([&checks]) {
+            heartbeat.retire();
+        }
+        turns.retire();
         Ok(())
     }
 }
