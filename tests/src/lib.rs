@@ -531,7 +531,13 @@ impl Controllers {
         if with_pools {
             let (ns, rx, client) = (namespace.to_owned(), stopped, client.clone());
             tasks.push(tokio::spawn(async move {
-                proxyfleet_kube::pool::run(client, Some(&ns), None, until_stopped(rx)).await;
+                proxyfleet_kube::pool::run(
+                    client,
+                    Some(&ns),
+                    Default::default(),
+                    until_stopped(rx),
+                )
+                .await;
             }));
         }
         Self { kv, registry, stop, tasks, follow, _plugins: plugins }

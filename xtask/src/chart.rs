@@ -4,7 +4,8 @@
 //!
 //! - `cargo xtask render`: renders them again after a chart change;
 //! - `cargo xtask render --check` (part of `cargo xtask test`): lints the
-//!   chart strictly and fails when a rendered file is stale.
+//!   chart strictly and fails when a rendered file is stale; the alerts and
+//!   the dashboard are checked too ([`crate::monitoring`]).
 
 use std::fs;
 use std::path::PathBuf;
@@ -147,6 +148,40 @@ const CASES: &[Case] = &[
         expect: Ok(&[("podAntiAffinity:", false), ("nodeAffinity:", true)]),
     },
     Case {
+        what: "the alerts and the dashboard, with the runbooks where the user serves the docs",
+        set: &[
+            "metrics.prometheusRule.enabled=true",
+            "metrics.prometheusRule.runbookBaseURL=https://docs.example.test/runbooks.html",
+            "metrics.dashboard.enabled=true",
+            "metrics.gatewayUpstreams=true",
+            "gateway.enabled=true",
+            "gateway.open=true",
+        ],
+        expect: Ok(&[
+            ("kind: PrometheusRule", true),
+            ("alert: ProxyfleetNoLeader", true),
+            (
+                "runbook_url: https://docs.example.test/runbooks.html#proxyfleetpoolbelowdesired",
+                true,
+            ),
+            ("github.com", false),
+            ("grafana_dashboard: \"1\"", true),
+            ("\"uid\": \"proxyfleet\"", true),
+            ("--gateway-upstream-metrics", true),
+        ]),
+    },
+    Case {
+        what: "no alerts, dashboard or per-upstream series unless asked for",
+        set: &[],
+        expect: Ok(&[
+            ("kind: PrometheusRule", false),
+            ("grafana_dashboard", false),
+            ("--gateway-upstream-metrics", false),
+            ("- --stall-after=5m", true),
+            ("path: /livez", true),
+        ]),
+    },
+    Case {
         what: "a misspelt knob is refused by the schema",
         set: &["serviceAcount.create=false"],
         expect: Err("serviceAcount"),
@@ -200,6 +235,10 @@ pub fn render(repo: &Repo, check: bool) -> Result<()> {
     if check {
         process::run(Command::new(&helm).args(["lint", "--strict"]).arg(chart(repo)))?;
         cases(repo, &helm)?;
+    }
+    crate::monitoring::sync(repo, check)?;
+    if check {
+        crate::monitoring::check(repo)?;
     }
     let out_dir = repo.root.join("deploy/kubernetes");
     let mut stale = Vec::new();

@@ -34,6 +34,7 @@ mod linker;
 mod links;
 mod manifest;
 mod modules;
+mod monitoring;
 mod node;
 mod npm;
 mod packages;
@@ -82,7 +83,8 @@ commands:
                      login), --sign-key signs them there (cosign's key, COSIGN_PASSWORD);
                      --push-check: the test build's images, the chart and the plugins
                      through a loopback registry, signed and verified (part of test)
-  render [--check]   render deploy/kubernetes/ from the Helm chart (--check: lint, report drift)
+  render [--check]   render deploy/kubernetes/ and deploy/monitoring/ from the Helm chart
+                     (--check: lint, report drift, promtool on the alerts and the dashboard)
   node start|stop [--purge]  the one-node test cluster of deploy/dev/node
   e2e [--keep|--release]  the chart and the operator's image on a fresh node (part of
                      test; --release: the image to ship rather than the test build)";

@@ -36,6 +36,8 @@ pub fn tests() -> Vec<Need> {
         // the tier is run with.
         Need::at_least("chromium", chromium(), "security"),
         Need::at_least("chromium-driver", chromium(), "security"),
+        // promtool checks the alerts and runs their unit tests.
+        Need::any("prometheus"),
     ]);
     needs
 }

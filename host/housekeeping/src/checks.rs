@@ -49,6 +49,7 @@ pub async fn check_entries(
 ) -> Vec<EntryCheck> {
     let timeout = check_timeout(interval);
     let checks = source.entries().into_iter().map(|(entry, state)| async move {
+        metrics.init_entry(&entry);
         let (availability, health) = match state {
             EntryState::Loading => {
                 (Availability::Loading, Health::unhealthy(HealthReason::Other, STILL_LOADING))
@@ -75,6 +76,7 @@ pub async fn check_entries(
             tracing::warn!(entry = %entry, issues = ?health.issues, "provider check failed");
         }
         metrics.record_check(&entry, health.healthy);
+        metrics.record_available(&entry, matches!(availability, Availability::Loaded(_)));
         EntryCheck { entry, availability, health }
     });
     futures::future::join_all(checks).await

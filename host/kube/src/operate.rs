@@ -92,7 +92,10 @@ pub async fn lead(
     let pools = crate::pool::run(
         client.clone(),
         settings.watch_namespace.as_deref(),
-        Some(Arc::clone(&heartbeats.pools)),
+        crate::pool::PoolOptions {
+            heartbeat: Some(Arc::clone(&heartbeats.pools)),
+            metrics: Some(Arc::clone(&settings.metrics)),
+        },
         stop(lost.clone()),
     );
     // Only the leader probes; `/readyz` turns ready after its first round

@@ -17,6 +17,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::liveness::Heartbeat;
 use proxyfleet_core::pool::{PoolMember, PoolPlan, PoolSpec, parse_max_age, plan};
+use proxyfleet_metrics::{Metrics, PoolCounts};
 
 use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
 
@@ -37,6 +38,9 @@ pub enum Error {
 pub struct PoolContext {
     client: kube::Client,
     members: Store<Proxy>,
+    /// Where each pass records its pool's counts, with the pools the
+    /// controller sees (so a deleted pool's series go).
+    metrics: Option<(Arc<Metrics>, Store<ProxyPool>)>,
 }
 
 impl std::fmt::Debug for PoolContext {
@@ -49,18 +53,25 @@ impl PoolContext {
     /// A context over `members`, a cache of the Proxies that carry the pool
     /// label (the controller's own, or a test's).
     pub fn new(client: kube::Client, members: Store<Proxy>) -> Self {
-        Self { client, members }
+        Self { client, members, metrics: None }
     }
+}
+
+/// What the pool controller reports to, besides the API server.
+#[derive(Debug, Clone, Default)]
+pub struct PoolOptions {
+    /// Each pass is marked on it (its owner retires it).
+    pub heartbeat: Option<Arc<Heartbeat>>,
+    /// Each pool's desired and ready counts go here.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// Runs the pool controller over `namespace` (all when `None`) until
 /// `shutdown`.
-///
-/// Each pass is marked on `heartbeat` when given (its owner retires it).
 pub async fn run(
     client: kube::Client,
     namespace: Option<&str>,
-    heartbeat: Option<Arc<Heartbeat>>,
+    options: PoolOptions,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (pools, proxies): (Api<ProxyPool>, Api<Proxy>) = match namespace {
@@ -75,8 +86,12 @@ pub async fn run(
         .modify(|proxy| proxy.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects();
-    let context = Arc::new(PoolContext::new(client, members));
-    Controller::new(pools, watcher::Config::default())
+    let controller = Controller::new(pools, watcher::Config::default());
+    let mut context = PoolContext::new(client, members);
+    context.metrics = options.metrics.map(|metrics| (metrics, controller.store()));
+    let context = Arc::new(context);
+    let heartbeat = options.heartbeat;
+    controller
         .owns_stream(changes)
         .graceful_shutdown_on(shutdown)
         .run(
@@ -285,6 +300,16 @@ pub async fn reconcile_pool(
     })
     .await?;
 
+    if let Some((metrics, pools)) = &context.metrics {
+        let counts = PoolCounts { desired: pool.spec.replicas, ready: decided.ready };
+        metrics.set_pool(&format!("{namespace}/{name}"), counts);
+        let live = pools
+            .state()
+            .iter()
+            .filter_map(|pool| Some(format!("{}/{}", pool.namespace()?, pool.name_any())))
+            .collect();
+        metrics.retain_pools(&live);
+    }
     let status = ProxyPoolStatus {
         replicas: decided.total,
         ready_replicas: decided.ready,

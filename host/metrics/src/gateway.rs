@@ -1,11 +1,13 @@
-//! The gateway's metrics: requests, bytes and upstream errors by pool and
-//! upstream proxy, retries by pool, refusals by reason, and the latency
-//! the gateway adds.
+//! The gateway's metrics: requests, bytes and upstream errors by pool,
+//! retries by pool, refusals by reason, and the latency the gateway adds.
 //!
-//! The `upstream` label is a Proxy's `namespace/name`: bounded by the
-//! fleet, not by traffic, and [`GatewayMetrics::forget_upstream`] drops a
-//! Proxy's series once it leaves the catalog, so replaced proxies do not
-//! pile up.
+//! Per upstream Proxy the counts are kept for the console
+//! ([`GatewayMetrics::upstream_totals`]) but exported only when asked for
+//! (`MetricsOptions::gateway_upstreams`): one series per Proxy per
+//! counter is more than most Prometheus installations want for a large
+//! fleet. Then the `upstream` label is a Proxy's `namespace/name`, and
+//! [`GatewayMetrics::forget_upstream`] drops a Proxy's series once it
+//! leaves the catalog, so replaced proxies do not pile up.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
-pub use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -60,6 +62,21 @@ struct PoolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolKindLabels {
+    pool: String,
+    kind: String,
+}
+
+/// The exported counters by pool (when the per-upstream ones are not).
+#[derive(Debug, Clone, Default)]
+struct ByPool {
+    requests: Family<PoolKindLabels, Counter>,
+    bytes_sent: Family<PoolLabels, Counter>,
+    bytes_received: Family<PoolLabels, Counter>,
+    upstream_errors: Family<PoolLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
 }
@@ -67,10 +84,13 @@ struct ReasonLabels {
 /// The gateway's counters, in the operator's registry.
 #[derive(Debug, Clone)]
 pub struct GatewayMetrics {
+    /// Per upstream: exported only when asked for, read by the console.
     requests: Family<RequestLabels, Counter>,
     bytes_sent: Family<UpstreamLabels, Counter>,
     bytes_received: Family<UpstreamLabels, Counter>,
     upstream_errors: Family<UpstreamLabels, Counter>,
+    /// The same by pool, exported when the above are not.
+    by_pool: Option<ByPool>,
     retries: Family<PoolLabels, Counter>,
     refused: Family<ReasonLabels, Counter>,
     added_seconds: Histogram,
@@ -136,44 +156,95 @@ pub struct UpstreamTotals {
 #[derive(Debug, Clone)]
 pub struct ByteCounters {
     /// Bytes from the crawler to the upstream.
-    pub sent: Counter,
+    pub sent: ByteCounter,
     /// Bytes from the upstream to the crawler.
-    pub received: Counter,
+    pub received: ByteCounter,
+}
+
+/// One direction's bytes of one upstream: its own count and, when the
+/// export is by pool, its pool's.
+#[derive(Debug, Clone)]
+pub struct ByteCounter {
+    upstream: Counter,
+    pool: Option<Counter>,
+}
+
+impl ByteCounter {
+    /// Counts `bytes`.
+    pub fn inc_by(&self, bytes: u64) {
+        self.upstream.inc_by(bytes);
+        if let Some(pool) = &self.pool {
+            pool.inc_by(bytes);
+        }
+    }
 }
 
 impl GatewayMetrics {
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    /// The gateway's metrics in `registry`; `upstreams` exports the
+    /// per-upstream series instead of the per-pool ones.
+    pub(crate) fn register(registry: &mut Registry, upstreams: bool) -> Self {
         let metrics = Self {
             requests: Family::default(),
             bytes_sent: Family::default(),
             bytes_received: Family::default(),
             upstream_errors: Family::default(),
+            by_pool: (!upstreams).then(ByPool::default),
             retries: Family::default(),
             refused: Family::default(),
             // 50 µs to about 1.6 s.
             added_seconds: Histogram::new(ADDED_BUCKETS),
             totals: Totals::default(),
         };
-        registry.register(
-            "gateway_requests",
+        let (requests, sent, received, errors) = (
             "Requests and tunnels the gateway sent through an upstream proxy",
-            metrics.requests.clone(),
-        );
-        registry.register(
-            "gateway_bytes_sent",
             "Body and tunnel bytes from crawlers to upstream proxies",
-            metrics.bytes_sent.clone(),
-        );
-        registry.register(
-            "gateway_bytes_received",
             "Body and tunnel bytes from upstream proxies to crawlers",
-            metrics.bytes_received.clone(),
-        );
-        registry.register(
-            "gateway_upstream_errors",
             "Upstream proxies the gateway could not reach or that failed a request",
-            metrics.upstream_errors.clone(),
         );
+        match &metrics.by_pool {
+            Some(by_pool) => {
+                registry.register("gateway_requests", requests, by_pool.requests.clone());
+                registry.register("gateway_bytes_sent", sent, by_pool.bytes_sent.clone());
+                registry.register(
+                    "gateway_bytes_received",
+                    received,
+                    by_pool.bytes_received.clone(),
+                );
+                registry.register(
+                    "gateway_upstream_errors",
+                    errors,
+                    by_pool.upstream_errors.clone(),
+                );
+            }
+            None => {
+                registry.register("gateway_requests", requests, metrics.requests.clone());
+                registry.register("gateway_bytes_sent", sent, metrics.bytes_sent.clone());
+                registry.register(
+                    "gateway_bytes_received",
+                    received,
+                    metrics.bytes_received.clone(),
+                );
+                registry.register(
+                    "gateway_upstream_errors",
+                    errors,
+                    metrics.upstream_errors.clone(),
+                );
+            }
+        }
+        // Counters start at zero, so that rate() and increase() see the
+        // first request: the pool of Proxies in none always has its series.
+        if let Some(by_pool) = &metrics.by_pool {
+            let none = PoolLabels { pool: NO_POOL.to_owned() };
+            for kind in Kind::ALL {
+                let labels =
+                    PoolKindLabels { pool: NO_POOL.to_owned(), kind: kind.as_str().to_owned() };
+                drop(by_pool.requests.get_or_create(&labels));
+            }
+            drop(by_pool.bytes_sent.get_or_create(&none));
+            drop(by_pool.bytes_received.get_or_create(&none));
+            drop(by_pool.upstream_errors.get_or_create(&none));
+        }
+        drop(metrics.retries.get_or_create(&PoolLabels { pool: NO_POOL.to_owned() }));
         registry.register(
             "gateway_retries",
             "Requests sent to another upstream after one failed",
@@ -208,15 +279,38 @@ impl GatewayMetrics {
             })
             .inc();
         self.totals.requests.inc();
+        let pool_labels = PoolLabels { pool: labels.pool.clone() };
+        if let Some(by_pool) = &self.by_pool {
+            by_pool
+                .requests
+                .get_or_create(&PoolKindLabels {
+                    pool: labels.pool.clone(),
+                    kind: kind.as_str().to_owned(),
+                })
+                .inc();
+        }
+        let pool_counter = |family: fn(&ByPool) -> &Family<PoolLabels, Counter>| {
+            self.by_pool.as_ref().map(|by_pool| family(by_pool).get_or_create(&pool_labels).clone())
+        };
         ByteCounters {
-            sent: self.bytes_sent.get_or_create(&labels).clone(),
-            received: self.bytes_received.get_or_create(&labels).clone(),
+            sent: ByteCounter {
+                upstream: self.bytes_sent.get_or_create(&labels).clone(),
+                pool: pool_counter(|by_pool| &by_pool.bytes_sent),
+            },
+            received: ByteCounter {
+                upstream: self.bytes_received.get_or_create(&labels).clone(),
+                pool: pool_counter(|by_pool| &by_pool.bytes_received),
+            },
         }
     }
 
     /// Counts an upstream that could not be reached or failed a request.
     pub fn record_upstream_error(&self, pool: Option<&str>, upstream: &str) {
-        self.upstream_errors.get_or_create(&Self::upstream(pool, upstream)).inc();
+        let labels = Self::upstream(pool, upstream);
+        if let Some(by_pool) = &self.by_pool {
+            by_pool.upstream_errors.get_or_create(&PoolLabels { pool: labels.pool.clone() }).inc();
+        }
+        self.upstream_errors.get_or_create(&labels).inc();
         self.totals.upstream_errors.inc();
     }
 
@@ -310,10 +404,50 @@ impl GatewayMetrics {
 mod tests {
     use super::*;
 
+    fn record(metrics: &GatewayMetrics) {
+        let bytes = metrics.record_request(Some("default/web"), "default/web-1", Kind::Http);
+        bytes.sent.inc_by(10);
+        bytes.received.inc_by(200);
+        let bytes = metrics.record_request(Some("default/web"), "default/web-2", Kind::Http);
+        bytes.sent.inc_by(5);
+        metrics.record_request(None, "default/solo", Kind::Connect);
+        metrics.record_upstream_error(Some("default/web"), "default/web-2");
+    }
+
+    fn encode(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    /// By default the export is by pool, one series per pool however many
+    /// proxies it has; the console still reads each upstream's counts.
+    #[test]
+    fn by_default_the_counters_are_exported_by_pool_and_kept_per_upstream() {
+        let mut registry = Registry::with_prefix("proxyfleet");
+        let metrics = GatewayMetrics::register(&mut registry, false);
+        record(&metrics);
+        let text = encode(&registry);
+        for line in [
+            r#"proxyfleet_gateway_requests_total{pool="default/web",kind="http"} 2"#,
+            r#"proxyfleet_gateway_requests_total{pool="",kind="connect"} 1"#,
+            r#"proxyfleet_gateway_bytes_sent_total{pool="default/web"} 15"#,
+            r#"proxyfleet_gateway_bytes_received_total{pool="default/web"} 200"#,
+            r#"proxyfleet_gateway_upstream_errors_total{pool="default/web"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("upstream=\""), "no per-upstream series: {text}");
+        assert_eq!(
+            metrics.upstream_totals(Some("default/web"), "default/web-2"),
+            UpstreamTotals { requests: 1, bytes: 5, errors: 1 }
+        );
+    }
+
     #[test]
     fn requests_bytes_and_errors_show_up_by_pool_and_upstream_and_go_with_the_proxy() {
         let mut registry = Registry::with_prefix("proxyfleet");
-        let metrics = GatewayMetrics::register(&mut registry);
+        let metrics = GatewayMetrics::register(&mut registry, true);
         let bytes = metrics.record_request(Some("default/web"), "default/web-1", Kind::Http);
         bytes.sent.inc_by(10);
         bytes.received.inc_by(200);

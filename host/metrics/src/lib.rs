@@ -2,14 +2,23 @@
 //! record into, and [`serve`], the endpoint scrapers read them from.
 //!
 //! Names carry the `proxyfleet_` prefix; counters get `_total` from the
-//! encoder. Labels are provider entry names, error classes, pools and (for
-//! the gateway) Proxy names: sets fixed by configuration and the fleet,
-//! never by traffic.
+//! encoder. Labels are provider entry names, error classes and pools (and,
+//! only when asked for, the gateway's upstream Proxies): sets fixed by
+//! configuration and the fleet, never by traffic. The `process_*` metrics
+//! ([`process`]) carry no prefix, as every Prometheus client names them.
+//!
+//! Some series describe what only the leader knows (pools, Proxies by
+//! phase and verdict, provider checks): [`Metrics::forget_leader_state`]
+//! drops them when a replica stops leading, so no dashboard or alert sums
+//! a former leader's stale values with the new one's.
 
 pub mod gateway;
+pub mod process;
 mod serve;
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,11 +45,6 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -53,8 +57,35 @@ struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
+struct EntryOperationLabels {
+    entry: String,
     operation: String,
+}
+
+/// A pool (`namespace/name`; empty for Proxies in none) and a state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolStateLabels {
+    pool: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// A pool's member counts, as its controller decided them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// The replicas it asks for.
+    pub desired: u32,
+    /// Members ready now.
+    pub ready: u32,
 }
 
 /// How many Proxies the health engine holds in each verdict.
@@ -68,10 +99,22 @@ pub struct HealthCounts {
     pub unknown: u64,
 }
 
+/// What a registry exports beyond its fixed set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetricsOptions {
+    /// The gateway's request, byte and error counters per upstream Proxy
+    /// as well as per pool: one series per Proxy, so off by default.
+    pub gateway_upstreams: bool,
+}
+
 /// Every metric of the operator.
 #[derive(Debug)]
 pub struct Metrics {
+    /// The `process_*` metrics, and the rest under the prefix.
     registry: Registry,
+    /// The pools [`Metrics::set_pool`] has set, so that
+    /// [`Metrics::retain_pools`] can drop the others.
+    pools_seen: Mutex<HashSet<String>>,
     gc_found: Family<EntryLabels, Counter>,
     gc_deleted: Family<EntryLabels, Counter>,
     gc_skipped_foreign: Family<EntryLabels, Counter>,
@@ -79,14 +122,18 @@ pub struct Metrics {
     gc_skipped_young: Family<EntryLabels, Counter>,
     gc_failed: Family<EntryLabels, Counter>,
     provider_healthy: Family<EntryLabels, Gauge>,
+    provider_available: Family<EntryLabels, Gauge>,
     provider_checks_failed: Family<EntryLabels, Counter>,
     reconciles: Family<OutcomeLabels, Counter>,
     reconcile_seconds: Histogram,
     provider_calls: Family<CallLabels, Counter>,
-    provider_call_seconds: Family<OperationLabels, Histogram>,
+    provider_call_seconds: Family<EntryOperationLabels, Histogram>,
     plugin_faults: Family<EntryLabels, Counter>,
-    proxies: Family<StateLabels, Gauge>,
-    health: Family<StateLabels, Gauge>,
+    proxies: Family<PoolStateLabels, Gauge>,
+    health: Family<PoolStateLabels, Gauge>,
+    pool_replicas: Family<PoolLabels, Gauge>,
+    pool_ready_replicas: Family<PoolLabels, Gauge>,
+    leader: Gauge,
     probes: Family<OutcomeLabels, Counter>,
     probe_seconds: Histogram,
     health_round_seconds: Gauge<f64, AtomicU64>,
@@ -106,9 +153,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every metric, all at zero.
+    /// A registry with every metric, all at zero, and the per-upstream
+    /// gateway series left out.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("proxyfleet");
+        Self::with_options(MetricsOptions::default())
+    }
+
+    /// A registry with every metric, all at zero.
+    pub fn with_options(options: MetricsOptions) -> Self {
+        let mut root = Registry::default();
+        process::register(&mut root);
+        let registry = root.sub_registry_with_prefix("proxyfleet");
+        let build = prometheus_client::metrics::info::Info::new(BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        });
+        registry.register("build", "The operator's version", build);
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads (always, standalone), 0 otherwise",
+            leader.clone(),
+        );
         let family = || Family::<EntryLabels, Counter>::default();
         let (gc_found, gc_deleted, gc_skipped_foreign, gc_skipped_young, gc_failed) =
             (family(), family(), family(), family(), family());
@@ -141,6 +206,12 @@ impl Metrics {
             "1 when the entry's last check passed, 0 otherwise",
             provider_healthy.clone(),
         );
+        let provider_available = Family::<EntryLabels, Gauge>::default();
+        registry.register(
+            "provider_available",
+            "1 when a plugin serves the entry, 0 while it loads or failed",
+            provider_available.clone(),
+        );
         let provider_checks_failed = Family::<EntryLabels, Counter>::default();
         registry.register(
             "provider_checks_failed",
@@ -165,11 +236,12 @@ impl Metrics {
             "Provider calls by entry, operation and outcome (ok or the error class)",
             provider_calls.clone(),
         );
-        let provider_call_seconds =
-            Family::<OperationLabels, Histogram>::new_with_constructor(call_histogram as fn() -> _);
+        let provider_call_seconds = Family::<EntryOperationLabels, Histogram>::new_with_constructor(
+            call_histogram as fn() -> _,
+        );
         registry.register(
             "provider_call_seconds",
-            "Duration of a provider call by operation, from when it got a slot under the entry's limits",
+            "Duration of a provider call by entry and operation, from when it got a slot under the entry's limits",
             provider_call_seconds.clone(),
         );
         let plugin_faults = Family::<EntryLabels, Counter>::default();
@@ -178,13 +250,21 @@ impl Metrics {
             "Plugin calls that trapped, ran out of time or memory",
             plugin_faults.clone(),
         );
-        let proxies = Family::<StateLabels, Gauge>::default();
-        registry.register("proxies", "Proxies by phase", proxies.clone());
-        let health = Family::<StateLabels, Gauge>::default();
+        let proxies = Family::<PoolStateLabels, Gauge>::default();
+        registry.register("proxies", "Proxies by pool and phase", proxies.clone());
+        let health = Family::<PoolStateLabels, Gauge>::default();
         registry.register(
             "proxies_health",
-            "Probed Proxies by verdict (healthy, unhealthy, unknown)",
+            "Probed Proxies by pool and verdict (healthy, unhealthy, unknown)",
             health.clone(),
+        );
+        let pool_replicas = Family::<PoolLabels, Gauge>::default();
+        registry.register("pool_replicas", "The members a pool asks for", pool_replicas.clone());
+        let pool_ready_replicas = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "pool_ready_replicas",
+            "A pool's members that are ready",
+            pool_ready_replicas.clone(),
         );
         let probes = Family::<OutcomeLabels, Counter>::default();
         registry.register("health_probes", "Health probes by outcome", probes.clone());
@@ -228,10 +308,21 @@ impl Metrics {
             "Plugin candidates refused before activation",
             plugin_rejections.clone(),
         );
-        let gateway = GatewayMetrics::register(&mut registry);
+        // Outcomes known in advance start at zero, so that rate() sees the
+        // first of them.
+        for outcome in ["passed", "failed"] {
+            drop(probes.get_or_create(&OutcomeLabels { outcome: outcome.to_owned() }));
+        }
+        drop(reconciles.get_or_create(&OutcomeLabels { outcome: "ok".to_owned() }));
+        let gateway = GatewayMetrics::register(registry, options.gateway_upstreams);
         Self {
-            registry,
+            registry: root,
+            pools_seen: Mutex::default(),
             gateway,
+            leader,
+            pool_replicas,
+            pool_ready_replicas,
+            provider_available,
             plugin_swaps,
             plugin_rejections,
             provider_calls,
@@ -333,20 +424,108 @@ impl Metrics {
             })
             .inc();
         self.provider_call_seconds
-            .get_or_create(&OperationLabels { operation: operation.to_owned() })
+            .get_or_create(&EntryOperationLabels {
+                entry: entry.to_owned(),
+                operation: operation.to_owned(),
+            })
             .observe(elapsed.as_secs_f64());
         if fault {
             self.plugin_faults.get_or_create(&EntryLabels { entry: entry.to_owned() }).inc();
         }
     }
 
-    /// Sets the Proxy count of every phase; phases not named drop to zero.
-    pub fn set_phases<'a>(&self, counts: impl IntoIterator<Item = (&'a str, u64)>) {
+    /// Sets the Proxy count of every `(pool, phase)` (pool `""` for
+    /// Proxies in none); pairs not named are dropped.
+    pub fn set_phases<'a>(&self, counts: impl IntoIterator<Item = ((&'a str, &'a str), u64)>) {
         self.proxies.clear();
-        for (phase, count) in counts {
-            let gauge = self.proxies.get_or_create(&StateLabels { state: phase.to_owned() });
-            gauge.set(i64::try_from(count).unwrap_or(i64::MAX));
+        for ((pool, phase), count) in counts {
+            let labels = PoolStateLabels { pool: pool.to_owned(), state: phase.to_owned() };
+            self.proxies.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Sets the member counts of every pool the leader reconciles; pools
+    /// not named are dropped.
+    pub fn set_pools<'a>(&self, pools: impl IntoIterator<Item = (&'a str, PoolCounts)>) {
+        let mut live = HashSet::new();
+        for (pool, counts) in pools {
+            self.set_pool(pool, counts);
+            live.insert(pool.to_owned());
+        }
+        self.retain_pools(&live);
+    }
+
+    /// Sets the member counts of one pool (`namespace/name`).
+    pub fn set_pool(&self, pool: &str, counts: PoolCounts) {
+        let labels = PoolLabels { pool: pool.to_owned() };
+        self.pool_replicas.get_or_create(&labels).set(i64::from(counts.desired));
+        self.pool_ready_replicas.get_or_create(&labels).set(i64::from(counts.ready));
+        self.pools_seen().insert(labels.pool);
+    }
+
+    /// Drops the counts of pools not in `live`.
+    pub fn retain_pools(&self, live: &HashSet<String>) {
+        self.pools_seen().retain(|pool| {
+            let keep = live.contains(pool);
+            if !keep {
+                let labels = PoolLabels { pool: pool.clone() };
+                self.pool_replicas.remove(&labels);
+                self.pool_ready_replicas.remove(&labels);
+            }
+            keep
+        });
+    }
+
+    fn pools_seen(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.pools_seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this replica leads now.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Starts the counters of `entry` at zero, so that rate() and
+    /// increase() see its first fault, swap or refusal.
+    pub fn init_entry(&self, entry: &str) {
+        let labels = EntryLabels { entry: entry.to_owned() };
+        for family in [
+            &self.plugin_faults,
+            &self.plugin_swaps,
+            &self.plugin_rejections,
+            &self.provider_checks_failed,
+            &self.gc_found,
+            &self.gc_deleted,
+            &self.gc_failed,
+        ] {
+            drop(family.get_or_create(&labels));
+        }
+    }
+
+    /// Starts the report counters of each of `kinds` at zero.
+    pub fn init_report_kinds<'a>(&self, kinds: impl IntoIterator<Item = &'a str>) {
+        for kind in kinds {
+            drop(self.reports.get_or_create(&KindLabels { kind: kind.to_owned() }));
+        }
+    }
+
+    /// Records whether a plugin serves `entry`.
+    pub fn record_available(&self, entry: &str, available: bool) {
+        let labels = EntryLabels { entry: entry.to_owned() };
+        self.provider_available.get_or_create(&labels).set(i64::from(available));
+    }
+
+    /// Drops what only the leader knows (pools, Proxies by phase and
+    /// verdict, provider checks and availability): a replica that stopped
+    /// leading no longer reports them.
+    pub fn forget_leader_state(&self) {
+        self.proxies.clear();
+        self.health.clear();
+        self.pool_replicas.clear();
+        self.pool_ready_replicas.clear();
+        self.pools_seen().clear();
+        self.provider_healthy.clear();
+        self.provider_available.clear();
     }
 
     /// Records one health probe.
@@ -363,15 +542,28 @@ impl Metrics {
         self.health_round_seconds.set(elapsed.as_secs_f64());
     }
 
-    /// Sets the verdict gauges after a round of probes.
-    pub fn set_health(&self, counts: HealthCounts) {
-        for (state, count) in [
-            ("healthy", counts.healthy),
-            ("unhealthy", counts.unhealthy),
-            ("unknown", counts.unknown),
-        ] {
-            let gauge = self.health.get_or_create(&StateLabels { state: state.to_owned() });
-            gauge.set(i64::try_from(count).unwrap_or(i64::MAX));
+    /// Sets the verdict gauges of every pool (`""`: Proxies in none)
+    /// after a round of probes; pools not named are dropped. The Proxies in
+    /// no pool are always reported, at zero when there are none.
+    pub fn set_health<'a>(&self, counts: impl IntoIterator<Item = (&'a str, HealthCounts)>) {
+        self.health.clear();
+        let mut seen_no_pool = false;
+        let counts = counts.into_iter().inspect(|(pool, _)| seen_no_pool |= pool.is_empty());
+        let set = |pool: &str, counts: HealthCounts| {
+            for (state, count) in [
+                ("healthy", counts.healthy),
+                ("unhealthy", counts.unhealthy),
+                ("unknown", counts.unknown),
+            ] {
+                let labels = PoolStateLabels { pool: pool.to_owned(), state: state.to_owned() };
+                self.health.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+        };
+        for (pool, counts) in counts {
+            set(pool, counts);
+        }
+        if !seen_no_pool {
+            set("", HealthCounts::default());
         }
     }
 
@@ -409,7 +601,7 @@ impl Metrics {
         &self.gateway
     }
 
-    /// Everything, in the Prometheus text format.
+    /// Everything, in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
@@ -480,12 +672,13 @@ mod tests {
             Some(ErrorClass::Transient),
             true,
         );
-        metrics.set_phases([("Running", 3), ("Pending", 1)]);
-        metrics.set_phases([("Running", 4)]);
+        metrics.set_phases([(("default/web", "Running"), 3), (("", "Pending"), 1)]);
+        metrics.set_phases([(("default/web", "Running"), 4)]);
         metrics.record_probe(Duration::from_millis(2), true);
         metrics.record_probe(Duration::from_millis(2), false);
         metrics.record_health_round(Duration::from_millis(1500));
-        metrics.set_health(HealthCounts { healthy: 3, unhealthy: 1, unknown: 0 });
+        metrics
+            .set_health([("default/web", HealthCounts { healthy: 3, unhealthy: 1, unknown: 0 })]);
         metrics.record_leases(2, 5);
         metrics.record_report("ban", true);
         metrics.observe_revisions("pve", 2, 1);
@@ -493,12 +686,14 @@ mod tests {
         let text = metrics.encode();
         for line in [
             "proxyfleet_provider_calls_total{entry=\"pve\",operation=\"create\",outcome=\"transient\"} 1",
-            "proxyfleet_provider_call_seconds_count{operation=\"create\"} 1",
+            "proxyfleet_provider_call_seconds_count{entry=\"pve\",operation=\"create\"} 1",
             "proxyfleet_plugin_faults_total{entry=\"pve\"} 1",
-            "proxyfleet_proxies{state=\"Running\"} 4",
+            "proxyfleet_proxies{pool=\"default/web\",state=\"Running\"} 4",
             "proxyfleet_health_probes_total{outcome=\"passed\"} 1",
             "proxyfleet_health_probes_total{outcome=\"failed\"} 1",
-            "proxyfleet_proxies_health{state=\"unhealthy\"} 1",
+            "proxyfleet_proxies_health{pool=\"default/web\",state=\"unhealthy\"} 1",
+            // Proxies in no pool are reported, at zero, when there are none.
+            "proxyfleet_proxies_health{pool=\"\",state=\"healthy\"} 0",
             "proxyfleet_health_round_seconds 1.5",
             "proxyfleet_leases_active 2",
             "proxyfleet_leases_granted_total 5",
@@ -510,5 +705,39 @@ mod tests {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
         assert!(!text.contains("state=\"Pending\""), "a phase no Proxy is in stays: {text}");
+    }
+
+    #[test]
+    fn leader_build_pools_and_availability_show_up_and_leadership_loss_drops_its_series() {
+        let metrics = Metrics::new();
+        metrics.set_leader(true);
+        metrics.record_available("pve", true);
+        metrics.record_check("pve", true);
+        metrics.set_pools([
+            ("default/web", PoolCounts { desired: 3, ready: 2 }),
+            ("default/old", PoolCounts { desired: 1, ready: 1 }),
+        ]);
+        metrics.set_pool("default/web", PoolCounts { desired: 3, ready: 3 });
+        metrics.retain_pools(&HashSet::from(["default/web".to_owned()]));
+        let text = metrics.encode();
+        let build = format!("proxyfleet_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        for line in [
+            build.as_str(),
+            "proxyfleet_leader 1",
+            "proxyfleet_provider_available{entry=\"pve\"} 1",
+            "proxyfleet_pool_replicas{pool=\"default/web\"} 3",
+            "proxyfleet_pool_ready_replicas{pool=\"default/web\"} 3",
+            "process_cpu_seconds_total ",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("default/old"), "a deleted pool's series stay: {text}");
+        metrics.set_leader(false);
+        metrics.forget_leader_state();
+        let text = metrics.encode();
+        assert!(text.contains("proxyfleet_leader 0"), "{text}");
+        for gone in ["pool=\"default/web\"", "entry=\"pve\""] {
+            assert!(!text.contains(gone), "{gone} stays after leadership is lost: {text}");
+        }
     }
 }

@@ -131,6 +131,11 @@ pub struct GatewayArgs {
     /// (one client address, on an open gateway).
     #[arg(long, default_value_t = 256)]
     pub gateway_max_per_client: usize,
+    /// Export the gateway's request, byte and error counters per upstream
+    /// Proxy as well (an `upstream` label: one series per Proxy per
+    /// counter), not only per pool.
+    #[arg(long)]
+    pub gateway_upstream_metrics: bool,
     /// Special-purpose addresses crawlers may reach through the gateway
     /// after all, comma separated IP addresses or CIDR ranges (e.g.
     /// 10.20.0.0/16 for an intranet crawl). Loopback, private, link-local

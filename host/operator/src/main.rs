@@ -27,6 +27,7 @@ use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
 use proxyfleet_kube::operate::{LeaderSettings, lead, mark_leader};
+use proxyfleet_metrics::MetricsOptions;
 use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::follow::FollowOptions;
@@ -761,7 +762,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = kube::Config::infer().await.context("finding the Kubernetes API's address")?;
     let client = proxyfleet_kube::client::bounded(config, args.api_in_flight)
         .context("connecting to the Kubernetes API")?;
-    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let metrics = Arc::new(proxyfleet_metrics::Metrics::with_options(MetricsOptions {
+        gateway_upstreams: args.fleet.gateway.gateway_upstream_metrics,
+    }));
     let (kv, follow_kv) = ConfigMapKv::watched(client.clone(), &args.namespace);
     tokio::spawn(follow_kv);
     let kv = Arc::new(kv);
@@ -896,8 +899,12 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                         tracing::warn!("cannot label this pod as the leader: {err}");
                     }
                     leading.store(true, std::sync::atomic::Ordering::Release);
+                    let metrics = Arc::clone(&settings.metrics);
+                    metrics.set_leader(true);
                     lead(client.clone(), registry as _, settings, identity, lost).await;
                     leading.store(false, std::sync::atomic::Ordering::Release);
+                    metrics.set_leader(false);
+                    metrics.forget_leader_state();
                     if let Some(pod) = &pod
                         && let Err(err) = mark_leader(&client, &namespace, pod, false).await
                     {
@@ -942,7 +949,9 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     settings.watchdog = Watchdog::new(args.housekeeping.stall_after);
     let watchdog = settings.watchdog.clone();
     let state = StateDb::open(&args.state, args.housekeeping.installation_id.as_ref()).await?;
-    let metrics = Arc::new(proxyfleet_metrics::Metrics::new());
+    let metrics = Arc::new(proxyfleet_metrics::Metrics::with_options(MetricsOptions {
+        gateway_upstreams: args.fleet.gateway.gateway_upstream_metrics,
+    }));
     let runtime = Runtime::new(RuntimeOptions {
         observer: Some(Arc::clone(&metrics) as _),
         installation: state.installation().clone(),
@@ -961,6 +970,8 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let fleet = args.fleet.setup(args.housekeeping.metrics_addr).await?;
     settings.fleet = fleet.fleet;
     settings.health = Some(fleet.health);
+    // Standalone, the one process leads.
+    metrics.set_leader(true);
     let standalone =
         Arc::new(Standalone::new(settings, state, Arc::clone(&registry) as _, metrics)?);
     serve_metrics(

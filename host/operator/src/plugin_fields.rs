@@ -1,5 +1,10 @@
 //! JSON log lines with a plugin's fields nested as an object.
 //!
+//! Lines are flat, as log pipelines expect: the message and the event's
+//! fields sit at the top level beside `timestamp`, `level` and `target`
+//! (`{"level":"INFO","message":"…","entry":"pve",…}`), not under
+//! `fields`.
+//!
 //! A plugin's log record carries its fields as one JSON object in the
 //! `plugin_fields` field (see the runtime's log capability); `tracing`
 //! only knows field names fixed at compile time, so the JSON formatter
@@ -31,7 +36,7 @@ pub struct NestPluginFields(Format<Json>);
 
 impl Default for NestPluginFields {
     fn default() -> Self {
-        Self(Format::default().json())
+        Self(Format::default().json().flatten_event(true))
     }
 }
 
@@ -75,11 +80,11 @@ fn escape_del_and_c1(line: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// `line` (one JSON object) with `fields.plugin_fields` parsed in place;
+/// `line` (one flat JSON object) with `plugin_fields` parsed in place;
 /// `None` when there is nothing to nest.
 fn nest(line: &str) -> Option<String> {
     let mut value: serde_json::Value = serde_json::from_str(line.trim_end()).ok()?;
-    let slot = value.get_mut("fields")?.get_mut(PLUGIN_FIELDS)?;
+    let slot = value.get_mut(PLUGIN_FIELDS)?;
     let object: serde_json::Value = serde_json::from_str(slot.as_str()?).ok()?;
     if !object.is_object() {
         return None;
@@ -94,11 +99,11 @@ mod tests {
 
     #[test]
     fn the_plugin_object_is_nested_and_the_rest_kept() {
-        let line = r#"{"timestamp":"t","level":"INFO","fields":{"message":"m","entry":"pve","plugin_fields":"{\"vmid\":\"101\",\"node\":\"a\\nb\"}"},"target":"proxyfleet::plugin"}"#;
+        let line = r#"{"timestamp":"t","level":"INFO","message":"m","entry":"pve","plugin_fields":"{\"vmid\":\"101\",\"node\":\"a\\nb\"}","target":"proxyfleet::plugin"}"#;
         let nested: serde_json::Value = serde_json::from_str(&nest(line).unwrap()).unwrap();
-        assert_eq!(nested["fields"]["plugin_fields"]["vmid"], "101");
-        assert_eq!(nested["fields"]["plugin_fields"]["node"], "a\nb");
-        assert_eq!(nested["fields"]["entry"], "pve");
+        assert_eq!(nested["plugin_fields"]["vmid"], "101");
+        assert_eq!(nested["plugin_fields"]["node"], "a\nb");
+        assert_eq!(nested["entry"], "pve");
         assert_eq!(nested["level"], "INFO");
     }
 
@@ -110,19 +115,19 @@ mod tests {
         // As the JSON formatter writes a plugin record whose field name
         // holds U+0085 and whose value holds DEL and U+009F, and whose
         // message the runtime escaped.
-        let line = r#"{"fields":{"message":"a\\u{7f}b","plugin_fields":"{\"k\\u0085\":\"v\\u007f\\u009f\"}"},"target":"proxyfleet::plugin"}"#;
+        let line = r#"{"message":"a\\u{7f}b","plugin_fields":"{\"k\\u0085\":\"v\\u007f\\u009f\"}","target":"proxyfleet::plugin"}"#;
         let nested = nest(line).unwrap();
         assert!(nested.contains('\u{85}'), "nesting alone decodes them: {nested:?}");
         let written = escape_del_and_c1(&nested);
         assert_eq!(
             written,
-            r#"{"fields":{"message":"a\\u{7f}b","plugin_fields":{"k\u0085":"v\u007f\u009f"}},"target":"proxyfleet::plugin"}"#
+            r#"{"message":"a\\u{7f}b","plugin_fields":{"k\u0085":"v\u007f\u009f"},"target":"proxyfleet::plugin"}"#
         );
         let bytes = written.as_bytes();
         assert!(!bytes.contains(&0x7f), "{bytes:?}");
         assert!(!bytes.windows(2).any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])));
         let parsed: serde_json::Value = serde_json::from_str(&written).unwrap();
-        assert_eq!(parsed["fields"]["plugin_fields"]["k\u{85}"], "v\u{7f}\u{9f}");
+        assert_eq!(parsed["plugin_fields"]["k\u{85}"], "v\u{7f}\u{9f}");
     }
 
     /// The formatter as the operator installs it: a plugin record and a host
@@ -170,8 +175,8 @@ mod tests {
 
     #[test]
     fn lines_without_an_object_are_left_alone() {
-        assert_eq!(nest(r#"{"fields":{"message":"m"}}"#), None);
-        assert_eq!(nest(r#"{"fields":{"plugin_fields":"not json"}}"#), None);
+        assert_eq!(nest(r#"{"message":"m"}"#), None);
+        assert_eq!(nest(r#"{"plugin_fields":"not json"}"#), None);
         assert_eq!(nest("not a line"), None);
     }
 }

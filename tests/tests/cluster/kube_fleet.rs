@@ -183,7 +183,13 @@ impl Running {
             tokio::spawn({
                 let (ns, rx, client) = (namespace.to_owned(), stopped.clone(), client.clone());
                 async move {
-                    proxyfleet_kube::pool::run(client, Some(&ns), None, until_stopped(rx)).await
+                    proxyfleet_kube::pool::run(
+                        client,
+                        Some(&ns),
+                        Default::default(),
+                        until_stopped(rx),
+                    )
+                    .await
                 }
             }),
             tokio::spawn(HealthEngine::new(health, Arc::clone(fleet)).run(until_stopped(stopped))),

@@ -46,8 +46,9 @@ async fn calls_and_faults_are_counted_by_entry_operation_and_outcome() {
         "proxyfleet_provider_calls_total{entry=\"office\",operation=\"check\",outcome=\"ok\"} 1",
         "proxyfleet_provider_calls_total{entry=\"broken\",operation=\"create\",outcome=\"plugin-fault\"} 1",
         "proxyfleet_provider_calls_total{entry=\"broken\",operation=\"list\",outcome=\"ok\"} 1",
-        "proxyfleet_provider_call_seconds_count{operation=\"create\"} 2",
-        "proxyfleet_provider_call_seconds_count{operation=\"get\"} 2",
+        "proxyfleet_provider_call_seconds_count{entry=\"office\",operation=\"create\"} 1",
+        "proxyfleet_provider_call_seconds_count{entry=\"broken\",operation=\"create\"} 1",
+        "proxyfleet_provider_call_seconds_count{entry=\"office\",operation=\"get\"} 2",
         "proxyfleet_plugin_faults_total{entry=\"broken\"} 1",
     ] {
         assert!(text.contains(line), "{line} missing from:\n{text}");

@@ -222,6 +222,7 @@ pub struct Fleet {
 impl Fleet {
     /// An empty catalog.
     pub fn new(settings: FleetSettings, metrics: Arc<Metrics>) -> Self {
+        metrics.init_report_kinds(ReportKind::ALL.map(ReportKind::as_str));
         Self {
             settings,
             state: RwLock::default(),
@@ -418,9 +419,10 @@ impl Fleet {
                 log.push(Some((&id, name)), what);
             }
         }
-        let mut phases: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut phases: BTreeMap<(&str, &'static str), u64> = BTreeMap::new();
         for member in state.members.values() {
-            *phases.entry(member.phase.as_str()).or_default() += 1;
+            let pool = member.pool.as_deref().unwrap_or_default();
+            *phases.entry((pool, member.phase.as_str())).or_default() += 1;
         }
         self.metrics.set_phases(phases);
         self.rebuild(state);
@@ -496,15 +498,16 @@ impl Fleet {
                 changed = true;
             }
         }
-        let mut counts = HealthCounts::default();
+        let mut by_pool: BTreeMap<&str, HealthCounts> = BTreeMap::new();
         for member in state.members.values().filter(|m| m.endpoint.is_some()) {
+            let counts = by_pool.entry(member.pool.as_deref().unwrap_or_default()).or_default();
             match state.health.get(&member.id).map(|r| r.verdict) {
                 Some(Verdict::Healthy) => counts.healthy += 1,
                 Some(Verdict::Unhealthy) => counts.unhealthy += 1,
                 Some(Verdict::Unknown) | None => counts.unknown += 1,
             }
         }
-        self.metrics.set_health(counts);
+        self.metrics.set_health(by_pool);
         if changed {
             self.rebuild(&state);
             drop(state);

@@ -29,6 +29,8 @@ pub enum ReportKind {
 }
 
 impl ReportKind {
+    pub(crate) const ALL: [Self; 2] = [Self::Ban, Self::Failure];
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Ban => "ban",

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use proxyfleet_metrics::gateway::Counter;
+use proxyfleet_metrics::gateway::ByteCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Body;
@@ -57,13 +57,18 @@ impl Activity {
 #[derive(Debug)]
 pub(super) struct Counted<S> {
     inner: S,
-    read: Counter,
-    written: Counter,
+    read: ByteCounter,
+    written: ByteCounter,
     activity: Activity,
 }
 
 impl<S> Counted<S> {
-    pub(super) fn new(inner: S, read: Counter, written: Counter, activity: Activity) -> Self {
+    pub(super) fn new(
+        inner: S,
+        read: ByteCounter,
+        written: ByteCounter,
+        activity: Activity,
+    ) -> Self {
         Self { inner, read, written, activity }
     }
 }

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
-use proxyfleet_metrics::gateway::{Counter, Kind};
+use proxyfleet_metrics::gateway::{ByteCounter, Kind};
 
 use super::counted::counted_body;
 use super::{
@@ -91,7 +91,7 @@ pub(super) async fn send(
     let replayable = body.is_end_stream() && head.method.is_idempotent();
     // Sent bytes count against the proxy the body goes to, which is known
     // only once one is reached.
-    let sent_to: Arc<Mutex<Option<Counter>>> = Arc::default();
+    let sent_to: Arc<Mutex<Option<ByteCounter>>> = Arc::default();
     let mut pending: Option<Body> = Some({
         let sent_to = Arc::clone(&sent_to);
         counted_body(body, move |bytes| {
@@ -180,7 +180,7 @@ pub(super) async fn send(
 /// What the answer of a request is counted and judged against.
 struct Answered<'a> {
     site: &'a str,
-    received: Counter,
+    received: ByteCounter,
     /// Held until the answer's body is done with.
     held: Held,
 }

@@ -14,6 +14,7 @@ mod binaries;
 mod console;
 #[cfg(feature = "cluster")]
 mod in_cluster;
+mod monitoring;
 mod on_node;
 mod otlp;
 mod plugin_cli;

@@ -85,11 +85,13 @@ async fn a_crawler_gets_a_healthy_proxy_from_the_api_and_loses_it_when_it_dies()
     assert_eq!(item["healthy"], true, "{item}");
     assert_eq!(item["health"]["exitIp"], "127.0.0.1", "{item}");
     assert_eq!(get(&api, "/readyz").unwrap().0, 200);
+    // Counted (the series itself exists from the start, at zero).
+    let metrics = get(&api, "/metrics").unwrap().1;
     assert!(
-        get(&api, "/metrics")
-            .unwrap()
-            .1
-            .contains("proxyfleet_health_probes_total{outcome=\"passed\"}")
+        metrics.lines().any(|line| line
+            .strip_prefix("proxyfleet_health_probes_total{outcome=\"passed\"} ")
+            .is_some_and(|count| count != "0")),
+        "{metrics}"
     );
 
     proxy.kill();
@@ -247,7 +249,8 @@ async fn a_start_naming_another_installation_id_is_refused() {
 
 /// A plugin's log fields reached the JSON logs as one string
 /// (`"fields":"endpoint=\"…\""`); log pipelines could not query them.
-/// They are an object now, beside the host's own fields.
+/// They are an object now, beside the host's own fields, and every field
+/// (the message too) sits at the top level of the line.
 #[tokio::test(flavor = "multi_thread")]
 async fn regression_plugin_log_fields_are_json_fields() {
     let site = Site::new(
@@ -273,9 +276,10 @@ async fn regression_plugin_log_fields_are_json_fields() {
     .await
     .expect("the plugin logs the assignment");
     let line: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let fields = &line["fields"];
-    assert_eq!(fields["plugin_fields"], serde_json::json!({ "endpoint": "127.0.0.1:9" }), "{line}");
-    assert_eq!(fields["entry"], "local", "{line}");
-    assert_eq!(fields["operation"], "create", "{line}");
+    assert_eq!(line["plugin_fields"], serde_json::json!({ "endpoint": "127.0.0.1:9" }), "{line}");
+    assert_eq!(line["entry"], "local", "{line}");
+    assert_eq!(line["operation"], "create", "{line}");
     assert_eq!(line["target"], "proxyfleet::plugin", "{line}");
+    assert!(line["message"].as_str().is_some_and(|m| m.contains("endpoint assigned")), "{line}");
+    assert!(line.get("fields").is_none(), "the fields are not nested: {line}");
 }

@@ -36,7 +36,9 @@ async fn the_metrics_endpoint_shows_reconciles_and_checks() {
     );
     let scraped = wait_for(Duration::from_secs(30), || async {
         let text = scrape(port)?;
-        (text.contains("proxyfleet_reconciles_total{outcome=\"ok\"}")
+        // The series exists from the start, at zero: wait for a count.
+        (text.contains("proxyfleet_reconciles_total{outcome=\"ok\"} ")
+            && !text.contains("proxyfleet_reconciles_total{outcome=\"ok\"} 0\n")
             && text.contains("proxyfleet_provider_healthy{entry=\"local\"} 1"))
         .then_some(text)
     })

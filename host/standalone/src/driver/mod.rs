@@ -24,7 +24,7 @@ use proxyfleet_fleet::{Endpoint, Fleet, FleetSettings, HealthEngine, HealthSetti
 use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
 };
-use proxyfleet_metrics::Metrics;
+use proxyfleet_metrics::{Metrics, PoolCounts};
 
 use crate::desired;
 pub use crate::dispatch::UNKNOWN_ENTRY_CONCURRENCY;
@@ -426,6 +426,7 @@ impl Standalone {
             let existing = records.remove(&key);
             self.upsert(existing, &proxy.namespace, &proxy.name, proxy.desired, None, &mut batch)?;
         }
+        let mut pool_counts = Vec::new();
         for pool in &wanted.pools {
             let pool_key = record_key(&pool.namespace, &pool.name);
             let members: Vec<&ProxyRecord> =
@@ -442,6 +443,10 @@ impl Standalone {
                 })
                 .collect();
             let plan = pool::plan(&pool.spec, &view, now);
+            pool_counts.push((
+                pool_key.clone(),
+                PoolCounts { desired: pool.spec.replicas, ready: plan.ready },
+            ));
             until = until.into_iter().chain(plan.next_rotation).min();
             if !plan.create.is_empty() || !plan.delete.is_empty() {
                 tracing::info!(pool = %pool_key, create = ?plan.create, delete = ?plan.delete, ready = plan.ready, total = plan.total, "pool plan");
@@ -481,6 +486,7 @@ impl Standalone {
                 tracing::info!(proxy = %key, "Proxy no longer wanted; deleting its instance");
             }
         }
+        self.metrics.set_pools(pool_counts.iter().map(|(pool, counts)| (pool.as_str(), *counts)));
         let pools = !wanted.pools.is_empty();
         *self.synced() =
             Some(Synced { stamp, referenced: wanted.referenced, writes, removals, pools, until });
