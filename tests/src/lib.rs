@@ -434,11 +434,10 @@ fn rand_suffix() -> u32 {
 /// until the API server serves them.
 pub async fn kube_install_crds(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::{CustomResourceExt as _, ResourceExt as _};
-    use proxyfleet_kube::crd::{Proxy, ProxyPool, ProxyProvider};
+    use kube::ResourceExt as _;
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     let params = kube::api::PatchParams::apply("proxyfleet-tests").force();
-    for crd in [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd()] {
+    for crd in proxyfleet_kube::crd::crds() {
         let name = crd.name_any();
         crds.patch(&name, &params, &kube::api::Patch::Apply(&crd))
             .await

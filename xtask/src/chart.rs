@@ -5,7 +5,8 @@
 //! - `cargo xtask render`: renders them again after a chart change;
 //! - `cargo xtask render --check` (part of `cargo xtask test`): lints the
 //!   chart strictly and fails when a rendered file is stale; the alerts and
-//!   the dashboard are checked too ([`crate::monitoring`]).
+//!   the dashboard are checked too ([`crate::monitoring`]), and the
+//!   discovery API's page ([`crate::api_doc`]).
 
 use std::fs;
 use std::path::PathBuf;
@@ -182,6 +183,74 @@ const CASES: &[Case] = &[
         ]),
     },
     Case {
+        what: "a NetworkPolicy: the API from one namespace, the gateway from anywhere, egress \
+               to DNS, the API server and a provider",
+        set: &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.apiFrom[0].namespaceSelector.matchLabels.team=crawl",
+            "networkPolicy.apiServer.cidrs={10.0.0.5/32}",
+            "networkPolicy.egress[0].to[0].ipBlock.cidr=192.0.2.10/32",
+            "networkPolicy.egress[0].ports[0].port=8006",
+            "gateway.enabled=true",
+            "gateway.open=true",
+        ],
+        expect: Ok(&[
+            ("kind: NetworkPolicy", true),
+            ("policyTypes: [Ingress, Egress]", true),
+            (
+                "- ports:\n        - { port: api, protocol: TCP }\n      from:\n        - namespaceSelector:\n            matchLabels:\n              team: crawl",
+                true,
+            ),
+            ("- ports:\n        - { port: gateway, protocol: TCP }\n    - ports:", true),
+            ("- ipBlock: { cidr: \"10.0.0.5/32\" }", true),
+            ("- { port: 6443, protocol: TCP }", true),
+            ("- { port: 53, protocol: UDP }", true),
+            ("cidr: 192.0.2.10/32", true),
+            ("port: 8006", true),
+        ]),
+    },
+    Case {
+        what: "no NetworkPolicy unless asked for",
+        set: &[],
+        expect: Ok(&[("kind: NetworkPolicy", false)]),
+    },
+    Case {
+        what: "a NetworkPolicy needs the API server's addresses",
+        set: &["networkPolicy.enabled=true"],
+        expect: Err("networkPolicy.apiServer.cidrs"),
+    },
+    Case {
+        what: "the helm test hook: the API Service's /readyz and proxy list, with a token \
+               when the API has tokens",
+        set: &["api.tokens.values={crawler-token}"],
+        expect: Ok(&[
+            ("helm.sh/hook: test", true),
+            ("- --api=http://proxyfleet.proxyfleet-system.svc:8480", true),
+            ("- --api-token-file=/etc/proxyfleet/api-tokens/tokens", true),
+            ("app.kubernetes.io/component: helm-test", true),
+        ]),
+    },
+    Case {
+        what: "a misspelt key of a provider entry is refused at helm template, not in a \
+               crash-looping pod (the schema is the providers file's own)",
+        set: &[
+            "providers.providers[0].name=lab",
+            "providers.providers[0].plugin=static",
+            "providers.providers[0].limts.timeout=30s",
+        ],
+        expect: Err("limts"),
+    },
+    Case {
+        what: "a provider entry the operator reads renders",
+        set: &[
+            "providers.providers[0].name=lab",
+            "providers.providers[0].plugin=static",
+            "providers.providers[0].limits.timeout=30s",
+            "providers.providers[0].grants.http[0].url=https://pve.example.test:8006",
+        ],
+        expect: Ok(&[("url: https://pve.example.test:8006", true)]),
+    },
+    Case {
         what: "a misspelt knob is refused by the schema",
         set: &["serviceAcount.create=false"],
         expect: Err("serviceAcount"),
@@ -237,6 +306,7 @@ pub fn render(repo: &Repo, check: bool) -> Result<()> {
         cases(repo, &helm)?;
     }
     crate::monitoring::sync(repo, check)?;
+    crate::api_doc::sync(repo, check)?;
     if check {
         crate::monitoring::check(repo)?;
     }

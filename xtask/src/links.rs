@@ -3,7 +3,10 @@
 //! `#fragment` a heading of the Markdown file it names (or of its own).
 //! Links with a scheme are not followed: CI reaches no other address.
 //! Links into `docs/sdk/` lead to the SDK's rustdoc, which `cargo xtask
-//! book` generates there in the site (and checks).
+//! book` generates there in the site (and checks). A page of the site
+//! (under `docs/`) must not link a file outside `docs/`: the site does not
+//! hold it, so such a link breaks there; it names the file in the
+//! repository instead ([`REPOSITORY`]).
 
 use std::collections::HashSet;
 use std::fs;
@@ -14,6 +17,10 @@ use anyhow::{Context, Result, ensure};
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
 use crate::{Repo, process};
+
+/// Where the repository's files are browsed, for links from the site to
+/// files outside `docs/` (book.toml's `git-repository-url` too).
+const REPOSITORY: &str = "https://github.com/proxyfleet/proxyfleet";
 
 pub fn check(repo: &Repo) -> Result<()> {
     let listed = process::output(
@@ -28,7 +35,7 @@ pub fn check(repo: &Repo) -> Result<()> {
             fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         for (target, line) in relative_links(&text) {
             links += 1;
-            if let Err(why) = resolve(file, &target) {
+            if let Err(why) = resolve(&repo.root, file, &target) {
                 let shown = file.strip_prefix(&repo.root).unwrap_or(file).display().to_string();
                 broken.push(format!("{shown}:{line}: {target}: {why}"));
             }
@@ -39,8 +46,9 @@ pub fn check(repo: &Repo) -> Result<()> {
     Ok(())
 }
 
-/// Whether `target`, linked from `file`, leads somewhere.
-fn resolve(file: &Path, target: &str) -> Result<(), String> {
+/// Whether `target`, linked from `file`, leads somewhere, on GitHub and,
+/// for the pages under `docs/`, on the site.
+fn resolve(root: &Path, file: &Path, target: &str) -> Result<(), String> {
     let (path, fragment) = match target.split_once('#') {
         Some((path, fragment)) => (path, Some(fragment)),
         None => (target, None),
@@ -57,6 +65,20 @@ fn resolve(file: &Path, target: &str) -> Result<(), String> {
     }
     if !linked.exists() {
         return Err("no such file".to_owned());
+    }
+    let docs = root.join("docs");
+    if file.starts_with(&docs) {
+        let real = linked.canonicalize().map_err(|err| err.to_string())?;
+        let docs = docs.canonicalize().map_err(|err| err.to_string())?;
+        if !real.starts_with(&docs) {
+            let inside =
+                real.strip_prefix(root.canonicalize().unwrap_or_default()).unwrap_or(&real);
+            let how = if real.is_dir() { "tree" } else { "blob" };
+            return Err(format!(
+                "leaves docs/, so it breaks on the site; link {REPOSITORY}/{how}/main/{}",
+                inside.display()
+            ));
+        }
     }
     let Some(fragment) = fragment else { return Ok(()) };
     if linked.extension().is_none_or(|extension| extension != "md") {
@@ -145,6 +167,28 @@ mod tests {
         for wanted in ["title", "4-run-the-conformance-suite", "title-1", "whats-new"] {
             assert!(found.contains(wanted), "{wanted} in {found:?}");
         }
+    }
+
+    #[test]
+    fn a_page_of_the_site_may_not_link_outside_docs_and_is_told_where_to() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        fs::create_dir_all(root.join("docs/providers")).unwrap();
+        fs::create_dir_all(root.join("deploy/chart")).unwrap();
+        fs::write(root.join("docs/a.md"), "# A\n").unwrap();
+        fs::write(root.join("README.md"), "").unwrap();
+        let page = root.join("docs/providers/p.md");
+        assert_eq!(resolve(root, &page, "../a.md#a"), Ok(()));
+        let why = resolve(root, &page, "../../deploy/chart").unwrap_err();
+        assert!(
+            why.ends_with("link https://github.com/proxyfleet/proxyfleet/tree/main/deploy/chart"),
+            "{why}"
+        );
+        assert_eq!(
+            resolve(root, &root.join("README.md"), "deploy/chart"),
+            Ok(()),
+            "outside the site"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //!
 //! Paths come from this crate's location, never from the current directory.
 
+mod api_doc;
 mod apt;
 mod axe;
 mod book;
@@ -84,7 +85,8 @@ commands:
                      --push-check: the test build's images, the chart and the plugins
                      through a loopback registry, signed and verified (part of test)
   render [--check]   render deploy/kubernetes/ and deploy/monitoring/ from the Helm chart
-                     (--check: lint, report drift, promtool on the alerts and the dashboard)
+                     and docs/discovery-api.md from its OpenAPI file (--check: lint,
+                     report drift, promtool on the alerts and the dashboard)
   node start|stop [--purge]  the one-node test cluster of deploy/dev/node
   e2e [--keep|--release]  the chart and the operator's image on a fresh node (part of
                      test; --release: the image to ship rather than the test build)";

@@ -4,10 +4,13 @@
 use k8s_openapi::jiff::Timestamp;
 use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::proxy::{
-    Condition, ConditionStatus, ConditionType, Phase, ProxyDesired, ProxyStatus as CoreStatus,
+    Condition as CoreCondition, ConditionStatus as CoreConditionStatus, ConditionType, Phase,
+    ProxyDesired, ProxyStatus as CoreStatus,
 };
 
-use crate::crd::{ProxyCondition, ProxyPhase, ProxySpec, ProxyStatus};
+use crate::crd::{
+    CONDITION_MESSAGE_MAX, Condition, ConditionStatus, ProxyPhase, ProxySpec, ProxyStatus,
+};
 
 /// The desired state of a Proxy; `user_data` is the content of its
 /// user-data Secret (empty without one) and `proxy_auth` the credential in
@@ -50,16 +53,19 @@ pub fn status_to_crd(status: &CoreStatus) -> ProxyStatus {
         conditions: status
             .conditions
             .iter()
-            .map(|c| ProxyCondition {
+            .map(|c| Condition {
                 type_: format!("{:?}", c.kind),
-                status: format!("{:?}", c.status),
+                status: match c.status {
+                    CoreConditionStatus::True => ConditionStatus::True,
+                    CoreConditionStatus::False => ConditionStatus::False,
+                    CoreConditionStatus::Unknown => ConditionStatus::Unknown,
+                },
+                // Every pass re-derives every condition from the spec of
+                // the generation it records.
+                observed_generation: Some(status.observed_generation),
                 reason: c.reason.clone(),
-                message: Some(c.message.clone()).filter(|m| !m.is_empty()),
-                last_transition_time: Timestamp::from_second(
-                    i64::try_from(c.last_transition_time).unwrap_or(i64::MAX),
-                )
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
+                message: Some(bounded(&c.message)).filter(|m| !m.is_empty()),
+                last_transition_time: rfc3339(c.last_transition_time),
             })
             .collect(),
         observed_generation: status.observed_generation,
@@ -96,16 +102,16 @@ pub fn status_from_crd(status: &ProxyStatus) -> CoreStatus {
                     "Ready" => ConditionType::Ready,
                     _ => return None,
                 };
-                let status = match c.status.as_str() {
-                    "True" => ConditionStatus::True,
-                    "False" => ConditionStatus::False,
-                    _ => ConditionStatus::Unknown,
+                let status = match c.status {
+                    ConditionStatus::True => CoreConditionStatus::True,
+                    ConditionStatus::False => CoreConditionStatus::False,
+                    ConditionStatus::Unknown => CoreConditionStatus::Unknown,
                 };
                 let last_transition_time = c
                     .last_transition_time
                     .parse::<Timestamp>()
                     .map_or(0, |t| u64::try_from(t.as_second()).unwrap_or(0));
-                Some(Condition {
+                Some(CoreCondition {
                     kind,
                     status,
                     reason: c.reason.clone(),
@@ -122,6 +128,25 @@ pub fn status_from_crd(status: &ProxyStatus) -> CoreStatus {
         failed_spec_hash: status.failed_spec_hash.clone(),
         flaps: status.flaps,
     }
+}
+
+/// Unix seconds as the RFC 3339 time a condition records.
+pub fn rfc3339(unix: u64) -> String {
+    Timestamp::from_second(i64::try_from(unix).unwrap_or(i64::MAX))
+        .unwrap_or(Timestamp::MAX)
+        .to_string()
+}
+
+/// `message` cut on a character boundary to what a condition may hold.
+fn bounded(message: &str) -> String {
+    if message.len() <= CONDITION_MESSAGE_MAX {
+        return message.to_owned();
+    }
+    let mut end = CONDITION_MESSAGE_MAX - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]
@@ -146,14 +171,14 @@ mod tests {
         };
         core.set_condition(
             ConditionType::Provisioned,
-            ConditionStatus::True,
+            CoreConditionStatus::True,
             "Running",
             "ok",
             1_700_000_000,
         );
         core.set_condition(
             ConditionType::Ready,
-            ConditionStatus::False,
+            CoreConditionStatus::False,
             "Unhealthy",
             "probe",
             1_700_000_100,
@@ -161,15 +186,27 @@ mod tests {
         let crd = status_to_crd(&core);
         assert_eq!(crd.conditions[0].last_transition_time, "2023-11-14T22:13:20Z");
         assert_eq!(crd.conditions[1].type_, "Ready");
+        assert_eq!(crd.conditions[1].status, ConditionStatus::False);
+        assert_eq!(crd.conditions[1].observed_generation, Some(3));
         assert_eq!(status_from_crd(&crd), core);
+    }
+
+    #[test]
+    fn a_message_longer_than_a_condition_holds_is_cut_on_a_character() {
+        let long = "é".repeat(CONDITION_MESSAGE_MAX);
+        let cut = bounded(&long);
+        assert!(cut.len() <= CONDITION_MESSAGE_MAX);
+        assert!(cut.ends_with('…'));
+        assert_eq!(bounded("short"), "short");
     }
 
     #[test]
     fn foreign_condition_types_are_left_out() {
         let crd = ProxyStatus {
-            conditions: vec![ProxyCondition {
+            conditions: vec![Condition {
                 type_: "SomethingElse".into(),
-                status: "True".into(),
+                status: ConditionStatus::True,
+                observed_generation: None,
                 reason: "X".into(),
                 message: None,
                 last_transition_time: "2023-11-14T22:13:20Z".into(),

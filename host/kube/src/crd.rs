@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -39,12 +40,18 @@ const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     kind = "Proxy",
     namespaced,
     shortname = "px",
+    category = "proxyfleet",
+    doc = "One egress proxy: an instance (VM, pod, ...) that a provider entry makes, runs an HTTP \
+           proxy on `spec.port`, and replaces when the spec changes. The `Ready` condition says \
+           whether it may be handed out; `Provisioned` and `Healthy` say why not.",
     status = "ProxyStatus",
     derive = "PartialEq",
     printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"IP","type":"string","jsonPath":".status.ip"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -152,22 +159,58 @@ pub enum ProxyPhase {
     Deleting,
 }
 
-/// A condition, as Kubernetes conventions have it.
+/// Whether a condition holds, as `metav1.Condition` spells it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConditionStatus {
+    /// It holds.
+    True,
+    /// It does not hold.
+    False,
+    /// Not known yet.
+    Unknown,
+}
+
+/// A condition, shaped like `metav1.Condition` so that `kubectl wait
+/// --for=condition=Ready`, kstatus and Argo CD's health checks read it.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ProxyCondition {
-    /// `Provisioned`, `Healthy` or `Ready`.
+pub struct Condition {
+    /// `Ready` sums up the others; see each resource for the rest.
     #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316), regex(pattern = CONDITION_TYPE))]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// CamelCase reason.
+    pub status: ConditionStatus,
+    /// The `metadata.generation` the condition was set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+    /// RFC 3339 time the status last changed.
+    #[schemars(extend("format" = "date-time"))]
+    pub last_transition_time: String,
+    /// CamelCase reason, for programs.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = CONDITION_REASON))]
     pub reason: String,
     /// For people (optional for the same reason as `ProxySpec::image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32768))]
     pub message: Option<String>,
-    /// RFC 3339 time of the last status change.
-    pub last_transition_time: String,
+}
+
+/// `metav1.Condition`'s pattern for `type`.
+const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+
+/// `metav1.Condition`'s pattern for `reason`.
+const CONDITION_REASON: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
+
+/// The longest message a condition holds (`metav1.Condition`'s bound).
+pub const CONDITION_MESSAGE_MAX: usize = 32768;
+
+impl Condition {
+    /// Whether `conditions` holds one of `type_` with status `True`.
+    pub fn is_true(conditions: &[Self], type_: &str) -> bool {
+        conditions.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+    }
 }
 
 /// What the controller reports about a Proxy.
@@ -186,9 +229,12 @@ pub struct ProxyStatus {
     /// Proxy port when the provider decides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
-    /// Conditions.
+    /// `Provisioned` (the instance runs with an address), `Healthy` (probes
+    /// through it pass; absent while unprobed) and `Ready` (provisioned and
+    /// not unhealthy: it may be handed out).
     #[serde(default)]
-    pub conditions: Vec<ProxyCondition>,
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
     /// Generation this status describes.
     #[serde(default)]
     pub observed_generation: i64,
@@ -220,12 +266,19 @@ pub struct ProxyStatus {
     kind = "ProxyPool",
     namespaced,
     shortname = "pxp",
+    category = "proxyfleet",
+    doc = "A set of Proxies kept at `spec.replicas`, made from `spec.template` and spread over \
+           provider entries by weight; members older than `spec.maxAge` are replaced one at a \
+           time. The `Ready` condition holds when every wanted member is Ready, `Available` \
+           when at least `spec.minAvailable` (and at least one) are.",
     status = "ProxyPoolStatus",
     derive = "PartialEq",
     scale = r#"{"specReplicasPath":".spec.replicas","statusReplicasPath":".status.replicas","labelSelectorPath":".status.selector"}"#,
     printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -299,6 +352,11 @@ pub struct ProxyPoolStatus {
     /// Generation this status describes.
     #[serde(default)]
     pub observed_generation: i64,
+    /// `Ready` (every wanted member exists and is Ready) and `Available`
+    /// (at least `spec.minAvailable` members, and at least one, are Ready).
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// A provider entry as the operator sees it: which plugin serves it and
@@ -311,6 +369,9 @@ pub struct ProxyPoolStatus {
     version = "v1alpha1",
     kind = "ProxyProvider",
     shortname = "pxprov",
+    category = "proxyfleet",
+    doc = "A provider entry as the leading operator sees it: the plugin serving it, its \
+           revision, and what its last check found. Written by the operator, one per entry.",
     status = "ProxyProviderStatus",
     derive = "PartialEq",
     printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.plugin"}"#,
@@ -400,13 +461,23 @@ pub struct RejectedRevision {
     pub reason: String,
 }
 
-/// Every CRD as a multi-document YAML stream.
-pub fn crds_yaml() -> Result<String, yaml_serde::Error> {
+/// Every CRD, labelled with the version that made it (the chart's version
+/// too: the two move together), so `kubectl get crd -l
+/// app.kubernetes.io/part-of=proxyfleet -L app.kubernetes.io/version`
+/// shows which are installed.
+pub fn crds() -> [CustomResourceDefinition; 3] {
     use kube::CustomResourceExt as _;
-    Ok(format!(
-        "{}---\n{}---\n{}",
-        yaml_serde::to_string(&Proxy::crd())?,
-        yaml_serde::to_string(&ProxyPool::crd())?,
-        yaml_serde::to_string(&ProxyProvider::crd())?
-    ))
+    [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd()].map(|mut crd| {
+        crd.metadata.labels = Some(BTreeMap::from([
+            ("app.kubernetes.io/part-of".to_owned(), "proxyfleet".to_owned()),
+            ("app.kubernetes.io/version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ]));
+        crd
+    })
+}
+
+/// Every CRD of [`crds`] as a multi-document YAML stream.
+pub fn crds_yaml() -> Result<String, yaml_serde::Error> {
+    let documents = crds().iter().map(yaml_serde::to_string).collect::<Result<Vec<_>, _>>()?;
+    Ok(documents.join("---\n"))
 }

@@ -19,7 +19,8 @@ use proxyfleet_core::liveness::Heartbeat;
 use proxyfleet_core::pool::{PoolMember, PoolPlan, PoolSpec, parse_max_age, plan};
 use proxyfleet_metrics::{Metrics, PoolCounts};
 
-use crate::crd::{MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
+use crate::crd::{Condition, MANAGER, POOL_LABEL, Proxy, ProxyPool, ProxyPoolStatus, ProxySpec};
+use crate::pool_status::{Findings, Problem, conditions};
 
 /// Why a pool reconcile could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -27,9 +28,12 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// The pool spec cannot be planned.
+    /// The pool spec cannot be planned; the message names the field.
     #[error("{0}")]
     Spec(String),
+    /// The pool has no namespace or UID (an object not from the API server).
+    #[error("the pool has no {0}")]
+    Incomplete(&'static str),
 }
 
 /// What a pool pass reads besides its pool: the client and the members as
@@ -186,10 +190,7 @@ fn pool_member(proxy: &Proxy) -> PoolMember {
         created_at: proxy
             .creation_timestamp()
             .map_or(0, |t| u64::try_from(t.0.as_second()).unwrap_or(0)),
-        ready: proxy
-            .status
-            .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        ready: proxy.status.as_ref().is_some_and(|s| Condition::is_true(&s.conditions, "Ready")),
         deleting: proxy.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -227,19 +228,35 @@ where
 }
 
 /// One pass over a pool: plans from the cached members, and when the plan
-/// changes anything, plans again from a fresh list and applies that.
+/// changes anything, plans again from a fresh list and applies that. The
+/// status reports the counts and the `Ready` and `Available` conditions,
+/// also when the spec cannot be planned or the API server refuses a member
+/// change.
 pub async fn reconcile_pool(
     pool: Arc<ProxyPool>,
     context: Arc<PoolContext>,
 ) -> Result<Action, Error> {
-    let namespace =
-        pool.namespace().ok_or_else(|| Error::Spec("the pool has no namespace".into()))?;
+    let namespace = pool.namespace().ok_or(Error::Incomplete("namespace"))?;
     let name = pool.name_any();
-    let planned = pool_spec(&pool)?;
-    let client = &context.client;
-    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    let selector = format!("{POOL_LABEL}={name}");
     let now = proxyfleet_core::clock::unix_now();
+    let planned = match pool_spec(&pool) {
+        Ok(planned) => planned,
+        Err(Error::Spec(message)) => {
+            // Nothing is planned from a spec that cannot be read; a spec
+            // change wakes the pool again.
+            tracing::warn!(pool = %name, "{message}");
+            let members = owned_by(&pool, context.members.state());
+            let counted = members.iter().map(|p| pool_member(p)).filter(|m| !m.deleting);
+            let (total, ready) =
+                counted.fold((0, 0), |(total, ready), m| (total + 1, ready + u32::from(m.ready)));
+            let findings = Findings { total, ready, problem: Some(Problem::InvalidSpec(message)) };
+            report(&pool, &context, &namespace, findings, now).await?;
+            return Ok(Action::await_change());
+        }
+        Err(err) => return Err(err),
+    };
+    let proxies: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
+    let selector = format!("{POOL_LABEL}={name}");
     // Every member's status write wakes its pool; on the cache such a
     // pass costs no request unless the counts it reports moved.
     let mut decided = Changes::of(&pool, &planned, &owned_by(&pool, context.members.state()), now);
@@ -252,53 +269,16 @@ pub async fn reconcile_pool(
             Changes::of(&pool, &planned, &owned_by(&pool, listed.into_iter().map(Arc::new)), now);
     }
     let Changes { plan: decided, drifted } = decided;
-
-    slow_start(&decided.delete, |member| {
-        let proxies = &proxies;
-        let name = &name;
-        async move {
-            tracing::info!(pool = %name, proxy = %member, "removing a member");
-            proxies.delete(member, &DeleteParams::default()).await?;
-            Ok(())
+    // A refusal is the pool's state until it clears: it goes into the
+    // conditions, and the pass fails so that it is retried.
+    let (problem, refused) = match change_members(&pool, &proxies, &decided, &drifted).await {
+        Ok(()) => (None, None),
+        Err(Error::Kube(kube::Error::Api(status))) => {
+            let problem = Problem::MemberChangeRefused(status.message.clone());
+            (Some(problem), Some(Error::Kube(kube::Error::Api(status))))
         }
-    })
-    .await?;
-    // The Proxy controller replaces the instance when the change needs one.
-    slow_start(&drifted, |(member, want)| {
-        let proxies = &proxies;
-        async move {
-            let patch = serde_json::json!({ "spec": want });
-            proxies.patch(member, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            Ok(())
-        }
-    })
-    .await?;
-    let owner =
-        pool.controller_owner_ref(&()).ok_or_else(|| Error::Spec("the pool has no UID".into()))?;
-    let mut labels: BTreeMap<String, String> =
-        pool.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-    labels.insert(POOL_LABEL.to_owned(), name.clone());
-    slow_start(&decided.create, |provider| {
-        let member = Proxy {
-            metadata: kube::api::ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                namespace: Some(namespace.clone()),
-                labels: Some(labels.clone()),
-                owner_references: Some(vec![owner.clone()]),
-                ..Default::default()
-            },
-            spec: member_spec(&pool, provider),
-            status: None,
-        };
-        let proxies = &proxies;
-        let name = &name;
-        async move {
-            let created = proxies.create(&PostParams::default(), &member).await?;
-            tracing::info!(pool = %name, proxy = %created.name_any(), provider = %provider, "added a member");
-            Ok(())
-        }
-    })
-    .await?;
+        Err(err) => return Err(err),
+    };
 
     if let Some((metrics, pools)) = &context.metrics {
         let counts = PoolCounts { desired: pool.spec.replicas, ready: decided.ready };
@@ -310,22 +290,10 @@ pub async fn reconcile_pool(
             .collect();
         metrics.retain_pools(&live);
     }
-    let status = ProxyPoolStatus {
-        replicas: decided.total,
-        ready_replicas: decided.ready,
-        selector: Some(selector),
-        observed_generation: pool.metadata.generation.unwrap_or(0),
-    };
-    if pool.status.as_ref() != Some(&status) {
-        let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
-        let patch = serde_json::json!({
-            "apiVersion": "proxyfleet.io/v1alpha1",
-            "kind": "ProxyPool",
-            "status": status,
-        });
-        pools
-            .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
-            .await?;
+    let findings = Findings { total: decided.total, ready: decided.ready, problem };
+    report(&pool, &context, &namespace, findings, now).await?;
+    if let Some(err) = refused {
+        return Err(err);
     }
     // Owned Proxies wake the pool on every change; recycling by age also
     // needs the clock, at the moment the oldest member expires.
@@ -333,4 +301,88 @@ pub async fn reconcile_pool(
         Some(at) => Action::requeue(Duration::from_secs(at.saturating_sub(now).max(1))),
         None => Action::await_change(),
     })
+}
+
+/// Deletes, brings in line and creates members as `plan` and `drifted`
+/// say, each kind in slow-start batches.
+async fn change_members(
+    pool: &ProxyPool,
+    proxies: &Api<Proxy>,
+    plan: &PoolPlan,
+    drifted: &[(String, ProxySpec)],
+) -> Result<(), Error> {
+    let name = pool.name_any();
+    slow_start(&plan.delete, |member| {
+        let name = &name;
+        async move {
+            tracing::info!(pool = %name, proxy = %member, "removing a member");
+            proxies.delete(member, &DeleteParams::default()).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    // The Proxy controller replaces the instance when the change needs one.
+    slow_start(drifted, |(member, want)| async move {
+        let patch = serde_json::json!({ "spec": want });
+        proxies.patch(member, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        Ok(())
+    })
+    .await?;
+    let owner = pool.controller_owner_ref(&()).ok_or(Error::Incomplete("UID"))?;
+    let mut labels: BTreeMap<String, String> =
+        pool.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+    labels.insert(POOL_LABEL.to_owned(), name.clone());
+    slow_start(&plan.create, |provider| {
+        let member = Proxy {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: pool.namespace(),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![owner.clone()]),
+                ..Default::default()
+            },
+            spec: member_spec(pool, provider),
+            status: None,
+        };
+        let name = &name;
+        async move {
+            let created = proxies.create(&PostParams::default(), &member).await?;
+            tracing::info!(pool = %name, proxy = %created.name_any(), provider = %provider, "added a member");
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Applies the pool's status for `findings` when it differs from the one
+/// the pool carries.
+async fn report(
+    pool: &ProxyPool,
+    context: &PoolContext,
+    namespace: &str,
+    findings: Findings,
+    now: u64,
+) -> Result<(), Error> {
+    let generation = pool.metadata.generation.unwrap_or(0);
+    let previous = pool.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let status = ProxyPoolStatus {
+        replicas: findings.total,
+        ready_replicas: findings.ready,
+        selector: Some(format!("{POOL_LABEL}={}", pool.name_any())),
+        observed_generation: generation,
+        conditions: conditions(&pool.spec, generation, &findings, previous, now),
+    };
+    if pool.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let pools: Api<ProxyPool> = Api::namespaced(context.client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "status": status,
+    });
+    pools
+        .patch_status(&pool.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
+        .await?;
+    Ok(())
 }

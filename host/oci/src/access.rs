@@ -28,7 +28,7 @@ const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 const USER_AGENT: &str = concat!("proxyfleet/", env!("CARGO_PKG_VERSION"));
 
 /// One `registries[]` item as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawRegistry {
     /// `HOST` or `HOST:PORT`, as references spell it.

@@ -40,7 +40,7 @@ pub fn signature_tag(manifest_digest: &str) -> String {
 }
 
 /// A `verify` item as written: public key files.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawVerify {
     /// PEM files of ECDSA P-256 public keys (`cosign.pub`).

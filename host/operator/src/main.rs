@@ -1,5 +1,6 @@
 //! `proxyfleet`: the operator binary.
 
+mod api_call;
 mod descriptors;
 mod fleet_args;
 mod malloc;
@@ -76,9 +77,26 @@ enum Command {
     /// Runs in a Kubernetes cluster: reconciles Proxy objects while holding
     /// the leader Lease.
     Run(RunArgs),
-    /// Prints the CustomResourceDefinitions of Proxy and ProxyPool as YAML,
-    /// for `kubectl apply -f -`.
-    Crd,
+    /// GETs paths from a running operator's API and fails naming each that
+    /// does not answer 2xx (the chart's `helm test` hook runs it).
+    Probe {
+        /// The operator's API.
+        #[arg(long, default_value = "http://127.0.0.1:8480")]
+        api: String,
+        /// A file whose first token line is sent as a bearer token.
+        #[arg(long)]
+        api_token_file: Option<PathBuf>,
+        /// Paths to GET, in order, e.g. `/readyz /v1/proxies`.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Prints the CustomResourceDefinitions as YAML, for `kubectl apply
+    /// --server-side -f -`.
+    Crd {
+        /// Prints their reference page (Markdown) instead.
+        #[arg(long)]
+        reference: bool,
+    },
     /// Runs on this machine without Kubernetes: Proxies from manifest
     /// files, state in an embedded database.
     Standalone(StandaloneArgs),
@@ -192,6 +210,9 @@ enum ProvidersCommand {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Prints the JSON Schema of the providers file (the chart's
+    /// values.schema.json holds it as `providers`).
+    Schema,
 }
 
 #[derive(Debug, Subcommand)]
@@ -523,10 +544,21 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Providers { command: ProvidersCommand::Check { setup } } => check(setup).await,
+        Command::Providers { command: ProvidersCommand::Schema } => {
+            print_text(&format!("{:#}\n", ProvidersConfig::file_schema()));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Standalone(args) => standalone(args).await,
         Command::Run(args) => run_in_cluster(args).await,
-        Command::Crd => {
+        Command::Probe { api, api_token_file, paths } => {
+            api_call::probe(&api, &paths, api_token_file.as_deref()).await
+        }
+        Command::Crd { reference: false } => {
             print_text(&proxyfleet_kube::crd::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crd { reference: true } => {
+            print_text(&proxyfleet_kube::crd_reference::markdown(&proxyfleet_kube::crd::crds()));
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin {
@@ -648,38 +680,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin { command: PluginCommand::Rollback { entry, api, api_token_file } } => {
-            rollback(&entry, &api, api_token_file.as_deref()).await
+            api_call::rollback(&entry, &api, api_token_file.as_deref()).await
         }
     }
-}
-
-async fn rollback(
-    entry: &str,
-    api: &str,
-    token_file: Option<&std::path::Path>,
-) -> anyhow::Result<ExitCode> {
-    let token = match token_file {
-        Some(file) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("--api-token-file {}: cannot read it", file.display()))?;
-            let token = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
-            Some(
-                token
-                    .with_context(|| {
-                        format!("--api-token-file {}: holds no token", file.display())
-                    })?
-                    .to_owned(),
-            )
-        }
-        None => None,
-    };
-    let path = format!("/v1/providers/{entry}/rollback");
-    let (status, body) =
-        proxyfleet_fleet::client::call(api, http::Method::POST, &path, None, token.as_deref())
-            .await
-            .map_err(|err| anyhow::anyhow!("--api {api}: {err}"))?;
-    print_text(&format!("{body}\n"));
-    Ok(if status == 200 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 async fn validate(
@@ -868,53 +871,63 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         tracing::warn!("cannot clear a leader label this pod kept from before: {err}");
     }
+    // A replica campaigns only on CRDs that keep what it writes: until they
+    // are applied it serves the API as a follower and says why in its log.
+    let served = proxyfleet_kube::crd_check::wait_until_served(
+        &client,
+        Duration::from_secs(30),
+        stop.cancelled(),
+    )
+    .await;
     // On a signal the elector stops leading and releases the Lease, so a
     // successor takes over at once instead of waiting the Lease out, while
     // the API drains beside it.
-    elector
-        .run(
-            |lost| {
-                let (client, registry, settings, identity, namespace, leading) = (
-                    client.clone(),
-                    Arc::clone(&registry),
-                    settings.clone(),
-                    identity.clone(),
-                    args.namespace.clone(),
-                    Arc::clone(&leading),
-                );
-                async move {
-                    // A Proxy reconciled while its plugin compiles would
-                    // turn unavailable for nothing; the leader starts once
-                    // every entry is settled (or leadership is lost).
-                    let mut lost_while_loading = lost.clone();
-                    tokio::select! {
-                        () = registry.wait_loaded() => {}
-                        _ = lost_while_loading.wait_for(|lost| *lost) => return,
+    if served {
+        elector
+            .run(
+                |lost| {
+                    let (client, registry, settings, identity, namespace, leading) = (
+                        client.clone(),
+                        Arc::clone(&registry),
+                        settings.clone(),
+                        identity.clone(),
+                        args.namespace.clone(),
+                        Arc::clone(&leading),
+                    );
+                    async move {
+                        // A Proxy reconciled while its plugin compiles would
+                        // turn unavailable for nothing; the leader starts once
+                        // every entry is settled (or leadership is lost).
+                        let mut lost_while_loading = lost.clone();
+                        tokio::select! {
+                            () = registry.wait_loaded() => {}
+                            _ = lost_while_loading.wait_for(|lost| *lost) => return,
+                        }
+                        // Only when running as a pod: then its name is known.
+                        let pod = std::env::var("POD_NAME").ok();
+                        if let Some(pod) = &pod
+                            && let Err(err) = mark_leader(&client, &namespace, pod, true).await
+                        {
+                            tracing::warn!("cannot label this pod as the leader: {err}");
+                        }
+                        leading.store(true, std::sync::atomic::Ordering::Release);
+                        let metrics = Arc::clone(&settings.metrics);
+                        metrics.set_leader(true);
+                        lead(client.clone(), registry as _, settings, identity, lost).await;
+                        leading.store(false, std::sync::atomic::Ordering::Release);
+                        metrics.set_leader(false);
+                        metrics.forget_leader_state();
+                        if let Some(pod) = &pod
+                            && let Err(err) = mark_leader(&client, &namespace, pod, false).await
+                        {
+                            tracing::warn!("cannot remove the leader label from this pod: {err}");
+                        }
                     }
-                    // Only when running as a pod: then its name is known.
-                    let pod = std::env::var("POD_NAME").ok();
-                    if let Some(pod) = &pod
-                        && let Err(err) = mark_leader(&client, &namespace, pod, true).await
-                    {
-                        tracing::warn!("cannot label this pod as the leader: {err}");
-                    }
-                    leading.store(true, std::sync::atomic::Ordering::Release);
-                    let metrics = Arc::clone(&settings.metrics);
-                    metrics.set_leader(true);
-                    lead(client.clone(), registry as _, settings, identity, lost).await;
-                    leading.store(false, std::sync::atomic::Ordering::Release);
-                    metrics.set_leader(false);
-                    metrics.forget_leader_state();
-                    if let Some(pod) = &pod
-                        && let Err(err) = mark_leader(&client, &namespace, pod, false).await
-                    {
-                        tracing::warn!("cannot remove the leader label from this pod: {err}");
-                    }
-                }
-            },
-            stop.cancelled(),
-        )
-        .await;
+                },
+                stop.cancelled(),
+            )
+            .await;
+    }
     let _ = api.await;
     if let Some(gateway) = gateway {
         let _ = gateway.await;

@@ -74,7 +74,7 @@ pub struct Grants {
     pub libvirt: Vec<LibvirtGrant>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
     providers: Vec<RawEntry>,
@@ -82,12 +82,14 @@ struct RawFile {
     registries: Vec<RawRegistry>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
     name: String,
     plugin: String,
+    /// The plugin's own config: its `validate-config` judges it.
     #[serde(default)]
+    #[schemars(with = "Option<serde_json::Value>")]
     config: Option<yaml_serde::Value>,
     #[serde(default)]
     grants: RawGrants,
@@ -99,14 +101,14 @@ struct RawEntry {
     proxy_addresses: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawPin {
     version: Option<String>,
     digest: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawGrants {
     #[serde(default)]
@@ -169,6 +171,24 @@ impl ProvidersConfig {
             ConfigError::invalid(format!("registries[{}]", err.index), err.field, err.reason)
         })?;
         Ok(Self { entries, registries })
+    }
+
+    /// The JSON Schema (draft-07, every subschema inline) of a providers
+    /// file as written, made from the types [`ProvidersConfig::parse`]
+    /// reads it with: the chart checks its `providers` value with it, so
+    /// `helm install` refuses a misspelt key before a pod starts
+    /// (`proxyfleet providers schema` prints it).
+    pub fn file_schema() -> serde_json::Value {
+        let generator = schemars::generate::SchemaSettings::draft07()
+            .with(|settings| settings.inline_subschemas = true)
+            .into_generator();
+        let mut schema = generator.into_root_schema_for::<RawFile>();
+        if let Some(object) = schema.as_object_mut() {
+            // The chart embeds it as one property of its own schema.
+            object.remove("$schema");
+            object.remove("title");
+        }
+        schema.to_value()
     }
 
     /// Each entry's `limits.concurrency`, by entry name: how many calls
@@ -291,6 +311,39 @@ fn check_dns_label(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    /// The chart validates its `providers` value with this schema, kept
+    /// in its values.schema.json; written from the parser's own types, the
+    /// two cannot drift apart unnoticed.
+    #[test]
+    fn the_charts_values_schema_holds_the_providers_file_schema() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/helm/proxyfleet/values.schema.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let chart: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            chart["properties"]["providers"] == ProvidersConfig::file_schema(),
+            "{}: properties.providers is stale; replace it with the output of `proxyfleet \
+             providers schema`",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn the_file_schema_refuses_unknown_keys_and_names_the_required_ones() {
+        let schema = ProvidersConfig::file_schema();
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["required"], serde_json::json!(["providers"]));
+        let entry = &schema["properties"]["providers"]["items"];
+        assert_eq!(entry["additionalProperties"], false);
+        assert_eq!(entry["required"], serde_json::json!(["name", "plugin"]));
+        let grant = &entry["properties"]["grants"]["properties"]["http"]["items"];
+        assert_eq!(grant["additionalProperties"], false, "{grant}");
+        assert!(grant["properties"]["allowAddresses"].is_object(), "{grant}");
+        let limits = &entry["properties"]["limits"]["properties"];
+        assert!(limits["memoryMiB"].is_object() && limits["httpInFlight"].is_object(), "{limits}");
+        assert!(!schema.to_string().contains("$ref"), "every subschema inline");
+    }
+
     use std::time::Duration;
 
     use super::*;

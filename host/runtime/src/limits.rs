@@ -77,7 +77,7 @@ impl Default for Limits {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawLimits {
     timeout: Option<String>,

@@ -37,7 +37,7 @@ fn condition_reason(proxy: &Proxy, kind: &str) -> Option<String> {
         .conditions
         .iter()
         .find(|c| c.type_ == kind)
-        .map(|c| format!("{}/{}", c.status, c.reason))
+        .map(|c| format!("{:?}/{}", c.status, c.reason))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,6 +260,9 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     })
     .await;
     assert!(leading.is_some(), "the Role allows the leader Lease");
+    // Before campaigning the operator reads its CRDs by name; the ones the
+    // API server stores serve this build.
+    proxyfleet_kube::crd_check::check(&user).await.unwrap();
 
     let controllers =
         Controllers::start(&user, &namespace, PROVIDERS, Policy::default(), false).await;

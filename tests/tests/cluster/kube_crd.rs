@@ -86,3 +86,50 @@ async fn pools_serve_the_scale_subresource() {
     pools.patch_scale("crawl", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     assert_eq!(pools.get("crawl").await.unwrap().spec.replicas, 5);
 }
+
+/// A pool's conditions as the pool controller writes them are kept whole
+/// (an older CRD pruned them), two writers' conditions merge by type under
+/// server-side apply, and a status outside `True`/`False`/`Unknown` is
+/// refused naming the field.
+#[tokio::test]
+async fn pool_conditions_are_kept_merged_by_type_and_validated() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-conditions").await;
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
+    let pool: ProxyPool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": { "name": "crawl" },
+        "spec": { "replicas": 1, "template": { "spec": { "provider": "lab" } } },
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    let condition = |type_: &str, status: &str| {
+        serde_json::json!({
+            "type": type_, "status": status, "reason": "Tested", "message": "by a test",
+            "observedGeneration": 1, "lastTransitionTime": "2026-12-01T00:00:00Z",
+        })
+    };
+    let status = |conditions: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1", "kind": "ProxyPool",
+            "status": { "conditions": conditions },
+        })
+    };
+    let apply = |manager: &'static str| PatchParams::apply(manager).force();
+    let ours = status(serde_json::json!([condition("Ready", "True")]));
+    pools.patch_status("crawl", &apply("proxyfleet"), &Patch::Apply(&ours)).await.unwrap();
+    let theirs = status(serde_json::json!([condition("example.com/Audited", "False")]));
+    pools.patch_status("crawl", &apply("auditor"), &Patch::Apply(&theirs)).await.unwrap();
+    let conditions = pools.get("crawl").await.unwrap().status.unwrap().conditions;
+    let types: Vec<_> = conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Ready", "example.com/Audited"], "merged by type");
+    assert_eq!(conditions[0].observed_generation, Some(1), "not pruned");
+    assert_eq!(conditions[0].message.as_deref(), Some("by a test"));
+
+    let bad = status(serde_json::json!([condition("Ready", "Yes")]));
+    let err = pools.patch_status("crawl", &apply("proxyfleet"), &Patch::Apply(&bad)).await;
+    let message = err.unwrap_err().to_string();
+    assert!(message.contains("status.conditions"), "the field is named: {message}");
+}

@@ -27,7 +27,7 @@ use proxyfleet_tests::{
 /// `type` → `status` of the Proxy's conditions.
 fn condition(proxy: &Proxy, kind: &str) -> Option<String> {
     let status = proxy.status.as_ref()?;
-    status.conditions.iter().find(|c| c.type_ == kind).map(|c| c.status.clone())
+    status.conditions.iter().find(|c| c.type_ == kind).map(|c| format!("{:?}", c.status))
 }
 
 /// What probes fetch through the proxies: an echo of the exit IP.

@@ -56,3 +56,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "proxyfleet.hasTokens" -}}
 {{- if or .Values.api.tokens.existingSecret .Values.api.tokens.values -}}true{{- end -}}
 {{- end -}}
+
+{{- /* The `helm test` pods: the release's, but selected by nothing of the chart. */}}
+{{- define "proxyfleet.testLabels" -}}
+app.kubernetes.io/part-of: {{ include "proxyfleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}

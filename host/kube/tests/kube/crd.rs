@@ -27,7 +27,7 @@ fn the_proxy_crd_has_ranges_defaults_columns_and_a_short_name() {
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Provider", "Phase", "IP", "Ready", "Age"]);
+    assert_eq!(columns, ["Provider", "Phase", "IP", "Ready", "Reason", "Message", "Age"]);
 
     let spec = &schema_of(&crd)["properties"]["spec"]["properties"];
     assert_eq!(spec["cores"]["minimum"].as_f64(), Some(1.0));
@@ -39,6 +39,41 @@ fn the_proxy_crd_has_ranges_defaults_columns_and_a_short_name() {
     assert_eq!(spec["provider"]["pattern"], "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
     let required = schema_of(&crd)["properties"]["spec"]["required"].clone();
     assert_eq!(required, serde_json::json!(["provider"]));
+}
+
+/// `kubectl wait --for=condition=Ready`, kstatus and Argo CD read
+/// conditions shaped like `metav1.Condition`: a status enum, a map keyed by
+/// type (so server-side apply merges them by type), and the reason and
+/// message behind `kubectl get -o wide`.
+#[test]
+fn both_crds_carry_standard_conditions_categories_and_descriptions() {
+    for crd in [Proxy::crd(), ProxyPool::crd()] {
+        let kind = crd.spec.names.kind.clone();
+        assert_eq!(crd.spec.names.categories.as_deref(), Some(&["proxyfleet".to_owned()][..]));
+        let schema = schema_of(&crd);
+        let description = schema["description"].as_str().unwrap();
+        assert!(!description.contains("Auto-generated"), "{kind}: {description}");
+        let conditions = &schema["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map", "{kind}");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], serde_json::json!(["type"]), "{kind}");
+        let item = &conditions["items"];
+        assert_eq!(
+            item["properties"]["status"]["enum"],
+            serde_json::json!(["True", "False", "Unknown"]),
+            "{kind}"
+        );
+        assert_eq!(item["properties"]["lastTransitionTime"]["format"], "date-time", "{kind}");
+        assert_eq!(item["properties"]["observedGeneration"]["minimum"].as_f64(), Some(0.0));
+        let mut required: Vec<_> =
+            item["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        required.sort_unstable();
+        assert_eq!(required, ["lastTransitionTime", "reason", "status", "type"], "{kind}");
+        let columns = crd.spec.versions[0].additional_printer_columns.clone().unwrap();
+        for name in ["Reason", "Message"] {
+            let column = columns.iter().find(|c| c.name == name).unwrap();
+            assert_eq!(column.priority, Some(1), "{kind}: {name} shows with -o wide");
+        }
+    }
 }
 
 #[test]
@@ -63,6 +98,11 @@ fn the_stream_holds_every_crd() {
     assert!(yaml.contains("name: proxypools.proxyfleet.io"));
     assert!(yaml.contains("name: proxyproviders.proxyfleet.io"));
     assert!(yaml.contains("scope: Cluster"), "provider objects are cluster-scoped");
+    assert_eq!(
+        yaml.matches(&format!("app.kubernetes.io/version: {}", env!("CARGO_PKG_VERSION"))).count(),
+        3,
+        "each CRD says which version made it"
+    );
 }
 
 /// Kubernetes 1.20 reads an empty-string schema default as null and refuses
@@ -95,6 +135,19 @@ fn chart_crds_match_the_types() {
     assert!(
         committed == crds_yaml().unwrap(),
         "{} is stale: run `proxyfleet crd > deploy/helm/proxyfleet/crds/proxyfleet.io.yaml && cargo xtask render`",
+        path.display()
+    );
+}
+
+/// The reference page is what the CRDs generate.
+#[test]
+fn the_reference_page_matches_the_types() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/crd-reference.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = proxyfleet_kube::crd_reference::markdown(&proxyfleet_kube::crd::crds());
+    assert!(
+        committed == generated,
+        "{} is stale: run `proxyfleet crd --reference > docs/crd-reference.md`",
         path.display()
     );
 }

@@ -8,23 +8,32 @@ use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_kube::pool::{PoolContext, reconcile_pool};
+use proxyfleet_kube::pool_status::{Findings, conditions};
 
 use crate::mock::{next, no_more_requests, pair, reply};
 
+/// A pool wanting `replicas`; with `status`, the status a pass that
+/// counted (total, ready) members wrote.
 fn pool(replicas: u32, status: Option<(u32, u32)>) -> ProxyPool {
-    let mut pool = serde_json::json!({
+    let mut pool: ProxyPool = serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ProxyPool",
         "metadata": { "name": "crawl", "namespace": "ns", "uid": "uid-pool", "generation": 1 },
         "spec": { "replicas": replicas, "template": { "spec": { "provider": "lab" } } },
-    });
+    }))
+    .unwrap();
     if let Some((total, ready)) = status {
-        pool["status"] = serde_json::json!({
-            "replicas": total, "readyReplicas": ready,
-            "selector": "proxyfleet.io/pool=crawl", "observedGeneration": 1,
-        });
+        let findings = Findings { total, ready, problem: None };
+        pool.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "replicas": total, "readyReplicas": ready,
+                "selector": "proxyfleet.io/pool=crawl", "observedGeneration": 1,
+                "conditions": conditions(&pool.spec, 1, &findings, &[], 1_700_000_000),
+            }))
+            .unwrap(),
+        );
     }
-    serde_json::from_value(pool).unwrap()
+    pool
 }
 
 fn member(name: &str, ready: bool) -> Proxy {
@@ -90,6 +99,9 @@ async fn a_member_turning_ready_is_reported_from_the_cache_with_one_status_apply
             "{uri}"
         );
         assert_eq!(body["status"]["readyReplicas"], 2);
+        let ready = &body["status"]["conditions"][0];
+        assert_eq!((&ready["type"], &ready["status"]), (&"Ready".into(), &"True".into()));
+        assert_eq!(ready["observedGeneration"], 1);
         reply(respond, 200, &serde_json::to_value(pool(2, Some((2, 2)))).unwrap());
         handle
     });
@@ -156,6 +168,14 @@ async fn creates_start_slow_and_a_refused_batch_stops_the_rest() {
             });
             reply(respond, 403, &status);
         }
+        // The refusal is the pool's state: its Ready condition says so.
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH, "{uri}: the status, no third batch");
+        let ready = &body["status"]["conditions"][0];
+        assert_eq!((&ready["type"], &ready["status"]), (&"Ready".into(), &"False".into()));
+        assert_eq!(ready["reason"], "MemberChangeRefused");
+        assert!(ready["message"].as_str().unwrap().ends_with("exceeded quota: proxies"));
+        reply(respond, 200, &serde_json::to_value(pool(10, Some((0, 0)))).unwrap());
         handle
     });
     let err = reconcile_pool(Arc::new(pool(10, None)), context).await.unwrap_err();
@@ -164,5 +184,30 @@ async fn creates_start_slow_and_a_refused_batch_stops_the_rest() {
         "{err}"
     );
     let mut handle = server.await.unwrap();
-    assert!(no_more_requests(&mut handle).await, "no third batch and no status write");
+    assert!(no_more_requests(&mut handle).await, "no third batch");
+}
+
+/// A spec the planner cannot read (a `maxAge` of zero passes the schema's
+/// pattern) changes no member: the pool says which field is wrong in its
+/// Ready condition and waits for the spec to change.
+#[tokio::test]
+async fn a_spec_that_cannot_be_planned_is_reported_in_the_conditions_and_nothing_is_changed() {
+    let (client, mut handle) = pair();
+    let context = context(client, vec![member("crawl-a", true)]);
+    let mut invalid = pool(3, Some((1, 1)));
+    invalid.spec.max_age = Some("0h".into());
+    let server = tokio::spawn(async move {
+        let (method, uri, body, respond) = next(&mut handle).await;
+        assert_eq!(method, Method::PATCH, "{uri}: the status only");
+        let ready = &body["status"]["conditions"][0];
+        assert_eq!((&ready["status"], &ready["reason"]), (&"False".into(), &"InvalidSpec".into()));
+        assert!(ready["message"].as_str().unwrap().starts_with("spec.maxAge: \"0h\""), "{ready}");
+        assert_eq!(body["status"]["readyReplicas"], 1, "the members are still counted");
+        reply(respond, 200, &serde_json::to_value(pool(3, Some((1, 1)))).unwrap());
+        handle
+    });
+    let action = reconcile_pool(Arc::new(invalid), context).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let mut handle = server.await.unwrap();
+    assert!(no_more_requests(&mut handle).await);
 }

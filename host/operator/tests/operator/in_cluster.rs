@@ -15,7 +15,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use proxyfleet_core::kv::KvStore as _;
 use proxyfleet_core::proxy::ProxyMeta;
-use proxyfleet_kube::crd::Proxy;
+use proxyfleet_kube::crd::{Condition, Proxy};
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::operate::LEADER_LABEL;
 use proxyfleet_runtime::config::ProvidersConfig;
@@ -134,7 +134,7 @@ async fn ready_endpoint(proxies: &Api<Proxy>, name: &str) -> Option<String> {
     wait_for(Duration::from_secs(60), || async {
         let current = proxies.get(name).await.ok()?;
         let status = current.status?;
-        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = Condition::is_true(&status.conditions, "Ready");
         ready.then_some(status.provider_id).flatten()
     })
     .await

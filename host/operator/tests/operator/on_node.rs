@@ -24,7 +24,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use proxyfleet_kube::crd::{Proxy, ProxyPool};
+use proxyfleet_kube::crd::{Condition, Proxy, ProxyPool};
 use proxyfleet_oci::{PluginReference, RawRegistry, Registries};
 use proxyfleet_tests::registry::{OciRegistry, PASSWORD, USER};
 use proxyfleet_tests::wait_for;
@@ -95,6 +95,34 @@ impl Node {
             String::from_utf8_lossy(&output.stderr)
         );
         assert!(output.status.success(), "helm {args:?} failed:\n{text}");
+        text
+    }
+
+    /// kubectl's output, or `None` when it fails (for polling).
+    fn kubectl_output(&self, args: &[&str]) -> Option<String> {
+        let output = Command::new("kubectl")
+            .args(["--request-timeout", "30s"])
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .output()
+            .ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The machine's kubectl against the node, as a user runs it.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let output = Command::new("kubectl")
+            .args(["--request-timeout", "30s"])
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .output()
+            .expect("kubectl runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "kubectl {args:?} failed:\n{text}");
         text
     }
 }
@@ -216,9 +244,7 @@ fn operator_rss_mib() -> Vec<f64> {
 }
 
 fn has_condition(proxy: &Proxy, kind: &str) -> bool {
-    proxy.status.as_ref().is_some_and(|status| {
-        status.conditions.iter().any(|c| c.type_ == kind && c.status == "True")
-    })
+    proxy.status.as_ref().is_some_and(|status| Condition::is_true(&status.conditions, kind))
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -378,6 +404,12 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     let values_file = dir.path().join("values.yaml");
     std::fs::write(&values_file, values(&api_ip, &registry.host, &plugin)).unwrap();
 
+    // The CRDs of the previous version are installed, as after an earlier
+    // install: Helm keeps them (it never upgrades CRDs).
+    let previous =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/operator/on_node/previous-crds.yaml");
+    node.kubectl(&["apply", "--server-side", "-f", previous.to_str().unwrap()]);
+
     // Install and wait for both replicas to be ready.
     let started = Instant::now();
     node.helm(&[
@@ -399,7 +431,29 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     assert_eq!(running.items.len(), 2, "two replicas");
     assert!(running.items.iter().all(pod_ready), "both replicas Running and Ready");
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    // On the old CRDs no replica leads, and each says why and what to run.
+    let refused = wait_for(Duration::from_secs(60), || async {
+        let logs = node.kubectl_output(&[
+            "logs",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=proxyfleet",
+            "--tail=-1",
+        ])?;
+        logs.contains("not leading: CustomResourceDefinition").then_some(logs)
+    })
+    .await
+    .expect("the replicas log why they do not lead");
+    assert!(refused.contains("kubectl apply --server-side"), "the fix is named: {refused}");
+    assert!(lease_holder(&leases).await.is_none(), "no replica leads on the old CRDs");
+    // The upgrade as docs/kubernetes.md gives it; the replicas go on by
+    // themselves.
+    let upgraded = Instant::now();
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/crds.yaml");
+    node.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", crds.to_str().unwrap()]);
     let leader = wait_for(wait, || async { lease_holder(&leases).await }).await;
+    eprintln!("a replica leads {:?} after the CRDs were applied", upgraded.elapsed());
     let leader = leader.expect("one replica holds the Lease");
     assert!(running.items.iter().any(|pod| pod.name_any() == leader), "the leader is one of them");
 
@@ -412,6 +466,26 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     pools.create(&PostParams::default(), &pool(3)).await.unwrap();
     assert!(settled(&proxies, &proxy_pods, 3, wait).await, "3 proxies Running, Ready and healthy");
     eprintln!("pool of 3 Ready and healthy: {:?}", started.elapsed());
+    // What a user or a GitOps tool waits on: the standard conditions, read
+    // by kubectl itself, and the category that lists every kind at once.
+    let waited = Instant::now();
+    for (kind, condition) in
+        [("proxies", "Ready"), ("proxypools", "Ready"), ("proxypools", "Available")]
+    {
+        let condition = format!("--for=condition={condition}");
+        node.kubectl(&["wait", "-n", NAMESPACE, &condition, "--timeout=60s", kind, "--all"]);
+    }
+    let listed = node.kubectl(&["get", "proxyfleet", "-n", NAMESPACE, "-o", "wide"]);
+    assert!(listed.contains("proxypool.proxyfleet.io/crawlers"), "{listed}");
+    assert_eq!(listed.matches("AllReady").count(), 1, "the pool's reason, wide: {listed}");
+    assert_eq!(listed.matches("provisioned and not failing").count(), 3, "{listed}");
+    eprintln!("kubectl wait --for=condition=Ready on Proxies and the pool: {:?}", waited.elapsed());
+    // The chart's own check, as a user runs it after an install.
+    let tested =
+        node.helm(&["test", RELEASE, "--namespace", NAMESPACE, "--logs", "--timeout", "2m"]);
+    assert!(tested.contains("GET /readyz: 200"), "{tested}");
+    assert!(tested.contains("GET /v1/proxies: 200 (3 items)"), "{tested}");
+    eprintln!("helm test: the API Service answers /readyz and lists the 3 proxies");
     // A figure, not a check: the replicas' memory with every plugin of the
     // image (the five first-party ones) compiled and the pool running.
     eprintln!("operator RSS (MiB), per replica: {:.1?}", operator_rss_mib());

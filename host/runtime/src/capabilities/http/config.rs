@@ -58,7 +58,7 @@ pub struct HeaderCredential {
     pub secret_file: PathBuf,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawHttpGrant {
     url: String,
@@ -67,7 +67,7 @@ pub(crate) struct RawHttpGrant {
     credential: Option<RawCredential>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawCredential {
     kind: Option<String>,

@@ -50,7 +50,7 @@ pub const DEFAULT_LIBVIRT_SOCKET: &str = "/var/run/libvirt/libvirt-sock";
 /// The driver a grant talks to unless it says otherwise.
 pub const DEFAULT_LIBVIRT_URI: &str = "qemu:///system";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RawLibvirtGrant {
     host: String,
