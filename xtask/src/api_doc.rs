@@ -232,7 +232,7 @@ fn object(page: &mut String, spec: &Value, schema: &Value) {
     for (name, field) in properties {
         let mut description = cell(field["description"].as_str().unwrap_or_default());
         if required.contains(&name.as_str()) {
-            description = format!("**Required.** {description}");
+            description = format!("**Required.** {description}").trim_end().to_owned();
         }
         let _ = writeln!(page, "| `{name}` | {} | {} |", cell(&type_of(spec, field)), description);
     }
