@@ -63,7 +63,8 @@ fn markdown(spec: &Value) -> String {
         );
     }
     for (method, path, operation) in &routes {
-        let _ = writeln!(page, "\n### {} {path}\n", method.to_uppercase());
+        // In code: a heading ending in `{id}` would be read as attributes.
+        let _ = writeln!(page, "\n### `{} {path}`\n", method.to_uppercase());
         if let Some(summary) = operation["summary"].as_str() {
             let _ = writeln!(page, "{summary}\n");
         }

@@ -225,7 +225,7 @@ const CASES: &[Case] = &[
         set: &["api.tokens.values={crawler-token}"],
         expect: Ok(&[
             ("helm.sh/hook: test", true),
-            ("- --api=http://proxyfleet.proxyfleet-system.svc:8480", true),
+            ("- --api=http://$(PROXYFLEET_SERVICE_HOST):$(PROXYFLEET_SERVICE_PORT_API)", true),
             ("- --api-token-file=/etc/proxyfleet/api-tokens/tokens", true),
             ("app.kubernetes.io/component: helm-test", true),
         ]),
@@ -318,8 +318,10 @@ pub fn render(repo: &Repo, check: bool) -> Result<()> {
                 .context("reading the chart's CRDs")?,
             Some(args) => {
                 let mut template = Command::new(&helm);
+                // `helm test`'s pod is Helm's to run; applied with
+                // kubectl it would run once at install and stay.
                 template
-                    .args(["template", RELEASE])
+                    .args(["template", RELEASE, "--skip-tests"])
                     .arg(chart(repo))
                     .args(["--namespace", NAMESPACE])
                     .args(args);

@@ -109,10 +109,14 @@ impl Node {
         output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// The machine's kubectl against the node, as a user runs it.
+    /// The machine's kubectl against the node, as a user runs it, with a
+    /// discovery cache of its own: the cache of an earlier call would not
+    /// know the kinds and categories the CRDs applied since brought.
     fn kubectl(&self, args: &[&str]) -> String {
+        let cache = tempfile::tempdir().unwrap();
         let output = Command::new("kubectl")
             .args(["--request-timeout", "30s"])
+            .arg(format!("--cache-dir={}", cache.path().display()))
             .args(args)
             .env("KUBECONFIG", self.kubeconfig())
             .output()
