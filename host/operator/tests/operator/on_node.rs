@@ -83,12 +83,23 @@ impl Node {
     }
 
     fn helm(&self, args: &[&str]) -> String {
+        self.helm_with_input(args, "")
+    }
+
+    /// Helm with `input` on its standard input (a password).
+    fn helm_with_input(&self, args: &[&str], input: &str) -> String {
+        use std::io::Write as _;
         let helm = std::env::var_os("PROXYFLEET_HELM").expect("PROXYFLEET_HELM names Helm");
-        let output = Command::new(helm)
+        let mut child = Command::new(helm)
             .args(args)
             .env("KUBECONFIG", self.kubeconfig())
-            .output()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("helm runs");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let output = child.wait_with_output().expect("helm runs");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
@@ -414,12 +425,43 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/operator/on_node/previous-crds.yaml");
     node.kubectl(&["apply", "--server-side", "-f", previous.to_str().unwrap()]);
 
+    // The chart as a release publishes it: packaged, pushed to the registry
+    // as an OCI artifact, and installed from there.
+    let packaged = dir.path().join("packaged");
+    node.helm(&["package", chart().to_str().unwrap(), "--destination", packaged.to_str().unwrap()]);
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = packaged.join(format!("proxyfleet-{version}.tgz"));
+    let logins = dir.path().join("registry.json");
+    let (ca, logins) = (registry.ca_file.to_str().unwrap(), logins.to_str().unwrap());
+    let login = ["registry", "login", &registry.host, "--username", USER, "--password-stdin"];
+    node.helm_with_input(
+        &[&login[..], &["--ca-file", ca, "--registry-config", logins]].concat(),
+        PASSWORD,
+    );
+    let charts = format!("oci://{}/proxyfleet/charts", registry.host);
+    node.helm(&[
+        "push",
+        archive.to_str().unwrap(),
+        &charts,
+        "--ca-file",
+        ca,
+        "--registry-config",
+        logins,
+    ]);
+    let published = format!("{charts}/proxyfleet");
+
     // Install and wait for both replicas to be ready.
     let started = Instant::now();
     node.helm(&[
         "install",
         RELEASE,
-        chart().to_str().unwrap(),
+        &published,
+        "--version",
+        version,
+        "--ca-file",
+        ca,
+        "--registry-config",
+        logins,
         "--namespace",
         NAMESPACE,
         "--values",
@@ -428,7 +470,12 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         "--timeout",
         "5m",
     ]);
-    eprintln!("helm install --wait: {:?}", started.elapsed());
+    eprintln!("helm install --wait, from {published}:{version}: {:?}", started.elapsed());
+    // Helm resolves the tag, then fetches the chart's layer.
+    let log = registry.log();
+    let resolved = format!("/v2/proxyfleet/charts/proxyfleet/manifests/{version}");
+    assert!(log.contains(&resolved), "the chart's tag was resolved at the registry");
+    assert!(log.contains("GET /v2/proxyfleet/charts/proxyfleet/blobs/sha256:"), "its layer pulled");
     let operator_pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let selector = ListParams::default().labels("app.kubernetes.io/name=proxyfleet");
     let running = operator_pods.list(&selector).await.unwrap();
