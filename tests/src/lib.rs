@@ -430,6 +430,17 @@ fn rand_suffix() -> u32 {
         .map_or(0, |d| d.subsec_nanos())
 }
 
+/// A ProxyPool `crawl` of `replicas` Proxies on the provider entry `lab`.
+pub fn kube_pool(replicas: u32) -> proxyfleet_kube::crd::ProxyPool {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": { "name": "crawl" },
+        "spec": { "replicas": replicas, "template": { "spec": { "provider": "lab" } } },
+    }))
+    .expect("a valid ProxyPool")
+}
+
 /// Installs (server-side applies) the Proxy and ProxyPool CRDs and waits
 /// until the API server serves them.
 pub async fn kube_install_crds(client: &kube::Client) {

@@ -107,15 +107,11 @@ impl ApiAuth {
         let text = std::fs::read_to_string(file)
             .map_err(|source| Error::TokenFile { path: file.display().to_string(), source })?;
         let mut tokens = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
+        for (number, line) in token_lines(&text) {
             tokens.push(parse_line(line).map_err(|message| {
                 Error::setting(
                     "--api-token-file",
-                    format!("{} line {}: {message}", file.display(), index + 1),
+                    format!("{} line {number}: {message}", file.display()),
                 )
             })?);
         }
@@ -186,6 +182,21 @@ impl ApiAuth {
     pub fn role_allows(role: Role, access: Access) -> bool {
         access != Access::Write || role == Role::Operate
     }
+}
+
+/// The lines of a token file that hold a token, trimmed, with their
+/// numbers from 1: blank lines and `#` comments are skipped.
+fn token_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(index, line)| (index + 1, line.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+}
+
+/// The first token of a token file's text, without its role: what a
+/// client of the API sends (`proxyfleet probe`, `plugin rollback`).
+pub fn first_token(text: &str) -> Option<&str> {
+    token_lines(text).next().and_then(|(_, line)| line.split_whitespace().next())
 }
 
 /// `TOKEN` or `TOKEN role=ROLE`.

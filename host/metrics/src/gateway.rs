@@ -67,13 +67,66 @@ struct PoolKindLabels {
     kind: String,
 }
 
-/// The exported counters by pool (when the per-upstream ones are not).
-#[derive(Debug, Clone, Default)]
-struct ByPool {
-    requests: Family<PoolKindLabels, Counter>,
-    bytes_sent: Family<PoolLabels, Counter>,
-    bytes_received: Family<PoolLabels, Counter>,
-    upstream_errors: Family<PoolLabels, Counter>,
+/// The request, byte and error counters under one kind of labels: per
+/// upstream Proxy, or per pool.
+#[derive(Debug, Clone)]
+struct Flows<R, L> {
+    requests: Family<R, Counter>,
+    bytes_sent: Family<L, Counter>,
+    bytes_received: Family<L, Counter>,
+    upstream_errors: Family<L, Counter>,
+}
+
+/// The counters per upstream: exported only when asked for, read by the
+/// console.
+type ByUpstream = Flows<RequestLabels, UpstreamLabels>;
+
+/// The counters per pool, exported when the per-upstream ones are not.
+type ByPool = Flows<PoolKindLabels, PoolLabels>;
+
+impl<R, L> Default for Flows<R, L>
+where
+    R: Clone + std::hash::Hash + Eq,
+    L: Clone + std::hash::Hash + Eq,
+{
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            bytes_sent: Family::default(),
+            bytes_received: Family::default(),
+            upstream_errors: Family::default(),
+        }
+    }
+}
+
+impl<R, L> Flows<R, L>
+where
+    R: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// Exports these counters under the gateway's names.
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gateway_requests",
+            "Requests and tunnels the gateway sent through an upstream proxy",
+            self.requests.clone(),
+        );
+        registry.register(
+            "gateway_bytes_sent",
+            "Body and tunnel bytes from crawlers to upstream proxies",
+            self.bytes_sent.clone(),
+        );
+        registry.register(
+            "gateway_bytes_received",
+            "Body and tunnel bytes from upstream proxies to crawlers",
+            self.bytes_received.clone(),
+        );
+        registry.register(
+            "gateway_upstream_errors",
+            "Upstream proxies the gateway could not reach or that failed a request",
+            self.upstream_errors.clone(),
+        );
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -85,10 +138,7 @@ struct ReasonLabels {
 #[derive(Debug, Clone)]
 pub struct GatewayMetrics {
     /// Per upstream: exported only when asked for, read by the console.
-    requests: Family<RequestLabels, Counter>,
-    bytes_sent: Family<UpstreamLabels, Counter>,
-    bytes_received: Family<UpstreamLabels, Counter>,
-    upstream_errors: Family<UpstreamLabels, Counter>,
+    by_upstream: ByUpstream,
     /// The same by pool, exported when the above are not.
     by_pool: Option<ByPool>,
     retries: Family<PoolLabels, Counter>,
@@ -184,10 +234,7 @@ impl GatewayMetrics {
     /// per-upstream series instead of the per-pool ones.
     pub(crate) fn register(registry: &mut Registry, upstreams: bool) -> Self {
         let metrics = Self {
-            requests: Family::default(),
-            bytes_sent: Family::default(),
-            bytes_received: Family::default(),
-            upstream_errors: Family::default(),
+            by_upstream: ByUpstream::default(),
             by_pool: (!upstreams).then(ByPool::default),
             retries: Family::default(),
             refused: Family::default(),
@@ -195,41 +242,9 @@ impl GatewayMetrics {
             added_seconds: Histogram::new(ADDED_BUCKETS),
             totals: Totals::default(),
         };
-        let (requests, sent, received, errors) = (
-            "Requests and tunnels the gateway sent through an upstream proxy",
-            "Body and tunnel bytes from crawlers to upstream proxies",
-            "Body and tunnel bytes from upstream proxies to crawlers",
-            "Upstream proxies the gateway could not reach or that failed a request",
-        );
         match &metrics.by_pool {
-            Some(by_pool) => {
-                registry.register("gateway_requests", requests, by_pool.requests.clone());
-                registry.register("gateway_bytes_sent", sent, by_pool.bytes_sent.clone());
-                registry.register(
-                    "gateway_bytes_received",
-                    received,
-                    by_pool.bytes_received.clone(),
-                );
-                registry.register(
-                    "gateway_upstream_errors",
-                    errors,
-                    by_pool.upstream_errors.clone(),
-                );
-            }
-            None => {
-                registry.register("gateway_requests", requests, metrics.requests.clone());
-                registry.register("gateway_bytes_sent", sent, metrics.bytes_sent.clone());
-                registry.register(
-                    "gateway_bytes_received",
-                    received,
-                    metrics.bytes_received.clone(),
-                );
-                registry.register(
-                    "gateway_upstream_errors",
-                    errors,
-                    metrics.upstream_errors.clone(),
-                );
-            }
+            Some(by_pool) => by_pool.register(registry),
+            None => metrics.by_upstream.register(registry),
         }
         // Counters start at zero, so that rate() and increase() see the
         // first request: the pool of Proxies in none always has its series.
@@ -271,7 +286,8 @@ impl GatewayMetrics {
     /// byte counters.
     pub fn record_request(&self, pool: Option<&str>, upstream: &str, kind: Kind) -> ByteCounters {
         let labels = Self::upstream(pool, upstream);
-        self.requests
+        self.by_upstream
+            .requests
             .get_or_create(&RequestLabels {
                 pool: labels.pool.clone(),
                 upstream: labels.upstream.clone(),
@@ -294,11 +310,11 @@ impl GatewayMetrics {
         };
         ByteCounters {
             sent: ByteCounter {
-                upstream: self.bytes_sent.get_or_create(&labels).clone(),
+                upstream: self.by_upstream.bytes_sent.get_or_create(&labels).clone(),
                 pool: pool_counter(|by_pool| &by_pool.bytes_sent),
             },
             received: ByteCounter {
-                upstream: self.bytes_received.get_or_create(&labels).clone(),
+                upstream: self.by_upstream.bytes_received.get_or_create(&labels).clone(),
                 pool: pool_counter(|by_pool| &by_pool.bytes_received),
             },
         }
@@ -310,7 +326,7 @@ impl GatewayMetrics {
         if let Some(by_pool) = &self.by_pool {
             by_pool.upstream_errors.get_or_create(&PoolLabels { pool: labels.pool.clone() }).inc();
         }
-        self.upstream_errors.get_or_create(&labels).inc();
+        self.by_upstream.upstream_errors.get_or_create(&labels).inc();
         self.totals.upstream_errors.inc();
     }
 
@@ -356,7 +372,8 @@ impl GatewayMetrics {
         let requests = Kind::ALL
             .iter()
             .filter_map(|kind| {
-                self.requests
+                self.by_upstream
+                    .requests
                     .get(&RequestLabels {
                         pool: labels.pool.clone(),
                         upstream: labels.upstream.clone(),
@@ -370,8 +387,8 @@ impl GatewayMetrics {
         };
         UpstreamTotals {
             requests,
-            bytes: count(&self.bytes_sent) + count(&self.bytes_received),
-            errors: count(&self.upstream_errors),
+            bytes: count(&self.by_upstream.bytes_sent) + count(&self.by_upstream.bytes_received),
+            errors: count(&self.by_upstream.upstream_errors),
         }
     }
 
@@ -388,15 +405,15 @@ impl GatewayMetrics {
     pub fn forget_upstream(&self, pool: Option<&str>, upstream: &str) {
         let labels = Self::upstream(pool, upstream);
         for kind in Kind::ALL {
-            self.requests.remove(&RequestLabels {
+            self.by_upstream.requests.remove(&RequestLabels {
                 pool: labels.pool.clone(),
                 upstream: labels.upstream.clone(),
                 kind: kind.as_str().to_owned(),
             });
         }
-        self.bytes_sent.remove(&labels);
-        self.bytes_received.remove(&labels);
-        self.upstream_errors.remove(&labels);
+        self.by_upstream.bytes_sent.remove(&labels);
+        self.by_upstream.bytes_received.remove(&labels);
+        self.by_upstream.upstream_errors.remove(&labels);
     }
 }
 

@@ -547,8 +547,6 @@ impl Metrics {
     /// no pool are always reported, at zero when there are none.
     pub fn set_health<'a>(&self, counts: impl IntoIterator<Item = (&'a str, HealthCounts)>) {
         self.health.clear();
-        let mut seen_no_pool = false;
-        let counts = counts.into_iter().inspect(|(pool, _)| seen_no_pool |= pool.is_empty());
         let set = |pool: &str, counts: HealthCounts| {
             for (state, count) in [
                 ("healthy", counts.healthy),
@@ -559,7 +557,9 @@ impl Metrics {
                 self.health.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
             }
         };
+        let mut seen_no_pool = false;
         for (pool, counts) in counts {
+            seen_no_pool |= pool.is_empty();
             set(pool, counts);
         }
         if !seen_no_pool {

@@ -6,18 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-/// The first token in `file`, in the API's token file format: the first
-/// word of its first line that is neither empty nor a `#` comment (a
-/// `role=` may follow it).
+/// The first token in `file`, a token file as the API reads it.
 pub fn read_token(file: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("--api-token-file {}: cannot read it", file.display()))?;
-    let token = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .and_then(|line| line.split_whitespace().next());
-    Ok(token
+    Ok(proxyfleet_fleet::auth::first_token(&text)
         .with_context(|| format!("--api-token-file {}: holds no token", file.display()))?
         .to_owned())
 }

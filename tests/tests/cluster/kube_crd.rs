@@ -4,7 +4,7 @@
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
-use proxyfleet_tests::{kube_admin_client, kube_install_crds, kube_test_namespace};
+use proxyfleet_tests::{kube_admin_client, kube_install_crds, kube_pool, kube_test_namespace};
 
 fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
     serde_json::from_value(serde_json::json!({
@@ -72,14 +72,7 @@ async fn pools_serve_the_scale_subresource() {
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-scale").await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
-    let pool: ProxyPool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "ProxyPool",
-        "metadata": { "name": "crawl" },
-        "spec": { "replicas": 2, "template": { "spec": { "provider": "lab" } } },
-    }))
-    .unwrap();
-    pools.create(&PostParams::default(), &pool).await.unwrap();
+    pools.create(&PostParams::default(), &kube_pool(2)).await.unwrap();
     let scale = pools.get_scale("crawl").await.unwrap();
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
     let patch = serde_json::json!({ "spec": { "replicas": 5 } });
@@ -97,14 +90,7 @@ async fn pool_conditions_are_kept_merged_by_type_and_validated() {
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-conditions").await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
-    let pool: ProxyPool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "ProxyPool",
-        "metadata": { "name": "crawl" },
-        "spec": { "replicas": 1, "template": { "spec": { "provider": "lab" } } },
-    }))
-    .unwrap();
-    pools.create(&PostParams::default(), &pool).await.unwrap();
+    pools.create(&PostParams::default(), &kube_pool(1)).await.unwrap();
     let condition = |type_: &str, status: &str| {
         serde_json::json!({
             "type": type_, "status": status, "reason": "Tested", "message": "by a test",

@@ -21,7 +21,8 @@ use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::proxies::Tinyproxy;
 use proxyfleet_tests::{
-    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
+    Canned, TestServer, kube_admin_client, kube_install_crds, kube_pool, kube_test_namespace,
+    plugin, wait_for,
 };
 
 /// `type` → `status` of the Proxy's conditions.
@@ -62,14 +63,7 @@ async fn verdicts_reach_the_proxy_status_and_reported_pool_members_are_replaced(
         Running::start(&client, &namespace, &providers, &fleet, &echo, Policy::default()).await;
     let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    let pool: ProxyPool = serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "ProxyPool",
-        "metadata": { "name": "crawl" },
-        "spec": { "replicas": 1, "template": { "spec": { "provider": "lab" } } },
-    }))
-    .unwrap();
-    pools.create(&PostParams::default(), &pool).await.unwrap();
+    pools.create(&PostParams::default(), &kube_pool(1)).await.unwrap();
     let wait = Duration::from_secs(60);
     let member_where = |want_healthy: &'static str, not_uid: Option<String>| {
         let proxies = proxies.clone();

@@ -99,14 +99,7 @@ impl Node {
             .spawn()
             .expect("helm runs");
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let output = child.wait_with_output().expect("helm runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(output.status.success(), "helm {args:?} failed:\n{text}");
-        text
+        succeeded("helm", args, &child.wait_with_output().expect("helm runs"))
     }
 
     /// kubectl's output, or `None` when it fails (for polling).
@@ -132,14 +125,19 @@ impl Node {
             .env("KUBECONFIG", self.kubeconfig())
             .output()
             .expect("kubectl runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(output.status.success(), "kubectl {args:?} failed:\n{text}");
-        text
+        succeeded("kubectl", args, &output)
     }
+}
+
+/// What `tool args` printed, stdout then stderr; it must have succeeded.
+fn succeeded(tool: &str, args: &[&str], output: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{tool} {args:?} failed:\n{text}");
+    text
 }
 
 fn chart() -> PathBuf {
