@@ -22,10 +22,20 @@ fn script(repo: &Repo, name: &str) -> PathBuf {
     repo.root.join("deploy/dev/node").join(name)
 }
 
+/// `PATH` with the pinned kubectl's directory first: the node's scripts
+/// and the tests on it run `kubectl`.
+fn path_with_kubectl() -> Result<std::ffi::OsString> {
+    let kubectl = helm::provide_kubectl()?;
+    let dir = kubectl.parent().context("kubectl has no directory")?.to_owned();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&rest)))
+        .context("joining PATH")
+}
+
 /// Starts the node (a no-op when it runs) and returns its env file.
 pub fn start(repo: &Repo) -> Result<PathBuf> {
     let mut start = Command::new("bash");
-    start.arg(script(repo, "start.sh")).stderr(Stdio::inherit());
+    start.arg(script(repo, "start.sh")).env("PATH", path_with_kubectl()?).stderr(Stdio::inherit());
     eprintln!("xtask: $ {}", process::show(&start));
     let out = start.output().context("cannot run deploy/dev/node/start.sh")?;
     ensure!(out.status.success(), "deploy/dev/node/start.sh failed ({})", out.status);
@@ -47,6 +57,7 @@ pub fn stop(repo: &Repo, purge: bool) -> Result<()> {
 pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
     let images = image::build(repo, profile)?;
     let helm = helm::provide()?;
+    let path = path_with_kubectl()?;
     // The console's check on the node runs axe-core in its pages.
     let axe_script = axe::provide()?;
     // A fresh cluster each run: nothing of an earlier run's install stays.
@@ -86,6 +97,7 @@ pub fn e2e(repo: &Repo, keep: bool, profile: Profile) -> Result<()> {
                     .args(["--nocapture", "--test-threads", "1"])
                     .env("PROXYFLEET_NODE_ENV", &env_file)
                     .env("PROXYFLEET_HELM", &helm)
+                    .env("PATH", &path)
                     .env(axe::ENV, &axe_script)
                     .current_dir(&repo.root),
             )
