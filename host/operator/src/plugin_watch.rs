@@ -5,10 +5,14 @@
 //! standalone --plugin-dir`) picks it up and hot-swaps it. A build that
 //! fails, or fails the suite, changes nothing there.
 //!
-//! Changes are found by comparing the size and modification time of every
-//! file under the project (its `target/` and dot-directories aside) at an
+//! Changes are found by looking at every file under the project (its
+//! `target/`, its dot-directories and the build's output aside) at an
 //! interval: editors that replace files, and files added or removed, count
-//! alike, and no watch limit of the system is involved.
+//! alike, and no watch limit of the system is involved. A file counts as
+//! changed when its content does (a file whose size and modification time
+//! moved is read again and hashed), so a build that rewrites generated
+//! sources with what they already held does not start another round, while
+//! an edit saved during a round starts the next one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,21 +70,23 @@ pub(crate) async fn run(watch: Watch, runtime: RuntimeOptions) -> anyhow::Result
         );
         anyhow::ensure!(dir.is_dir(), "--install-to: {} is not a directory", dir.display());
     }
-    let mut seen = Snapshot::default();
+    let mut seen: Option<Snapshot> = None;
     loop {
-        if Snapshot::take(&watch.project)? == seen {
+        let now = Snapshot::take(&watch.project, &output, seen.as_ref())?;
+        if seen.as_ref().is_some_and(|seen| seen.same_content(&now)) {
+            // Kept so that the next look hashes only what moved since.
+            seen = Some(now);
             tokio::time::sleep(watch.interval).await;
             continue;
         }
+        // Taken before the round: what the round is built from. An edit
+        // saved while it runs differs from this and starts the next one.
+        seen = Some(now);
         let passed = round(&watch, &output, installed.as_deref(), runtime.clone()).await;
         if watch.once {
             return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         say(&format!("watch: waiting for a change in {}", watch.project.display()));
-        // Taken after the round, so that what the build wrote outside
-        // target/ does not start another; an edit saved while the round
-        // ran waits for the next one.
-        seen = Snapshot::take(&watch.project)?;
     }
 }
 
@@ -177,12 +183,24 @@ fn default_output(project: &Path) -> anyhow::Result<PathBuf> {
         .join(format!("{}.wasm", name.replace('-', "_"))))
 }
 
-/// Size and modification time of every file under a project.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Snapshot(BTreeMap<PathBuf, (u64, Option<SystemTime>)>);
+/// What is known of one file: its size and modification time, and a
+/// hash of its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    content: u64,
+}
+
+/// Every file under a project but the build's output, `target/` and
+/// dot-directories.
+#[derive(Debug)]
+struct Snapshot(BTreeMap<PathBuf, Stamp>);
 
 impl Snapshot {
-    fn take(project: &Path) -> anyhow::Result<Self> {
+    /// Looks at the project; a file whose size and modification time are
+    /// those of `previous` keeps its hash, every other file is read.
+    fn take(project: &Path, output: &Path, previous: Option<&Self>) -> anyhow::Result<Self> {
         let mut files = BTreeMap::new();
         let mut dirs = vec![project.to_owned()];
         while let Some(dir) = dirs.pop() {
@@ -190,21 +208,54 @@ impl Snapshot {
                 .with_context(|| format!("cannot read {}", dir.display()))?;
             for item in listing.flatten() {
                 let name = item.file_name();
-                let skipped =
-                    name.to_string_lossy().starts_with('.') || (dir == project && name == "target");
+                let path = item.path();
+                let skipped = name.to_string_lossy().starts_with('.')
+                    || (dir == project && name == "target")
+                    || path == output;
                 let Ok(meta) = item.metadata() else { continue };
                 if skipped {
                     continue;
                 }
                 if meta.is_dir() {
-                    dirs.push(item.path());
-                } else {
-                    files.insert(item.path(), (meta.len(), meta.modified().ok()));
+                    dirs.push(path);
+                    continue;
                 }
+                let (len, modified) = (meta.len(), meta.modified().ok());
+                let known = previous
+                    .and_then(|previous| previous.0.get(&path))
+                    .filter(|stamp| stamp.len == len && stamp.modified == modified);
+                let content = match known {
+                    Some(stamp) => stamp.content,
+                    // A file that vanished between the listing and the
+                    // read is left to the next look.
+                    None => match std::fs::read(&path) {
+                        Ok(bytes) => hash(&bytes),
+                        Err(_) => continue,
+                    },
+                };
+                files.insert(path, Stamp { len, modified, content });
             }
         }
         Ok(Self(files))
     }
+
+    /// The same files with the same content, whatever their times.
+    fn same_content(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|((a, x), (b, y))| a == b && x.len == y.len && x.content == y.content)
+    }
+}
+
+/// A hash to tell contents apart within one run (not stored anywhere).
+fn hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// One line of the loop's account, on stdout beside the suite's report.
@@ -217,18 +268,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_change_anywhere_but_target_and_dot_directories_counts() {
+    fn a_change_anywhere_but_target_dot_directories_and_the_output_counts() {
         let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out/plugin.wasm");
         std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::create_dir_all(dir.path().join("out")).unwrap();
         std::fs::create_dir_all(dir.path().join("target/wasm32-wasip2")).unwrap();
         std::fs::create_dir_all(dir.path().join(".git")).unwrap();
         std::fs::write(dir.path().join("src/lib.rs"), "// one").unwrap();
-        let before = Snapshot::take(dir.path()).unwrap();
+        let before = Snapshot::take(dir.path(), &output, None).unwrap();
         std::fs::write(dir.path().join("target/wasm32-wasip2/out.wasm"), "built").unwrap();
         std::fs::write(dir.path().join(".git/index"), "staged").unwrap();
-        assert_eq!(Snapshot::take(dir.path()).unwrap(), before);
+        std::fs::write(&output, "built").unwrap();
+        let now = Snapshot::take(dir.path(), &output, Some(&before)).unwrap();
+        assert!(now.same_content(&before));
         std::fs::write(dir.path().join("src/lib.rs"), "// two, longer").unwrap();
-        assert_ne!(Snapshot::take(dir.path()).unwrap(), before);
+        assert!(!Snapshot::take(dir.path(), &output, Some(&now)).unwrap().same_content(&before));
+        std::fs::write(dir.path().join("src/new.rs"), "").unwrap();
+        assert!(!Snapshot::take(dir.path(), &output, Some(&now)).unwrap().same_content(&now));
+    }
+
+    /// A build that rewrites generated sources with what they held
+    /// already (bindings, say) must not start round after round.
+    #[test]
+    fn a_file_rewritten_with_its_content_does_not_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("plugin.wasm");
+        let bindings = dir.path().join("bindings.rs");
+        std::fs::write(&bindings, "// generated").unwrap();
+        let before = Snapshot::take(dir.path(), &output, None).unwrap();
+        std::fs::remove_file(&bindings).unwrap();
+        std::fs::write(&bindings, "// generated").unwrap();
+        assert!(Snapshot::take(dir.path(), &output, Some(&before)).unwrap().same_content(&before));
+        // Same size, other content: still a change.
+        std::fs::write(&bindings, "// Generated").unwrap();
+        assert!(!Snapshot::take(dir.path(), &output, Some(&before)).unwrap().same_content(&before));
     }
 
     #[test]
