@@ -67,8 +67,11 @@ fn outputs() -> Vec<(&'static str, &'static str, Option<Vec<String>>)> {
         ),
         (
             "proxyfleet.yaml",
-            "The whole install with the chart's default values (apply crds.yaml first).",
-            Some(Vec::new()),
+            "The whole install with the chart's default values but the CRDs (apply crds.yaml \
+             first, server-side).",
+            // The CRDs apart: applied server-side on their own, with no
+            // last-applied copy of their schemas in an annotation.
+            Some(vec!["--set".into(), "crds.enabled=false".into()]),
         ),
     ]
 }
@@ -94,6 +97,26 @@ const CASES: &[Case] = &[
             ("\nkind: ServiceAccount\n", true),
             ("sizeLimit: 1Gi", true),
             ("type: ClusterIP", true),
+            // The CRDs are the release's, so `helm upgrade` updates them,
+            // and `helm uninstall` leaves them (and so every Proxy).
+            ("\nkind: CustomResourceDefinition\n", true),
+            ("helm.sh/resource-policy: keep", true),
+            ("    app.kubernetes.io/part-of: proxyfleet\n", true),
+            ("    helm.sh/chart: proxyfleet-", true),
+        ]),
+    },
+    Case {
+        what: "CRDs left to the user (another installation has them, or kubectl applies them)",
+        set: &["crds.enabled=false"],
+        expect: Ok(&[("kind: CustomResourceDefinition", false)]),
+    },
+    Case {
+        what: "CRDs that go with the release",
+        set: &["crds.keep=false", "commonLabels.team=crawl"],
+        expect: Ok(&[
+            ("\nkind: CustomResourceDefinition\n", true),
+            ("helm.sh/resource-policy", false),
+            ("    team: crawl\n", true),
         ]),
     },
     Case {
@@ -314,7 +337,7 @@ pub fn render(repo: &Repo, check: bool) -> Result<()> {
     let mut stale = Vec::new();
     for (file, what, args) in outputs() {
         let body = match args {
-            None => fs::read_to_string(chart(repo).join("crds/proxyfleet.io.yaml"))
+            None => fs::read_to_string(chart(repo).join("files/crds.yaml"))
                 .context("reading the chart's CRDs")?,
             Some(args) => {
                 let mut template = Command::new(&helm);

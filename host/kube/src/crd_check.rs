@@ -11,10 +11,11 @@ use kube::api::Api;
 use serde_json::Value;
 
 /// What to run to bring the CRDs in line with this build.
-pub const FIX: &str = "apply the CRDs of this version: `proxyfleet crd | kubectl apply \
-                       --server-side --force-conflicts -f -` (the same as \
-                       deploy/kubernetes/crds.yaml and the chart's crds/), then this replica \
-                       goes on by itself";
+pub const FIX: &str = "apply the CRDs of this version: `helm upgrade` with the chart's \
+                       crds.enabled (add --take-ownership once if the release does not own \
+                       them yet), or `proxyfleet crd | kubectl apply --server-side \
+                       --force-conflicts -f -` (the same as deploy/kubernetes/crds.yaml); then \
+                       this replica goes on by itself";
 
 /// Why the installed CRDs do not serve this build.
 #[derive(Debug, thiserror::Error)]

@@ -130,11 +130,11 @@ fn no_schema_default_is_an_empty_string() {
 #[test]
 fn chart_crds_match_the_types() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/helm/proxyfleet/crds/proxyfleet.io.yaml");
+        .join("../../deploy/helm/proxyfleet/files/crds.yaml");
     let committed = std::fs::read_to_string(&path).unwrap();
     assert!(
         committed == crds_yaml().unwrap(),
-        "{} is stale: run `proxyfleet crd > deploy/helm/proxyfleet/crds/proxyfleet.io.yaml && cargo xtask render`",
+        "{} is stale: run `proxyfleet crd > deploy/helm/proxyfleet/files/crds.yaml && cargo xtask render`",
         path.display()
     );
 }

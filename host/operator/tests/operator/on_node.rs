@@ -88,6 +88,11 @@ impl Node {
 
     /// Helm with `input` on its standard input (a password).
     fn helm_with_input(&self, args: &[&str], input: &str) -> String {
+        succeeded("helm", args, &self.helm_outcome(args, input))
+    }
+
+    /// Helm's exit status and output, whether or not it succeeded.
+    fn helm_outcome(&self, args: &[&str], input: &str) -> std::process::Output {
         use std::io::Write as _;
         let helm = std::env::var_os("PROXYFLEET_HELM").expect("PROXYFLEET_HELM names Helm");
         let mut child = Command::new(helm)
@@ -99,7 +104,7 @@ impl Node {
             .spawn()
             .expect("helm runs");
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        succeeded("helm", args, &child.wait_with_output().expect("helm runs"))
+        child.wait_with_output().expect("helm runs")
     }
 
     /// kubectl's output, or `None` when it fails (for polling).
@@ -417,8 +422,8 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     let values_file = dir.path().join("values.yaml");
     std::fs::write(&values_file, values(&api_ip, &registry.host, &plugin)).unwrap();
 
-    // The CRDs of the previous version are installed, as after an earlier
-    // install: Helm keeps them (it never upgrades CRDs).
+    // The CRDs of the previous version are installed, as an earlier chart
+    // left them: from its crds/ directory, which no release owns.
     let previous =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/operator/on_node/previous-crds.yaml");
     node.kubectl(&["apply", "--server-side", "-f", previous.to_str().unwrap()]);
@@ -448,11 +453,10 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     ]);
     let published = format!("{charts}/proxyfleet");
 
-    // Install and wait for both replicas to be ready.
+    // Install, leaving the CRDs as they are (as the earlier chart did), and
+    // wait for both replicas to be ready.
     let started = Instant::now();
-    node.helm(&[
-        "install",
-        RELEASE,
+    let from_registry = [
         &published,
         "--version",
         version,
@@ -467,7 +471,10 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         "--wait",
         "--timeout",
         "5m",
-    ]);
+    ];
+    node.helm(
+        &[&["install", RELEASE][..], &from_registry, &["--set", "crds.enabled=false"]].concat(),
+    );
     eprintln!("helm install --wait, from {published}:{version}: {:?}", started.elapsed());
     // Helm resolves the tag, then fetches the chart's layer.
     let log = registry.log();
@@ -495,14 +502,29 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     .await
     .expect("the replicas log why they do not lead");
     assert!(refused.contains("kubectl apply --server-side"), "the fix is named: {refused}");
+    assert!(refused.contains("--take-ownership"), "the chart's fix is named: {refused}");
     assert!(lease_holder(&leases).await.is_none(), "no replica leads on the old CRDs");
-    // The upgrade as docs/kubernetes.md gives it; the replicas go on by
-    // themselves.
+    // The upgrade as docs/kubernetes.md gives it: the chart's CRDs, which
+    // Helm refuses to put over CRDs no release owns, then takes them over.
+    let upgrade = [&["upgrade", RELEASE][..], &from_registry, &["--reuse-values"]].concat();
+    let refusal = node.helm_outcome(&[&upgrade[..], &["--set", "crds.enabled=true"]].concat(), "");
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success(), "Helm refuses CRDs it does not own");
+    assert!(said.contains("invalid ownership metadata"), "as the docs quote it: {said}");
     let upgraded = Instant::now();
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/crds.yaml");
-    node.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", crds.to_str().unwrap()]);
+    node.helm(&[&upgrade[..], &["--set", "crds.enabled=true", "--take-ownership"]].concat());
     let leader = wait_for(wait, || async { lease_holder(&leases).await }).await;
-    eprintln!("a replica leads {:?} after the CRDs were applied", upgraded.elapsed());
+    eprintln!("a replica leads {:?} after helm upgrade --take-ownership", upgraded.elapsed());
+    let owned = node.kubectl(&[
+        "get",
+        "crd",
+        "proxypools.proxyfleet.io",
+        "-o",
+        "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name} \
+         {.metadata.annotations.helm\\.sh/resource-policy} \
+         {.spec.versions[0].schema.openAPIV3Schema.properties.status.properties.conditions.type}",
+    ]);
+    assert_eq!(owned, format!("{RELEASE} keep array"), "the release's, kept, and current");
     let leader = leader.expect("one replica holds the Lease");
     assert!(running.items.iter().any(|pod| pod.name_any() == leader), "the leader is one of them");
 
@@ -670,6 +692,10 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     authenticated_proxy(&client, &page, wait).await;
 
     node.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+    // Kept: deleting them would have deleted every Proxy of the cluster.
+    let kept =
+        node.kubectl(&["get", "crd", "-l", "app.kubernetes.io/part-of=proxyfleet", "-o", "name"]);
+    assert_eq!(kept.lines().count(), 3, "helm uninstall leaves the CRDs: {kept}");
 }
 
 /// The credential Secret of the Proxy `exit`.
