@@ -625,6 +625,32 @@ providers:
     }
 
     #[test]
+    fn google_metadata_credentials_parse_with_their_defaults() {
+        let parse = |credential: &str| {
+            let config = ProvidersConfig::parse(&format!(
+                "providers:\n  - name: gcp\n    plugin: gcp\n    grants: {{ http: [ {{ url: \
+                 'https://compute.googleapis.com', credential: {credential} }} ] }}\n"
+            ))
+            .unwrap();
+            match config.entries[0].grants.http[0].credential.clone() {
+                Some(Credential::GoogleMetadata(google)) => google,
+                other => panic!("a metadata credential: {other:?}"),
+            }
+        };
+        let defaults = parse("{ kind: google-metadata }");
+        assert_eq!(defaults.metadata_host, "metadata.google.internal");
+        assert_eq!(defaults.service_account, "default");
+        assert!(defaults.scopes.is_empty(), "the account's own scopes");
+        let set = parse(
+            "{ kind: google-metadata, metadataHost: '127.0.0.1:8080', serviceAccount: \
+             fleet@proj.iam.gserviceaccount.com, scopes: [https://www.googleapis.com/auth/compute] }",
+        );
+        assert_eq!(set.metadata_host, "127.0.0.1:8080");
+        assert_eq!(set.service_account, "fleet@proj.iam.gserviceaccount.com");
+        assert_eq!(set.scopes, ["https://www.googleapis.com/auth/compute"]);
+    }
+
+    #[test]
     fn credential_keys_must_fit_their_kind() {
         let grant = |credential: &str| {
             parse_err(&format!(
@@ -654,6 +680,23 @@ providers:
         assert!(err.contains("unknown field `keyfile`"), "{err}");
         let err = grant("{ secretFile: /s }");
         assert!(err.contains("credential.header") && err.contains("required"), "{err}");
+        let err = grant("{ kind: google-metadata, keyFile: /k.json }");
+        assert!(err.contains("credential.keyFile") && err.contains("google-metadata"), "{err}");
+        for host in ["http://metadata.google.internal", "metadata/computeMetadata", "", "a@b"] {
+            let err = grant(&format!("{{ kind: google-metadata, metadataHost: '{host}' }}"));
+            assert!(
+                err.contains("credential.metadataHost") && err.contains("host[:port]"),
+                "{err}"
+            );
+        }
+        for account in ["fleet", "../token", "a b@c.d"] {
+            let err = grant(&format!("{{ kind: google-metadata, serviceAccount: '{account}' }}"));
+            assert!(err.contains("credential.serviceAccount") && err.contains("default"), "{err}");
+        }
+        let err = grant("{ kind: google-metadata, scopes: ['https://a,https://b'] }");
+        assert!(err.contains("credential.scopes[0]"), "{err}");
+        let err = grant("{ header: Authorization, secretFile: /s, metadataHost: h }");
+        assert!(err.contains("credential.metadataHost") && err.contains("kind `header`"), "{err}");
     }
 
     #[test]

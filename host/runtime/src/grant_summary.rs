@@ -32,6 +32,11 @@ pub(crate) fn grant_summaries(entry: &EntryConfig) -> Vec<GrantSummary> {
                 "; the host adds Google access tokens of the key {}",
                 google.key_file.display()
             )),
+            Some(Credential::GoogleMetadata(google)) => detail.push_str(&format!(
+                "; the host adds Google access tokens of the service account {} from the \
+                 metadata server {}",
+                google.service_account, google.metadata_host
+            )),
             None => {}
         }
         lines.push(line("http", detail));

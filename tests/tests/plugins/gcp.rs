@@ -51,7 +51,20 @@ async fn fixture(token_lifetime: Duration) -> Fixture {
     fixture_with(token_lifetime, "").await
 }
 
+/// Where the entry's tokens come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tokens {
+    /// A service-account key file.
+    Key,
+    /// The metadata server (Workload Identity): no key anywhere.
+    Metadata,
+}
+
 async fn fixture_with(token_lifetime: Duration, extra_config: &str) -> Fixture {
+    fixture_on(token_lifetime, extra_config, Tokens::Key).await
+}
+
+async fn fixture_on(token_lifetime: Duration, extra_config: &str, tokens: Tokens) -> Fixture {
     let (ca, cert, key) = localhost_tls();
     let options = SimOptions {
         projects: vec![PROJECT.to_owned()],
@@ -69,7 +82,25 @@ async fn fixture_with(token_lifetime: Duration, extra_config: &str) -> Fixture {
     let ca_file = dir.path().join("gce-ca.pem");
     std::fs::write(&ca_file, ca).unwrap();
     let key_file = dir.path().join("gcp-key.json");
-    std::fs::write(&key_file, &sa_key.json).unwrap();
+    let credential = match tokens {
+        Tokens::Key => {
+            std::fs::write(&key_file, &sa_key.json).unwrap();
+            format!(
+                "kind: google-service-account
+            keyFile: {}
+            scopes: [https://www.googleapis.com/auth/compute]",
+                key_file.display()
+            )
+        }
+        Tokens::Metadata => {
+            let metadata = sim.serve_metadata(EMAIL).await.expect("a metadata server");
+            format!(
+                "kind: google-metadata
+            metadataHost: '{metadata}'
+            scopes: [https://www.googleapis.com/auth/compute]"
+            )
+        }
+    };
     let endpoint = sim.endpoint();
     let yaml = format!(
         "providers:
@@ -85,13 +116,10 @@ async fn fixture_with(token_lifetime: Duration, extra_config: &str) -> Fixture {
         - url: {endpoint}
           allowAddresses: [127.0.0.1, '::1']
           credential:
-            kind: google-service-account
-            keyFile: {key}
-            scopes: [https://www.googleapis.com/auth/compute]
+            {credential}
 ",
         config = entry_config(&endpoint, extra_config),
         ca = ca_file.display(),
-        key = key_file.display(),
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let (registry, provider) = installation(&config, dir.path(), "lab").await;
@@ -213,6 +241,37 @@ async fn lifecycle_create_runs_with_an_address_and_delete_leaves_nothing() {
     assert_eq!(recreated.provider_id, created.provider_id);
     f.wait_running(&recreated.provider_id).await;
     f.provider.delete(&recreated.provider_id).await.unwrap();
+}
+
+/// Issue 45, item 7: on GKE the operator's pod is bound to a Google
+/// service account by Workload Identity, and the entry's tokens come from
+/// the metadata server: no key file exists anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_runs_on_tokens_from_the_metadata_server() {
+    let f = fixture_on(Duration::from_secs(3600), "", Tokens::Metadata).await;
+    let created = f.provider.create(&spec("web")).await.expect("create");
+    f.wait_running(&created.provider_id).await;
+    f.provider.delete(&created.provider_id).await.expect("delete");
+    assert!(f.sim.instances().is_empty());
+
+    let issued = f.sim.tokens_issued();
+    assert_eq!(issued.len(), 1, "{issued:?}");
+    assert_eq!(issued[0].client_email, EMAIL);
+    assert_eq!(issued[0].private_key_id, "", "from the metadata server, not a key");
+    assert_eq!(issued[0].scopes, ["https://www.googleapis.com/auth/compute"]);
+    let requests = f.sim.requests();
+    assert!(
+        requests.contains(
+            &"metadata GET /computeMetadata/v1/instance/service-accounts/default/token\
+              ?scopes=https%3A%2F%2Fwww%2Egoogleapis%2Ecom%2Fauth%2Fcompute"
+                .to_owned()
+        ),
+        "{requests:#?}"
+    );
+    let asked = requests.iter().filter(|line| line.starts_with("metadata GET")).count();
+    assert_eq!(asked, 1, "the host keeps the token for its life: {requests:#?}");
+    assert!(!requests.iter().any(|line| line.starts_with("POST /token")), "{requests:#?}");
+    assert!(!f.dir.path().join("gcp-key.json").exists(), "no key file was written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,7 +210,7 @@ fn parse_form(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;

@@ -38,8 +38,13 @@
 //! latency, 5xx and 429 answers, insert responses that are lost after the
 //! instance was created, quota and zone-capacity failures, and a failing
 //! token endpoint.
+//!
+//! [`Simulator::serve_metadata`] adds the metadata server's token endpoint
+//! (plain HTTP, as on a VM or a GKE pod with Workload Identity): tokens for
+//! the bound service account without any key, which the API accepts.
 
 mod api;
+mod metadata;
 mod oauth;
 mod state;
 mod time;
@@ -152,6 +157,12 @@ pub struct Faults {
     pub exhausted_zones: Vec<String>,
     /// The token endpoint answers 503.
     pub token_endpoint_down: bool,
+    /// The metadata server refuses tokens as GKE does when the Kubernetes
+    /// service account may not act as the Google one (403, IAM's
+    /// `iam.serviceAccounts.getAccessToken` denied).
+    pub metadata_iam_denied: bool,
+    /// The metadata server answers 503 (not ready).
+    pub metadata_down: bool,
 }
 
 /// A running simulator. Dropping it stops the server and every instance's
@@ -162,12 +173,17 @@ pub struct Simulator {
     shared: Arc<state::Shared>,
     server: JoinHandle<()>,
     ticker: JoinHandle<()>,
+    /// The metadata servers [`Simulator::serve_metadata`] started.
+    metadata: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Simulator {
     fn drop(&mut self) {
         self.server.abort();
         self.ticker.abort();
+        for server in self.metadata.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            server.abort();
+        }
         self.shared.stop_all_proxies();
     }
 }
@@ -201,7 +217,19 @@ impl Simulator {
                 ticker_shared.advance();
             }
         });
-        Ok(Self { addr, shared, server, ticker })
+        Ok(Self { addr, shared, server, ticker, metadata: std::sync::Mutex::default() })
+    }
+
+    /// Starts a metadata server on 127.0.0.1 (a free port, plain HTTP)
+    /// whose token endpoint gives tokens of `client_email`, as the service
+    /// account bound to the caller; returns its `host:port`.
+    pub async fn serve_metadata(&self, client_email: &str) -> Result<SocketAddr, SimError> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let metadata = Arc::new(metadata::Metadata::new(client_email.to_owned()));
+        let server = tokio::spawn(metadata::serve(listener, metadata, Arc::clone(&self.shared)));
+        self.metadata.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(server);
+        Ok(addr)
     }
 
     /// Where the server listens.

@@ -177,6 +177,26 @@ impl Oauth {
         })
     }
 
+    /// Issues a token to `client_email` without an assertion, as the
+    /// metadata server does for the service account attached to a VM or
+    /// bound to a pod (Workload Identity); its `private_key_id` is empty.
+    pub(crate) fn issue(&self, client_email: &str, scopes: Vec<String>) -> (String, Duration) {
+        let access_token = format!("ya29.sim-md-{}", random_hex(&self.rng, 24));
+        let grant = TokenGrant {
+            access_token: access_token.clone(),
+            client_email: client_email.to_owned(),
+            private_key_id: String::new(),
+            scopes,
+        };
+        let mut keys = self.keys();
+        keys.tokens.insert(
+            access_token.clone(),
+            Token { grant: grant.clone(), expires_at: Instant::now() + self.lifetime },
+        );
+        keys.issued.push(grant);
+        (access_token, self.lifetime)
+    }
+
     pub(crate) fn revoke_key(&self, private_key_id: &str) {
         let mut keys = self.keys();
         if let Some(key) = keys.by_id.get_mut(private_key_id) {

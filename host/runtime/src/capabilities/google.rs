@@ -1,53 +1,41 @@
-//! Google service-account credentials, kept entirely in the host.
+//! Google access tokens, kept entirely in the host.
 //!
-//! A grant with `credential: { kind: google-service-account, keyFile,
-//! scopes }` gets `Authorization: Bearer <access token>` on every request.
-//! The token comes from the key's `token_uri` by the JWT-bearer grant
-//! (RFC 7523, as Google runs it): the host reads the JSON key file, signs
-//! an RS256 assertion (`iss` = `client_email`, `scope`, `aud` = `token_uri`,
-//! `iat`, `exp` one hour later) with the key's private key, exchanges it,
-//! and keeps the token until shortly before it expires. The key file is
-//! read again on every exchange, so a rotated key is picked up without a
-//! restart. The plugin sees neither the key nor the token.
+//! A grant with a Google credential gets `Authorization: Bearer <access
+//! token>` on every request. The token comes from one of two sources:
+//! - `kind: google-service-account` ([`service_account`]): a JSON key
+//!   file, exchanged at its `token_uri` by the JWT-bearer grant;
+//! - `kind: google-metadata` ([`metadata`]): the metadata server, for the
+//!   VM's service account or the one a GKE pod is bound to by Workload
+//!   Identity, with no key at all.
 //!
-//! The exchange goes through the entry's own transport: its CA bundle, its
-//! connect and first-byte limits, and its address policy, with the
-//! `allowAddresses` of the grant the credential belongs to (a `token_uri`
-//! on a loopback or private address must be allowed there, and, when it is
-//! a host name, granted as well, because the resolver only lets granted
-//! hosts reach such addresses).
+//! Either way the host keeps the token until shortly before it expires,
+//! and the plugin sees neither a key nor a token.
 //!
 //! When no token can be had, the plugin's request is not sent: the host
 //! answers it with a Google-style JSON error, 401 `UNAUTHENTICATED` when
-//! the key is unusable or refused (the plugin reports `unauthorized` with
-//! the reason) or 503 `UNAVAILABLE` when the token endpoint cannot be
-//! reached (retried as transient). Neither the key nor any token appears in
-//! those answers or in logs; tokens are also handed to the entry's
-//! redactor, in case a backend echoes one back.
+//! the credential is unusable or refused (the plugin reports
+//! `unauthorized` with the reason) or 503 `UNAVAILABLE` when the token
+//! source cannot be reached (retried as transient). Neither keys nor
+//! tokens appear in those answers or in logs; tokens are also handed to
+//! the entry's redactor, in case a backend echoes one back.
+
+mod metadata;
+mod service_account;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::BodyExt as _;
-use serde_json::{Value, json};
+use http::{HeaderValue, Response, StatusCode};
+use serde_json::json;
 
 use super::Redactor;
-use super::address::{literal_ip, refused_kind};
-use super::http::config::{Credential, GoogleCredential, HttpGrant};
+use super::http::config::{Credential, GoogleCredential, GoogleMetadataCredential, HttpGrant};
 use super::http::host_refusal::{self, HostRefusal};
-use super::http::{HttpTransport, ObtainedCredential, SendPolicy, WasiBody, full_body};
+use super::http::{HttpTransport, ObtainedCredential, WasiBody, full_body};
 use crate::limits::Limits;
 
-/// `grant_type` of the exchange.
-const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
-/// How long an assertion is valid; Google accepts at most an hour.
-const ASSERTION_LIFETIME: Duration = Duration::from_secs(3600);
 /// A token is renewed this long before it expires, so that a request never
 /// leaves with one that runs out on the way.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -62,13 +50,54 @@ const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
 /// The error domain of the answers the host makes up itself.
 const HOST_DOMAIN: &str = "proxyfleet.host";
 
-/// A service-account credential of one grant, with its cached token.
-pub struct GoogleServiceAccount {
-    key_file: PathBuf,
-    scopes: Vec<String>,
+/// The Google credential of one grant, with its cached token.
+pub struct GoogleAccessToken {
+    source: Source,
     /// Held across an exchange, so concurrent calls wait for one token
     /// instead of each fetching their own.
     state: tokio::sync::Mutex<TokenState>,
+}
+
+/// Where tokens come from.
+#[derive(Debug)]
+enum Source {
+    ServiceAccount(service_account::ServiceAccount),
+    Metadata(metadata::MetadataServer),
+}
+
+/// A token just obtained.
+struct Fetched {
+    token: String,
+    lifetime: Duration,
+    /// The account it is for, for the log.
+    account: String,
+}
+
+impl Source {
+    async fn fetch(
+        &self,
+        transport: &dyn HttpTransport,
+        grant: &HttpGrant,
+        limits: &Limits,
+    ) -> Result<Fetched, TokenError> {
+        match self {
+            Source::ServiceAccount(account) => account.fetch(transport, grant, limits).await,
+            Source::Metadata(server) => server.fetch(limits).await,
+        }
+    }
+
+    /// What the log names: a file or a server, never a secret.
+    fn describe(&self) -> String {
+        match self {
+            Source::ServiceAccount(account) => {
+                format!("the key file {}", account.key_file.display())
+            }
+            Source::Metadata(server) => format!(
+                "the metadata server {} (account {})",
+                server.config.metadata_host, server.config.service_account
+            ),
+        }
+    }
 }
 
 /// The token and what limits how often it is exchanged.
@@ -113,7 +142,7 @@ struct CachedToken {
 }
 
 #[async_trait::async_trait]
-impl ObtainedCredential for GoogleServiceAccount {
+impl ObtainedCredential for GoogleAccessToken {
     async fn authorize(
         &self,
         transport: &dyn HttpTransport,
@@ -121,7 +150,7 @@ impl ObtainedCredential for GoogleServiceAccount {
         limits: &Limits,
         redactor: &Redactor,
     ) -> Result<HeaderValue, Response<WasiBody>> {
-        GoogleServiceAccount::authorize(self, transport, grant, limits, redactor).await
+        GoogleAccessToken::authorize(self, transport, grant, limits, redactor).await
     }
 
     fn refused(&self) {
@@ -129,13 +158,10 @@ impl ObtainedCredential for GoogleServiceAccount {
     }
 }
 
-/// Names the key file and scopes, never the token.
-impl fmt::Debug for GoogleServiceAccount {
+/// Names the token's source, never the token.
+impl fmt::Debug for GoogleAccessToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GoogleServiceAccount")
-            .field("key_file", &self.key_file)
-            .field("scopes", &self.scopes)
-            .finish_non_exhaustive()
+        f.debug_struct("GoogleAccessToken").field("source", &self.source).finish_non_exhaustive()
     }
 }
 
@@ -152,44 +178,34 @@ pub enum TokenError {
     Unavailable(String),
 }
 
-/// The fields of a key file the exchange needs.
-struct Key {
-    client_email: String,
-    private_key_id: Option<String>,
-    token_uri: String,
-    pair: ring::signature::RsaKeyPair,
-}
-
 /// The live credential of a grant's `credential`, when the host obtains
-/// it at request time: a service account with an empty token cache.
+/// it at request time: a Google credential with an empty token cache.
 pub(crate) fn obtain(credential: &Credential) -> Option<Arc<dyn ObtainedCredential>> {
     match credential {
         Credential::GoogleServiceAccount(google) => {
-            Some(Arc::new(GoogleServiceAccount::from_config(google)))
+            Some(Arc::new(GoogleAccessToken::service_account(google)))
         }
+        Credential::GoogleMetadata(google) => Some(Arc::new(GoogleAccessToken::metadata(google))),
         Credential::Header(_) => None,
     }
 }
 
-impl GoogleServiceAccount {
-    /// A credential reading its key from `key_file` and asking for `scopes`.
-    pub fn new(key_file: PathBuf, scopes: Vec<String>) -> Self {
-        Self { key_file, scopes, state: tokio::sync::Mutex::new(TokenState::default()) }
+impl GoogleAccessToken {
+    fn new(source: Source) -> Self {
+        Self { source, state: tokio::sync::Mutex::new(TokenState::default()) }
     }
 
-    /// The credential a grant configures, with an empty token cache.
-    pub fn from_config(config: &GoogleCredential) -> Self {
-        Self::new(config.key_file.clone(), config.scopes.clone())
+    /// Tokens of a service-account key, with an empty token cache.
+    pub fn service_account(config: &GoogleCredential) -> Self {
+        Self::new(Source::ServiceAccount(service_account::ServiceAccount {
+            key_file: config.key_file.clone(),
+            scopes: config.scopes.clone(),
+        }))
     }
 
-    /// The JSON key file.
-    pub fn key_file(&self) -> &Path {
-        &self.key_file
-    }
-
-    /// The OAuth scopes asked for.
-    pub fn scopes(&self) -> &[String] {
-        &self.scopes
+    /// Tokens of the metadata server, with an empty token cache.
+    pub fn metadata(config: &GoogleMetadataCredential) -> Self {
+        Self::new(Source::Metadata(metadata::MetadataServer { config: config.clone() }))
     }
 
     /// The `Authorization` value for a request to `grant`'s destination,
@@ -207,8 +223,8 @@ impl GoogleServiceAccount {
             Err(error) => {
                 tracing::warn!(
                     destination = %grant.destination,
-                    key_file = %self.key_file.display(),
-                    "no access token for the grant's service account: {error}"
+                    source = %self.source.describe(),
+                    "no access token for the grant's Google credential: {error}"
                 );
                 Err(refusal_response(&error))
             }
@@ -224,7 +240,7 @@ impl GoogleServiceAccount {
         }
     }
 
-    /// The `Bearer` header, cached or newly exchanged.
+    /// The `Bearer` header, cached or newly obtained.
     pub async fn header(
         &self,
         transport: &dyn HttpTransport,
@@ -250,24 +266,21 @@ impl GoogleServiceAccount {
         {
             return Err(error.clone());
         }
-        let exchanged = async {
-            let key = self.read_key().await?;
-            let (token, lifetime) = exchange(&key, &self.scopes, transport, grant, limits).await?;
-            Ok::<_, TokenError>((key, token, lifetime))
-        };
-        let (key, token, lifetime) = match exchanged.await {
-            Ok(exchanged) => exchanged,
-            Err(error) => {
-                state.failure = Some((Instant::now(), error.clone()));
-                // The API refused the stale token already: it is not used
-                // again, and the failure answers until the next try.
-                if state.stale {
-                    state.stale = false;
-                    state.retire(now, redactor);
+        let Fetched { token, lifetime, account } =
+            match self.source.fetch(transport, grant, limits).await {
+                Ok(fetched) => fetched,
+                Err(error) => {
+                    state.failure = Some((Instant::now(), error.clone()));
+                    // The API refused the stale token already: it is not
+                    // used again, and the failure answers until the next
+                    // try.
+                    if state.stale {
+                        state.stale = false;
+                        state.retire(now, redactor);
+                    }
+                    return Err(error);
                 }
-                return Err(error);
-            }
-        };
+            };
         state.failure = None;
         state.stale = false;
         let bearer = format!("Bearer {token}");
@@ -275,8 +288,8 @@ impl GoogleServiceAccount {
         redactor.remember(&bearer);
         let mut header = HeaderValue::from_str(&bearer).map_err(|_| {
             TokenError::Refused(format!(
-                "the token endpoint {} answered a token that cannot be sent in a header",
-                key.token_uri
+                "{} answered a token that cannot be sent in a header",
+                self.source.describe()
             ))
         })?;
         header.set_sensitive(true);
@@ -289,172 +302,12 @@ impl GoogleServiceAccount {
             expires_at: now + lifetime,
         });
         tracing::debug!(
-            client_email = %key.client_email,
+            account = %account,
             expires_in_s = lifetime.as_secs(),
-            "obtained an access token for the grant's service account"
+            "obtained an access token for the grant's Google credential"
         );
         Ok(header)
     }
-
-    async fn read_key(&self) -> Result<Key, TokenError> {
-        let path = self.key_file.display();
-        let text = tokio::fs::read_to_string(&self.key_file).await.map_err(|err| {
-            TokenError::Refused(format!("cannot read the key file {path}: {err}"))
-        })?;
-        parse_key(&text).map_err(|why| TokenError::Refused(format!("the key file {path} {why}")))
-    }
-}
-
-/// Parses a service-account key file. Errors say what is wrong without
-/// quoting the file (it holds the private key).
-fn parse_key(text: &str) -> Result<Key, String> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|err| format!("is not JSON (line {}, column {})", err.line(), err.column()))?;
-    let field = |name: &str| {
-        value.get(name).and_then(Value::as_str).filter(|v| !v.is_empty()).ok_or_else(|| {
-            format!("has no `{name}`; download a new JSON key of the service account")
-        })
-    };
-    let kind = field("type")?;
-    if kind != "service_account" {
-        return Err(format!(
-            "is a `{kind}` credential; a service-account key (`type: service_account`) is needed"
-        ));
-    }
-    let client_email = field("client_email")?.to_owned();
-    let token_uri = field("token_uri")?.to_owned();
-    let uri: http::Uri = token_uri
-        .parse()
-        .map_err(|_| format!("has a `token_uri` that is not a URL: {token_uri:?}"))?;
-    if uri.scheme_str() != Some("https") || uri.host().is_none() {
-        return Err(format!("has a `token_uri` that is not an https:// URL: {token_uri:?}"));
-    }
-    let pem = field("private_key")?;
-    use rustls_pki_types::pem::PemObject as _;
-    let der = rustls_pki_types::PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes())
-        .map_err(|_| "has a `private_key` that is not a PKCS#8 PEM key".to_owned())?;
-    let pair = ring::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).map_err(|_| {
-        "has a `private_key` that is not an RSA key of 2048 bits or more".to_owned()
-    })?;
-    let private_key_id = value.get("private_key_id").and_then(Value::as_str).map(str::to_owned);
-    Ok(Key { client_email, private_key_id, token_uri, pair })
-}
-
-/// The signed assertion for `key`, valid from `iat` for an hour.
-fn assertion(key: &Key, scopes: &[String], iat: u64) -> Result<String, TokenError> {
-    let mut header = json!({"alg": "RS256", "typ": "JWT"});
-    if let Some(kid) = &key.private_key_id {
-        header["kid"] = json!(kid);
-    }
-    let claims = json!({
-        "iss": key.client_email,
-        "scope": scopes.join(" "),
-        "aud": key.token_uri,
-        "iat": iat,
-        "exp": iat + ASSERTION_LIFETIME.as_secs(),
-    });
-    let signed = format!(
-        "{}.{}",
-        URL_SAFE_NO_PAD.encode(header.to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    );
-    let mut signature = vec![0; key.pair.public().modulus_len()];
-    key.pair
-        .sign(
-            &ring::signature::RSA_PKCS1_SHA256,
-            &ring::rand::SystemRandom::new(),
-            signed.as_bytes(),
-            &mut signature,
-        )
-        .map_err(|_| TokenError::Refused("signing the assertion with the key failed".to_owned()))?;
-    Ok(format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature)))
-}
-
-/// Exchanges an assertion for a token at the key's `token_uri`; returns
-/// the token and how long it lives.
-async fn exchange(
-    key: &Key,
-    scopes: &[String],
-    transport: &dyn HttpTransport,
-    grant: &HttpGrant,
-    limits: &Limits,
-) -> Result<(String, Duration), TokenError> {
-    let endpoint = &key.token_uri;
-    let uri: http::Uri = endpoint
-        .parse()
-        .map_err(|_| TokenError::Refused(format!("token_uri {endpoint:?} is not a URL")))?;
-    let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
-    if let Some(ip) = literal_ip(host)
-        && let Some(kind) = refused_kind(ip, &grant.allow_addresses)
-    {
-        return Err(TokenError::Refused(format!(
-            "the token endpoint {endpoint} is on a {kind} address; add it to the grant's \
-             allowAddresses to allow it"
-        )));
-    }
-    let iat = proxyfleet_core::clock::unix_now();
-    let assertion = assertion(key, scopes, iat)?;
-    let body = format!("grant_type={}&assertion={assertion}", form_encode(JWT_BEARER));
-    let request = Request::post(uri)
-        .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(http::header::ACCEPT, "application/json")
-        .body(Bytes::from(body))
-        .map_err(|err| TokenError::Refused(format!("cannot build the token request: {err}")))?;
-    let policy = SendPolicy {
-        allow_addresses: grant.allow_addresses.clone(),
-        first_byte_timeout: limits.http_first_byte_timeout,
-        between_bytes_timeout: limits.http_first_byte_timeout,
-    };
-    let response = transport.send(request, &policy).await.map_err(|err| {
-        let text = format!("the token request to {endpoint} failed: {err:?}");
-        match err {
-            super::http::HttpError::DestinationIpProhibited
-            | super::http::HttpError::HttpRequestDenied
-            | super::http::HttpError::TlsCertificateError => TokenError::Refused(format!(
-                "{text} (the token endpoint must be reachable under the entry's address \
-                 policy and caFile)"
-            )),
-            _ => TokenError::Unavailable(text),
-        }
-    })?;
-    let status = response.status();
-    let body = http_body_util::Limited::new(response.into_body(), MAX_TOKEN_RESPONSE)
-        .collect()
-        .await
-        .map_err(|err| {
-            TokenError::Unavailable(format!("reading the answer of {endpoint} failed: {err}"))
-        })?
-        .to_bytes();
-    let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if !status.is_success() {
-        let error = answer.get("error").and_then(Value::as_str).unwrap_or("no error code");
-        let description = answer.get("error_description").and_then(Value::as_str).unwrap_or("");
-        let text = format!(
-            "the token endpoint {endpoint} refused the key of {} (HTTP {}): {error}{}{description}",
-            key.client_email,
-            status.as_u16(),
-            if description.is_empty() { "" } else { ": " },
-        );
-        return Err(if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-            TokenError::Unavailable(text)
-        } else {
-            TokenError::Refused(text)
-        });
-    }
-    let token = answer.get("access_token").and_then(Value::as_str).filter(|t| !t.is_empty());
-    let Some(token) = token else {
-        return Err(TokenError::Unavailable(format!(
-            "the token endpoint {endpoint} answered without an access_token"
-        )));
-    };
-    let lifetime = answer.get("expires_in").and_then(Value::as_u64).unwrap_or(3600).max(1);
-    Ok((token.to_owned(), Duration::from_secs(lifetime)))
-}
-
-/// `application/x-www-form-urlencoded` for a value of RFC 3986's
-/// unreserved characters and `:` (all `JWT_BEARER` has).
-fn form_encode(text: &str) -> String {
-    text.replace(':', "%3A")
 }
 
 /// The answer a plugin gets instead of its request when no token can be
@@ -481,5 +334,7 @@ fn refusal_response(error: &TokenError) -> Response<WasiBody> {
     response
 }
 
+#[cfg(test)]
+mod metadata_tests;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,18 @@
-//! The token exchange against the simulator's token endpoint, over HTTPS
-//! through the entry's own transport.
+//! The service-account exchange against the simulator's token endpoint,
+//! over HTTPS through the entry's own transport.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+use http_body_util::BodyExt as _;
+use serde_json::Value;
 
 use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
 
 use super::*;
 use crate::capabilities::http::ReqwestTransport;
+use crate::capabilities::http::config::GoogleCredential;
 use crate::config::{Credential, EntryConfig, ProvidersConfig};
 
 const EMAIL: &str = "proxyfleet@proxyfleet-test.iam.gserviceaccount.com";
@@ -18,7 +23,7 @@ struct Fixture {
     entry: EntryConfig,
     transport: ReqwestTransport,
     key_file: PathBuf,
-    account: Arc<GoogleServiceAccount>,
+    account: Arc<GoogleAccessToken>,
     redactor: Redactor,
     _dir: tempfile::TempDir,
 }
@@ -62,14 +67,14 @@ impl Fixture {
         .unwrap();
         let account = match &entry.grants.http[0].credential {
             Some(Credential::GoogleServiceAccount(google)) => {
-                Arc::new(GoogleServiceAccount::from_config(google))
+                Arc::new(GoogleAccessToken::service_account(google))
             }
             other => panic!("a service-account credential: {other:?}"),
         };
         Self { sim, entry, transport, key_file, account, redactor: Redactor::default(), _dir: dir }
     }
 
-    fn account(&self) -> Arc<GoogleServiceAccount> {
+    fn account(&self) -> Arc<GoogleAccessToken> {
         Arc::clone(&self.account)
     }
 
@@ -82,7 +87,10 @@ impl Fixture {
     /// Like [`Fixture::header`], on a new credential of the same key file,
     /// which remembers no earlier failure.
     async fn fresh_header(&self) -> Result<HeaderValue, TokenError> {
-        let account = GoogleServiceAccount::new(self.key_file.clone(), vec![SCOPE.to_owned()]);
+        let account = GoogleAccessToken::service_account(&GoogleCredential {
+            key_file: self.key_file.clone(),
+            scopes: vec![SCOPE.to_owned()],
+        });
         account
             .header(&self.transport, &self.entry.grants.http[0], &self.entry.limits, &self.redactor)
             .await

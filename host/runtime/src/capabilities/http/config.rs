@@ -31,6 +31,11 @@ pub enum Credential {
     /// `Authorization: Bearer` with an access token the host gets for a
     /// Google service account (`kind: google-service-account`).
     GoogleServiceAccount(GoogleCredential),
+    /// `Authorization: Bearer` with an access token the host gets from the
+    /// metadata server: the service account of the VM, or the one a GKE
+    /// pod's Kubernetes service account is bound to by Workload Identity
+    /// (`kind: google-metadata`).
+    GoogleMetadata(GoogleMetadataCredential),
 }
 
 /// A Google service account's key and the scopes its tokens are asked
@@ -44,8 +49,25 @@ pub struct GoogleCredential {
     pub scopes: Vec<String>,
 }
 
+/// Where the host asks the metadata server for tokens, and for which
+/// account and scopes (`capabilities::google`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoogleMetadataCredential {
+    /// `host[:port]` of the metadata server, plain HTTP.
+    pub metadata_host: String,
+    /// `default`, or the e-mail of a service account of the VM.
+    pub service_account: String,
+    /// OAuth scopes, each an `https://` URL; empty: the account's own.
+    pub scopes: Vec<String>,
+}
+
+/// The metadata server's name on Google Cloud (on GKE, the node's
+/// gke-metadata-server answers it for the pod).
+pub const METADATA_HOST: &str = "metadata.google.internal";
+
 /// The credential kinds `credential.kind` takes.
-const CREDENTIAL_KINDS: &str = "`header` (the default) or `google-service-account`";
+const CREDENTIAL_KINDS: &str =
+    "`header` (the default), `google-service-account` or `google-metadata`";
 
 /// A header the host injects, built from a secret file read on every request.
 #[derive(Debug, Clone)]
@@ -76,6 +98,8 @@ struct RawCredential {
     secret_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
     scopes: Option<Vec<String>>,
+    metadata_host: Option<String>,
+    service_account: Option<String>,
 }
 
 pub(crate) fn validate_http_grant(
@@ -134,6 +158,30 @@ pub(crate) fn validate_http_grant(
     Ok(HttpGrant { destination, allow_addresses, credential })
 }
 
+/// Each scope an OAuth scope URL.
+fn validate_scopes(
+    at: &str,
+    field: &dyn Fn(&str) -> String,
+    scopes: &[String],
+) -> Result<(), ConfigError> {
+    for (i, scope) in scopes.iter().enumerate() {
+        if !scope.starts_with("https://")
+            || scope.contains(char::is_whitespace)
+            || scope.contains(',')
+        {
+            return Err(ConfigError::invalid(
+                at,
+                field(&format!("scopes[{i}]")),
+                format!(
+                    "{scope:?} is not an OAuth scope URL such as \
+                     https://www.googleapis.com/auth/compute"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Credential, ConfigError> {
     let field = |name: &str| format!("{key}.{name}");
     // Keys of the other kind are refused by name rather than ignored: a
@@ -153,6 +201,8 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
         "header" => {
             refuse("keyFile", raw.key_file.is_some(), "header")?;
             refuse("scopes", raw.scopes.is_some(), "header")?;
+            refuse("metadataHost", raw.metadata_host.is_some(), "header")?;
+            refuse("serviceAccount", raw.service_account.is_some(), "header")?;
             let Some(header) = raw.header else {
                 return Err(ConfigError::invalid(
                     at,
@@ -189,6 +239,8 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
             refuse("header", raw.header.is_some(), kind)?;
             refuse("valueTemplate", raw.value_template.is_some(), kind)?;
             refuse("secretFile", raw.secret_file.is_some(), kind)?;
+            refuse("metadataHost", raw.metadata_host.is_some(), kind)?;
+            refuse("serviceAccount", raw.service_account.is_some(), kind)?;
             let Some(key_file) = raw.key_file else {
                 return Err(ConfigError::invalid(
                     at,
@@ -204,19 +256,51 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
                     "list at least one OAuth scope, e.g. https://www.googleapis.com/auth/compute",
                 ));
             }
-            for (i, scope) in scopes.iter().enumerate() {
-                if !scope.starts_with("https://") || scope.contains(char::is_whitespace) {
-                    return Err(ConfigError::invalid(
-                        at,
-                        field(&format!("scopes[{i}]")),
-                        format!(
-                            "{scope:?} is not an OAuth scope URL such as \
-                             https://www.googleapis.com/auth/compute"
-                        ),
-                    ));
-                }
-            }
+            validate_scopes(at, &field, &scopes)?;
             Ok(Credential::GoogleServiceAccount(GoogleCredential { key_file, scopes }))
+        }
+        "google-metadata" => {
+            let kind = "google-metadata";
+            refuse("header", raw.header.is_some(), kind)?;
+            refuse("valueTemplate", raw.value_template.is_some(), kind)?;
+            refuse("secretFile", raw.secret_file.is_some(), kind)?;
+            refuse("keyFile", raw.key_file.is_some(), kind)?;
+            let metadata_host = raw.metadata_host.unwrap_or_else(|| METADATA_HOST.to_owned());
+            let authority = metadata_host.parse::<http::uri::Authority>().ok();
+            if authority.is_none_or(|a| a.as_str() != metadata_host || a.host().is_empty())
+                || metadata_host.contains('@')
+            {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("metadataHost"),
+                    format!(
+                        "{metadata_host:?} is not host[:port]; leave it out for \
+                         {METADATA_HOST}, or name a stand-in such as 127.0.0.1:8080"
+                    ),
+                ));
+            }
+            let service_account = raw.service_account.unwrap_or_else(|| "default".to_owned());
+            let email = service_account.split_once('@').is_some_and(|(user, domain)| {
+                !user.is_empty() && domain.contains('.') && !domain.starts_with('.')
+            });
+            let plain = |c: char| c.is_ascii_alphanumeric() || "@.-_".contains(c);
+            if !(service_account == "default" || email) || !service_account.chars().all(plain) {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("serviceAccount"),
+                    format!(
+                        "{service_account:?} is neither `default` nor a service account's \
+                         e-mail such as proxyfleet@my-project.iam.gserviceaccount.com"
+                    ),
+                ));
+            }
+            let scopes = raw.scopes.unwrap_or_default();
+            validate_scopes(at, &field, &scopes)?;
+            Ok(Credential::GoogleMetadata(GoogleMetadataCredential {
+                metadata_host,
+                service_account,
+                scopes,
+            }))
         }
         other => Err(ConfigError::invalid(
             at,
