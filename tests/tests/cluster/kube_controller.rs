@@ -10,7 +10,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::kv::KvStore as _;
 use proxyfleet_core::reconcile::{FINALIZER, Policy};
-use proxyfleet_kube::crd::{Proxy, ProxyPhase, ProxyProvider};
+use proxyfleet_kube::crd::{Proxy, ProxyPhase, ProxyPool, ProxyProvider};
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
@@ -265,7 +265,7 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     proxyfleet_kube::crd_check::check(&user).await.unwrap();
 
     let controllers =
-        Controllers::start(&user, &namespace, PROVIDERS, Policy::default(), false).await;
+        Controllers::start(&user, &namespace, PROVIDERS, Policy::default(), true).await;
     let proxies: Api<Proxy> = Api::namespaced(admin.clone(), &namespace);
     proxies.create(&PostParams::default(), &proxy("a", "lab")).await.unwrap();
     let ready = wait_for(Duration::from_secs(30), || async {
@@ -274,6 +274,24 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     })
     .await;
     assert!(ready.is_some(), "status and finalizer writes are allowed");
+    // A pool's writes, with only the verbs the ClusterRole keeps: members
+    // made (with the owner reference) and deleted, the pool's status.
+    let pools: Api<ProxyPool> = Api::namespaced(admin.clone(), &namespace);
+    pools.create(&PostParams::default(), &proxyfleet_tests::kube_pool(1)).await.unwrap();
+    let pool_at = |count: u32| {
+        let pools = pools.clone();
+        async move {
+            wait_for(Duration::from_secs(30), || async {
+                let status = pools.get("crawl").await.ok()?.status?;
+                (status.ready_replicas == count && status.replicas == count).then_some(())
+            })
+            .await
+        }
+    };
+    assert!(pool_at(1).await.is_some(), "members and the pool's status are allowed");
+    let scale = serde_json::json!({ "spec": { "replicas": 0 } });
+    pools.patch_scale("crawl", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
+    assert!(pool_at(0).await.is_some(), "deleting a member is allowed");
     let events: Api<Event> = Api::namespaced(admin.clone(), &namespace);
     let recorded = wait_for(Duration::from_secs(10), || async {
         let list = events.list(&Default::default()).await.ok()?;

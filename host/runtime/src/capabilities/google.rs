@@ -335,6 +335,4 @@ fn refusal_response(error: &TokenError) -> Response<WasiBody> {
 }
 
 #[cfg(test)]
-mod metadata_tests;
-#[cfg(test)]
 mod tests;

@@ -124,3 +124,6 @@ async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests;

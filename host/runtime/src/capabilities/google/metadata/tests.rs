@@ -1,13 +1,15 @@
 //! Tokens from the simulator's metadata server (plain HTTP on loopback,
 //! the real paths and headers), and what the host makes of its refusals.
 
-use std::time::Duration;
-
+use http::HeaderValue;
 use http_body_util::BodyExt as _;
 use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
 
+use super::super::{GoogleAccessToken, refusal_response};
 use super::*;
+use crate::capabilities::Redactor;
 use crate::capabilities::http::ReqwestTransport;
+use crate::capabilities::http::config::Credential;
 use crate::config::{EntryConfig, ProvidersConfig};
 
 const EMAIL: &str = "fleet@proxyfleet-test.iam.gserviceaccount.com";
@@ -176,7 +178,7 @@ async fn an_answer_without_the_flavor_header_is_not_believed() {
 #[test]
 fn the_token_url_is_the_metadata_servers() {
     let server = |account: &str, scopes: &[&str]| {
-        metadata::MetadataServer {
+        MetadataServer {
             config: GoogleMetadataCredential {
                 metadata_host: "metadata.google.internal".to_owned(),
                 service_account: account.to_owned(),
