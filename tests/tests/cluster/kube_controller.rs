@@ -185,8 +185,26 @@ async fn an_operators_replacement_makes_a_new_instance_and_an_event() {
 
 /// The manifests in deploy/kubernetes/rbac.yaml, bound to the test user
 /// instead of the ServiceAccount, in `namespace` instead of the operator's.
+///
+/// Regression: the cluster-wide bindings of earlier runs on the same API
+/// server stayed, and gave the test user every verb an earlier ClusterRole
+/// had, so a verb the chart dropped but the code still used went
+/// unnoticed. They are deleted first.
 async fn bind_deploy_rbac(client: &kube::Client, namespace: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use kube::api::ListParams;
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    let roles = Api::<ClusterRole>::all(client.clone());
+    for binding in bindings.list(&ListParams::default()).await.unwrap() {
+        let bound_user = binding.subjects.iter().flatten().any(|subject| {
+            subject.kind == "User" && subject.name == proxyfleet_tests::KUBE_TEST_USER
+        });
+        if bound_user {
+            let name = binding.name_any();
+            bindings.delete(&name, &DeleteParams::default()).await.unwrap();
+            let _ = roles.delete(&binding.role_ref.name, &DeleteParams::default()).await;
+        }
+    }
     let text = std::fs::read_to_string(
         proxyfleet_tests::workspace_root().join("deploy/kubernetes/rbac.yaml"),
     )
