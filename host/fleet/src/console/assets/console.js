@@ -8,7 +8,12 @@
   var status = document.getElementById('live-status');
   var busy = false;
   var again = false;
-  var lost = false;
+  // Changes announced while no stream was up reach nobody: those between
+  // rendering this page and the stream's first hello too (under load, a
+  // replacement finished in that gap and the page never showed it). So
+  // the first hello, like every hello after a lost stream, fetches the
+  // page once.
+  var lost = true;
 
   function say(state, text) {
     if (status) {
@@ -65,7 +70,8 @@
     var source = new EventSource('/ui/live');
     source.addEventListener('hello', function () {
       say('live', 'live');
-      // Changes while the stream was down were not announced.
+      // Changes while the stream was down, or not yet up, were not
+      // announced.
       if (lost) {
         lost = false;
         refresh();
