@@ -28,24 +28,30 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
+/// A simulator on `https://localhost` whose tokens live `lifetime`, and
+/// the PEM of the CA that signed its certificate.
+pub(super) async fn simulator(lifetime: Duration) -> (Simulator, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let options = SimOptions { token_lifetime: lifetime, ..SimOptions::default() };
+    let sim = Simulator::start(options, &server.pem(), &server_key.serialize_pem()).await.unwrap();
+    (sim, ca.pem())
+}
+
 impl Fixture {
     async fn new(lifetime: Duration, allow_loopback: bool) -> Self {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let server_key = rcgen::KeyPair::generate().unwrap();
-        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .unwrap()
-            .signed_by(&server_key, &issuer)
-            .unwrap();
-        let options = SimOptions { token_lifetime: lifetime, ..SimOptions::default() };
-        let sim =
-            Simulator::start(options, &server.pem(), &server_key.serialize_pem()).await.unwrap();
+        let (sim, ca) = simulator(lifetime).await;
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.pem");
-        std::fs::write(&ca_file, ca.pem()).unwrap();
+        std::fs::write(&ca_file, ca).unwrap();
         let key_file = dir.path().join("key.json");
         std::fs::write(&key_file, sim.create_key(EMAIL).unwrap().json).unwrap();
         let allow =

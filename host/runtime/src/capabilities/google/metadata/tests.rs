@@ -3,7 +3,7 @@
 
 use http::HeaderValue;
 use http_body_util::BodyExt as _;
-use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
+use proxyfleet_gce_sim::{Faults, Simulator};
 
 use super::super::{GoogleAccessToken, refusal_response};
 use super::*;
@@ -29,19 +29,7 @@ impl Fixture {
     /// takes tokens from the metadata server at `metadata_host` (the
     /// simulator's when `None`).
     async fn new(lifetime: Duration, metadata_host: Option<String>) -> Self {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let server_key = rcgen::KeyPair::generate().unwrap();
-        let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .unwrap()
-            .signed_by(&server_key, &issuer)
-            .unwrap();
-        let options = SimOptions { token_lifetime: lifetime, ..SimOptions::default() };
-        let sim =
-            Simulator::start(options, &server.pem(), &server_key.serialize_pem()).await.unwrap();
+        let (sim, ca) = super::super::tests::simulator(lifetime).await;
         let metadata_host = match metadata_host {
             Some(host) => host,
             None => sim.serve_metadata(EMAIL).await.unwrap().to_string(),
@@ -59,7 +47,7 @@ impl Fixture {
             Some(Credential::GoogleMetadata(google)) => GoogleAccessToken::metadata(google),
             other => panic!("a metadata credential: {other:?}"),
         };
-        Self { sim, entry, transport, token, redactor: Redactor::default(), ca: ca.pem() }
+        Self { sim, entry, transport, token, redactor: Redactor::default(), ca }
     }
 
     async fn header(&self) -> Result<HeaderValue, TokenError> {
