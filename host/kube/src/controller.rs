@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, reflector, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::clock::unix_now;
-use proxyfleet_core::credential::ProxyCredential;
 use proxyfleet_core::liveness::Heartbeat;
 use proxyfleet_core::proxy::ProxyMeta;
 use proxyfleet_core::reconcile::{
@@ -25,12 +23,12 @@ use proxyfleet_fleet::Fleet;
 use proxyfleet_metrics::Metrics;
 
 use crate::convert;
-use crate::crd::{
-    MANAGER, PROXY_AUTH_SECRET_LABEL, Proxy, REPLACE_ANNOTATION, USER_DATA_SECRET_LABEL,
-};
+use crate::crd::{MANAGER, Proxy, REPLACE_ANNOTATION};
 use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
+use crate::fleet::Wakes;
 use crate::own_writes::OwnWrites;
+use crate::spec_secrets::{SecretError, proxy_auth, user_data};
 
 /// Why a reconcile could not finish; the Proxy is retried later.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +44,15 @@ pub enum Error {
     Incomplete(&'static str),
 }
 
+impl From<SecretError> for Error {
+    fn from(err: SecretError) -> Self {
+        match err {
+            SecretError::Kube(err) => Self::Kube(err),
+            SecretError::Refused(message) => Self::SpecSecret(message),
+        }
+    }
+}
+
 /// What every reconcile shares.
 pub struct Context {
     client: kube::Client,
@@ -54,6 +61,7 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     fleet: Option<Arc<Fleet>>,
+    wakes: Option<Arc<Wakes>>,
     credentials: Arc<Credentials>,
     spec_key: SpecKey,
     own_writes: OwnWrites,
@@ -86,6 +94,7 @@ impl Context {
             recorder,
             metrics: Arc::new(Metrics::new()),
             fleet: None,
+            wakes: None,
             credentials: Arc::default(),
             spec_key,
             own_writes: OwnWrites::default(),
@@ -101,11 +110,20 @@ impl Context {
         self
     }
 
-    /// Publishes the Proxies to `fleet` and merges its health verdicts into
-    /// their status.
+    /// Merges `fleet`'s health verdicts into the Proxies' status, runs a
+    /// pass for each Proxy whose verdict changed (`wakes`, which the fleet
+    /// services fill) and records the credentials passes read into
+    /// `credentials`, which they publish.
     #[must_use]
-    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+    pub fn with_fleet(
+        mut self,
+        fleet: Arc<Fleet>,
+        wakes: Arc<Wakes>,
+        credentials: Arc<Credentials>,
+    ) -> Self {
         self.fleet = Some(fleet);
+        self.wakes = Some(wakes);
+        self.credentials = credentials;
         self
     }
 
@@ -137,18 +155,12 @@ pub async fn run(
     // (every pass's) and the publisher's health merges would otherwise
     // each come back as a watch event and run another pass with a `get`.
     let (reader, writer) = reflector::store();
-    let cache_changes = Arc::new(crate::fleet::CacheChanges::default());
     let changes = watcher(proxies, watcher::Config::default())
         .default_backoff()
         // Server-side apply's field records are most of a stored Proxy's
         // bytes, and nothing here reads them.
         .modify(|proxy| proxy.managed_fields_mut().clear())
         .reflect(writer)
-        // After `reflect`: the event is in the cache when it is counted.
-        .inspect({
-            let cache_changes = Arc::clone(&cache_changes);
-            move |_| cache_changes.bump()
-        })
         .applied_objects()
         .predicate_filter(spec_or_finalizers, PredicateConfig::default());
     let controller = Controller::for_stream(changes, reader);
@@ -157,23 +169,17 @@ pub async fn run(
         .watches_stream(crate::secrets::changes(&context.client, namespace), move |secret| {
             crate::secrets::proxies_naming(&cached, &secret)
         });
-    let (controller, publisher) = match context.fleet.clone() {
-        Some(fleet) => {
-            let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
-            let publisher = tokio::spawn(crate::fleet::publish(
-                controller.store(),
-                cache_changes,
-                fleet,
-                Arc::clone(&context.credentials),
-                wake,
-                context.client.clone(),
-            ));
-            let woken = futures::stream::unfold(woken, |mut rx| async move {
+    // The fleet services publish the Proxies and probe them on every
+    // replica (`crate::fleet_services`); the leader's passes write the
+    // verdicts that changed.
+    let controller = match &context.wakes {
+        Some(wakes) => {
+            let woken = futures::stream::unfold(wakes.listen(), |mut rx| async move {
                 rx.recv().await.map(|proxy| (proxy, rx))
             });
-            (controller.reconcile_on(woken), Some(publisher))
+            controller.reconcile_on(woken)
         }
-        None => (controller, None),
+        None => controller,
     };
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES))
@@ -186,9 +192,6 @@ pub async fn run(
             }
         })
         .await;
-    if let Some(publisher) = publisher {
-        publisher.abort();
-    }
 }
 
 /// [`reconcile_proxy`], marked on the context's heartbeat while it runs.
@@ -266,10 +269,10 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
     }
     let (user_data, proxy_auth) = match secrets {
         Ok(secrets) => secrets,
-        Err(Error::SpecSecret(message)) => {
+        Err(SecretError::Refused(message)) => {
             return refuse_spec(&proxy, &context, &namespace, status, message).await;
         }
-        Err(err) => return Err(err),
+        Err(err) => return Err(err.into()),
     };
     if !deleting {
         context.credentials.set(&meta.uid, proxy_auth.clone());
@@ -432,88 +435,6 @@ async fn refuse_spec(
         }
     }
     Ok(Action::requeue(Duration::from_secs(60)))
-}
-
-/// The user-data of a Proxy: the content of the referenced key of a Secret
-/// that carries the user-data label. The label keeps the operator from
-/// reading arbitrary Secrets on a Proxy author's say-so.
-async fn user_data(
-    client: &kube::Client,
-    namespace: &str,
-    proxy: &Proxy,
-) -> Result<Vec<u8>, Error> {
-    let Some(reference) = &proxy.spec.user_data_secret_ref else {
-        return Ok(Vec::new());
-    };
-    let field = "spec.userDataSecretRef";
-    let secret =
-        labelled_secret(client, namespace, field, &reference.name, USER_DATA_SECRET_LABEL).await?;
-    let key = reference.key.as_deref().unwrap_or("user-data");
-    secret_key(&secret, key).ok_or_else(|| {
-        Error::SpecSecret(format!(
-            "{field}: Secret {namespace}/{} has no key {key:?}",
-            reference.name
-        ))
-    })
-}
-
-/// The credential of a Proxy: the `username` and `password` keys of a
-/// Secret that carries the proxy-auth label. Errors name what is wrong,
-/// never the values.
-async fn proxy_auth(
-    client: &kube::Client,
-    namespace: &str,
-    proxy: &Proxy,
-) -> Result<Option<ProxyCredential>, Error> {
-    let Some(reference) = &proxy.spec.proxy_auth_secret_ref else {
-        return Ok(None);
-    };
-    let field = "spec.proxyAuthSecretRef";
-    let secret =
-        labelled_secret(client, namespace, field, &reference.name, PROXY_AUTH_SECRET_LABEL).await?;
-    let text = |key: &str| {
-        let bytes = secret_key(&secret, key).ok_or_else(|| {
-            Error::SpecSecret(format!(
-                "{field}: Secret {namespace}/{} has no key {key:?}; it needs username and password",
-                reference.name
-            ))
-        })?;
-        String::from_utf8(bytes).map_err(|_| {
-            Error::SpecSecret(format!(
-                "{field}: Secret {namespace}/{}: {key} is not UTF-8",
-                reference.name
-            ))
-        })
-    };
-    let credential = ProxyCredential::new(text("username")?, text("password")?).map_err(|err| {
-        Error::SpecSecret(format!("{field}: Secret {namespace}/{}: {err}", reference.name))
-    })?;
-    Ok(Some(credential))
-}
-
-/// Secret `name`, when it carries `label: "true"`. The label keeps the
-/// operator from reading arbitrary Secrets on a Proxy author's say-so.
-async fn labelled_secret(
-    client: &kube::Client,
-    namespace: &str,
-    field: &str,
-    name: &str,
-    label: &str,
-) -> Result<Secret, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = secrets.get_opt(name).await?.ok_or_else(|| {
-        Error::SpecSecret(format!("{field}: Secret {namespace}/{name} does not exist"))
-    })?;
-    if secret.labels().get(label).map(String::as_str) != Some("true") {
-        return Err(Error::SpecSecret(format!(
-            "{field}: Secret {namespace}/{name} lacks the label {label}=\"true\"; add it to let proxyfleet read it"
-        )));
-    }
-    Ok(secret)
-}
-
-fn secret_key(secret: &Secret, key: &str) -> Option<Vec<u8>> {
-    secret.data.as_ref().and_then(|data| data.get(key)).map(|bytes| bytes.0.clone())
 }
 
 fn truncate(text: &str, max: usize) -> String {

@@ -1,16 +1,17 @@
-//! Fleet services in Kubernetes mode: the leader publishes the Proxies its
-//! controller watches to the discovery catalog, wakes the controller for a
-//! Proxy whose health verdict changed, and deletes pool members crawlers
-//! reported too often (their ProxyPool makes replacements).
+//! The discovery catalog in Kubernetes mode: every replica publishes the
+//! Proxies it watches to its catalog, wakes the leader's controller (when
+//! this replica leads) for a Proxy whose health verdict changed, and
+//! deletes pool members crawlers reported too often (their ProxyPool makes
+//! replacements).
 //!
-//! Only the Proxy controller writes a Proxy's status: it merges the latest
-//! verdict in on every pass ([`Fleet::merge_verdict`]). A second writer patching
-//! `Healthy` from a cached copy could put back fields the reconciler had
-//! just changed.
+//! Only the leader's Proxy controller writes a Proxy's status: it merges
+//! the latest verdict in on every pass ([`Fleet::merge_verdict`]). A second
+//! writer patching `Healthy` from a cached copy could put back fields the
+//! reconciler had just changed.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kube::ResourceExt as _;
@@ -41,6 +42,33 @@ impl CacheChanges {
 
     fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+}
+
+/// The Proxies whose verdict changed, for the leader's controller: the
+/// publisher runs on every replica, a controller listens only while its
+/// replica leads.
+#[derive(Debug, Default)]
+pub struct Wakes(Mutex<Option<mpsc::UnboundedSender<ObjectRef<Proxy>>>>);
+
+impl Wakes {
+    /// Wakes from now on go to the receiver returned (and to no earlier
+    /// one); dropping it stops them.
+    pub fn listen(&self) -> mpsc::UnboundedReceiver<ObjectRef<Proxy>> {
+        let (send, receive) = mpsc::unbounded_channel();
+        *self.lock() = Some(send);
+        receive
+    }
+
+    fn send(&self, proxy: ObjectRef<Proxy>) {
+        let mut listener = self.lock();
+        if listener.as_ref().is_some_and(|send| send.send(proxy).is_err()) {
+            *listener = None;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<ObjectRef<Proxy>>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -134,14 +162,14 @@ impl Published {
 }
 
 /// Runs until aborted: publishes the cache when it changed (`changes`
-/// counts its events), wakes the controller for changed verdicts, deletes
-/// reported pool members.
+/// counts its events), wakes the leader's controller for changed verdicts,
+/// deletes reported pool members.
 pub async fn publish(
     store: Store<Proxy>,
     changes: Arc<CacheChanges>,
     fleet: Arc<Fleet>,
     credentials: Arc<Credentials>,
-    wake: mpsc::UnboundedSender<ObjectRef<Proxy>>,
+    wakes: Arc<Wakes>,
     client: kube::Client,
 ) {
     let mut published = Published::default();
@@ -149,7 +177,7 @@ pub async fn publish(
         published.refresh(&store, &changes, &fleet, &credentials);
         for (uid, _) in fleet.take_verdict_changes() {
             if let Some(proxy) = published.proxy(&uid) {
-                let _ = wake.send(proxy.clone());
+                wakes.send(proxy.clone());
             }
         }
         for member in fleet.take_replacements() {

@@ -1,6 +1,7 @@
 //! What the leader runs in Kubernetes mode: the Proxy and ProxyPool
 //! controllers, orphan collection and provider checks, all stopped when
-//! leadership is lost.
+//! leadership is lost. The fleet services (catalog, health engine) run on
+//! every replica, leader or not ([`crate::fleet_services`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
 use proxyfleet_core::spec_key::SpecKey;
-use proxyfleet_fleet::{Fleet, HealthEngine, HealthSettings};
+use proxyfleet_fleet::Fleet;
 use proxyfleet_housekeeping::{
     self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
 };
@@ -25,7 +26,9 @@ use crate::controller::{self, Context};
 use crate::crd::{
     PluginRevisionRef, ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus, RejectedRevision,
 };
+use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
+use crate::fleet::Wakes;
 
 /// How the leader works.
 #[derive(Debug, Clone)]
@@ -44,13 +47,23 @@ pub struct LeaderSettings {
     pub check_interval: Duration,
     /// Where GC, checks and reconciles are recorded.
     pub metrics: Arc<Metrics>,
-    /// The discovery catalog and how to probe its proxies; `None` runs no
-    /// health engine.
-    pub fleet: Option<(Arc<Fleet>, HealthSettings)>,
+    /// The fleet services the leader's passes work with; `None`: none run.
+    pub fleet: Option<LeaderFleet>,
     /// The installation's key of the spec hashes.
     pub spec_key: SpecKey,
     /// Where the leader's loops beat, for `/livez`.
     pub watchdog: Watchdog,
+}
+
+/// What the leader's passes share with the fleet services.
+#[derive(Debug, Clone)]
+pub struct LeaderFleet {
+    /// The catalog, whose verdicts the passes write into the status.
+    pub fleet: Arc<Fleet>,
+    /// Proxies whose verdict changed.
+    pub wakes: Arc<Wakes>,
+    /// The credentials passes read, which the services publish.
+    pub credentials: Arc<Credentials>,
 }
 
 /// Runs until `lost` turns true.
@@ -68,7 +81,6 @@ pub async fn lead(
     let heartbeats = Heartbeats {
         proxies: Arc::new(watchdog.expect_passes("proxy reconciler")),
         pools: Arc::new(watchdog.expect_passes("pool reconciler")),
-        health: settings.fleet.as_ref().map(|_| Arc::new(watchdog.expect_beats("health engine"))),
         housekeeping: watchdog.expect_beats("housekeeping"),
     };
     let mut context = Context::new(
@@ -80,8 +92,12 @@ pub async fn lead(
     )
     .with_metrics(Arc::clone(&settings.metrics))
     .with_heartbeat(Arc::clone(&heartbeats.proxies));
-    if let Some((fleet, _)) = &settings.fleet {
-        context = context.with_fleet(Arc::clone(fleet));
+    if let Some(link) = &settings.fleet {
+        context = context.with_fleet(
+            Arc::clone(&link.fleet),
+            Arc::clone(&link.wakes),
+            Arc::clone(&link.credentials),
+        );
     }
     let context = Arc::new(context);
     let stop = |mut lost: watch::Receiver<bool>| async move {
@@ -98,22 +114,7 @@ pub async fn lead(
         },
         stop(lost.clone()),
     );
-    // Only the leader probes; `/readyz` turns ready after its first round
-    // and back when leadership goes, so a Service sends crawlers here.
-    let health_stop = stop(lost.clone());
-    let health = async {
-        match &settings.fleet {
-            Some((fleet, health)) => {
-                let mut engine = HealthEngine::new(health.clone(), Arc::clone(fleet));
-                if let Some(heartbeat) = &heartbeats.health {
-                    engine = engine.with_heartbeat(Arc::clone(heartbeat));
-                }
-                engine.run(health_stop).await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    let controllers = async { tokio::join!(controller, pools, health) };
+    let controllers = async { tokio::join!(controller, pools) };
     let housekeeping = async {
         let mut gc = tokio::time::interval(settings.gc_interval);
         let mut checks = tokio::time::interval(settings.check_interval);
@@ -142,16 +143,12 @@ pub async fn lead(
         () = stop(lost) => {}
     }
     heartbeats.retire();
-    if let Some((fleet, _)) = &settings.fleet {
-        fleet.set_ready(false);
-    }
 }
 
 /// The leader's parts on the watchdog.
 struct Heartbeats {
     proxies: Arc<Heartbeat>,
     pools: Arc<Heartbeat>,
-    health: Option<Arc<Heartbeat>>,
     housekeeping: Heartbeat,
 }
 
@@ -159,9 +156,6 @@ impl Heartbeats {
     fn retire(&self) {
         self.proxies.retire();
         self.pools.retire();
-        if let Some(health) = &self.health {
-            health.retire();
-        }
         self.housekeeping.retire();
     }
 }

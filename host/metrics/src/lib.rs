@@ -7,10 +7,12 @@
 //! configuration and the fleet, never by traffic. The `process_*` metrics
 //! ([`process`]) carry no prefix, as every Prometheus client names them.
 //!
-//! Some series describe what only the leader knows (pools, Proxies by
-//! phase and verdict, provider checks): [`Metrics::forget_leader_state`]
-//! drops them when a replica stops leading, so no dashboard or alert sums
-//! a former leader's stale values with the new one's.
+//! Some series describe what only the leader knows (pools, provider
+//! checks): [`Metrics::forget_leader_state`] drops them when a replica
+//! stops leading, so no dashboard or alert sums a former leader's stale
+//! values with the new one's. Proxies by phase and verdict are each
+//! replica's catalog's, kept current on every replica; dashboards count
+//! the leader's (`and on (instance) proxyfleet_leader == 1`).
 
 pub mod gateway;
 pub mod process;
@@ -515,12 +517,10 @@ impl Metrics {
         self.provider_available.get_or_create(&labels).set(i64::from(available));
     }
 
-    /// Drops what only the leader knows (pools, Proxies by phase and
-    /// verdict, provider checks and availability): a replica that stopped
-    /// leading no longer reports them.
+    /// Drops what only the leader knows (pools, provider checks and
+    /// availability): a replica that stopped leading no longer reports
+    /// them.
     pub fn forget_leader_state(&self) {
-        self.proxies.clear();
-        self.health.clear();
         self.pool_replicas.clear();
         self.pool_ready_replicas.clear();
         self.pools_seen().clear();

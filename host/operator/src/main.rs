@@ -27,7 +27,7 @@ use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
-use proxyfleet_kube::operate::{LeaderSettings, lead, mark_leader};
+use proxyfleet_kube::operate::{LeaderFleet, LeaderSettings, lead, mark_leader};
 use proxyfleet_metrics::MetricsOptions;
 use proxyfleet_oci::PullLimits;
 use proxyfleet_runtime::config::ProvidersConfig;
@@ -814,24 +814,40 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_lease_store(Arc::clone(&kv) as _),
     );
     let watchdog = Watchdog::new(args.housekeeping.stall_after);
+    let leader_fleet = LeaderFleet {
+        fleet: Arc::clone(&fleet),
+        wakes: Arc::default(),
+        credentials: Arc::default(),
+    };
     let settings = LeaderSettings {
-        watch_namespace: args.watch_namespace,
+        watch_namespace: args.watch_namespace.clone(),
         policy: Policy::default(),
         gc_interval: args.housekeeping.gc_interval,
         gc_min_age: args.housekeeping.gc_min_age,
         gc_dry_run: args.housekeeping.gc_dry_run,
         check_interval: args.housekeeping.provider_check_interval,
         metrics,
-        fleet: Some((Arc::clone(&fleet), fleet_setup.health)),
+        fleet: Some(leader_fleet.clone()),
         spec_key: proxyfleet_kube::spec_key::settle(&client, &args.namespace).await?,
         watchdog: watchdog.clone(),
     };
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics), watchdog.clone())
         .await?;
-    // Every replica serves the API; only the leader's catalog turns ready,
-    // so a Service over `/readyz` sends crawlers to the leader.
-    // The gateway reads the same catalog, so it serves on the leader only
-    // (docs/gateway.md); a follower's answers 503 until it leads.
+    // Every replica serves the API, the gateway and the console from its
+    // own catalog: it watches the Proxies, probes them, and shares the
+    // discovery leases through the store. It is ready (`/readyz`) once it
+    // restored the leases and probed the fleet once, leader or not.
+    let engine = proxyfleet_fleet::HealthEngine::new(fleet_setup.health, Arc::clone(&fleet))
+        .with_heartbeat(Arc::new(watchdog.expect_beats("health engine")));
+    tokio::spawn(proxyfleet_kube::fleet_services::serve(
+        client.clone(),
+        args.watch_namespace.clone(),
+        Arc::clone(&fleet),
+        engine,
+        Arc::clone(&leader_fleet.credentials),
+        Arc::clone(&leader_fleet.wakes),
+        stop.clone().cancelled_owned(),
+    ));
     let gateway = fleet_args::serve_gateway(
         fleet_setup.gateway,
         Arc::clone(&fleet),
@@ -864,8 +880,8 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     let _follower = registry.follow(args.setup.follow_options());
     // A process that died leading left the label on its pod; started again
-    // in that pod it is a standby until it wins the Lease, and the
-    // discovery Service must not send crawlers to it meanwhile.
+    // in that pod it is a follower until it wins the Lease, and the label
+    // must not name it the leader meanwhile.
     if let Ok(pod) = std::env::var("POD_NAME")
         && let Err(err) = mark_leader(&client, &args.namespace, &pod, false).await
     {

@@ -146,6 +146,8 @@ impl Running {
             .await
             .unwrap(),
         );
+        let wakes = Arc::new(proxyfleet_kube::fleet::Wakes::default());
+        let credentials = Arc::new(proxyfleet_kube::credentials::Credentials::default());
         let context = Arc::new(
             proxyfleet_kube::controller::Context::new(
                 client.clone(),
@@ -154,7 +156,11 @@ impl Running {
                 Some("tests".into()),
                 proxyfleet_core::spec_key::SpecKey::generate(),
             )
-            .with_fleet(Arc::clone(fleet)),
+            .with_fleet(
+                Arc::clone(fleet),
+                Arc::clone(&wakes),
+                Arc::clone(&credentials),
+            ),
         );
         let target = format!("http://{}/", echo.addr);
         let mut health = HealthSettings::new(CheckTarget::parse("target", &target).unwrap());
@@ -186,7 +192,15 @@ impl Running {
                     .await
                 }
             }),
-            tokio::spawn(HealthEngine::new(health, Arc::clone(fleet)).run(until_stopped(stopped))),
+            tokio::spawn(proxyfleet_kube::fleet_services::serve(
+                client.clone(),
+                Some(namespace.to_owned()),
+                Arc::clone(fleet),
+                HealthEngine::new(health, Arc::clone(fleet)),
+                credentials,
+                wakes,
+                until_stopped(stopped),
+            )),
         ];
         Self { stop, tasks, _plugins: plugins }
     }
@@ -197,6 +211,51 @@ impl Running {
             task.await.unwrap();
         }
     }
+}
+
+/// A follower replica: the fleet services alone (watch, credentials,
+/// probes), with no controller, over the same lease store as the leader.
+struct Follower {
+    fleet: Arc<Fleet>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Follower {
+    fn start(client: &kube::Client, namespace: &str, echo: &TestServer) -> Self {
+        let fleet = Arc::new(stored_fleet(client, namespace));
+        let target = format!("http://{}/", echo.addr);
+        let mut health = HealthSettings::new(CheckTarget::parse("target", &target).unwrap());
+        health.interval = Duration::from_millis(300);
+        health.timeout = Duration::from_millis(300);
+        health.healthy_after = 1;
+        health.mode = ProbeMode::Get;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(proxyfleet_kube::fleet_services::serve(
+            client.clone(),
+            Some(namespace.to_owned()),
+            Arc::clone(&fleet),
+            HealthEngine::new(health, Arc::clone(&fleet)),
+            Arc::default(),
+            Arc::default(),
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ));
+        Self { fleet, stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap();
+    }
+}
+
+/// A catalog whose leases live in `namespace`'s store, as every replica's.
+fn stored_fleet(client: &kube::Client, namespace: &str) -> Fleet {
+    Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())).with_lease_store(Arc::new(
+        proxyfleet_kube::kv::ConfigMapKv::new(client.clone(), namespace),
+    ))
 }
 
 /// A Proxy naming a labelled basic-auth Secret: probes through a tinyproxy
@@ -227,9 +286,10 @@ async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
         .unwrap();
         secrets.create(&PostParams::default(), &secret).await.unwrap();
     }
-    let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
+    let fleet = Arc::new(stored_fleet(&client, &namespace));
     let running =
         Running::start(&client, &namespace, &providers, &fleet, &echo, Policy::default()).await;
+    let follower = Follower::start(&client, &namespace, &echo);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     for (name, secret) in [("authed", "proxy-auth"), ("refused", "unlabelled")] {
         let proxy: Proxy = serde_json::from_value(serde_json::json!({
@@ -267,6 +327,33 @@ async fn a_credential_from_a_labelled_secret_reaches_probes_and_the_catalog() {
     .expect("a Proxy naming an unlabelled Secret is refused");
     assert!(refused.contains("proxyfleet.io/proxy-auth"), "{refused}");
     assert!(!refused.contains("s3cret"), "{refused}");
+
+    // Issue 46, item 1: a follower serves the same fleet. It reads the
+    // credential itself, probes with it, and turns ready; the refused
+    // Proxy is no member it hands out.
+    let served = wait_for(wait, || async {
+        let picked = follower.fleet.next_picked(&Default::default(), None).ok()?;
+        follower.fleet.is_ready().then_some(picked)
+    })
+    .await
+    .expect("the follower hands the proxy out, with its credential");
+    assert_eq!(Some(served.id.clone()), healthy.uid());
+    assert_eq!(
+        served.endpoint.url_with_credential(),
+        format!("http://crawler:s3cret-pw@{}", tinyproxy.addr())
+    );
+    // Leases are shared: one the follower grants holds on the leader.
+    let held = follower.fleet.lease(&Default::default(), None, true, None).await.unwrap();
+    assert!(
+        matches!(
+            fleet.lease(&Default::default(), None, false, None).await,
+            Err(proxyfleet_fleet::catalog::CatalogError::NoneAvailable(_))
+        ),
+        "the leader hands out no proxy the follower leased exclusively"
+    );
+    fleet.release(&held.id).await.unwrap();
+    fleet.lease(&Default::default(), None, false, None).await.unwrap();
+    follower.stop().await;
     running.stop().await;
 }
 
@@ -296,6 +383,8 @@ async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_wait
     let fleet = Arc::new(Fleet::new(FleetSettings::default(), Arc::new(Metrics::new())));
     let policy = Policy { resync: Duration::from_secs(3600), ..Policy::default() };
     let running = Running::start(&client, &namespace, &providers, &fleet, &echo, policy).await;
+    // A follower, which runs no passes, follows the Secret by its own watch.
+    let follower = Follower::start(&client, &namespace, &echo);
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let proxy: Proxy = serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
@@ -305,8 +394,8 @@ async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_wait
     }))
     .unwrap();
     proxies.create(&PostParams::default(), &proxy).await.unwrap();
-    let handed_out = |password: &'static str| {
-        let fleet = Arc::clone(&fleet);
+    let handed_out = |fleet: &Arc<Fleet>, password: &'static str| {
+        let fleet = Arc::clone(fleet);
         let url = format!("http://crawler:{password}@{}", tinyproxy.addr());
         move || {
             let fleet = Arc::clone(&fleet);
@@ -318,7 +407,8 @@ async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_wait
         }
     };
     let wait = Duration::from_secs(60);
-    wait_for(wait, handed_out("old-pw")).await.expect("the first password is handed out");
+    wait_for(wait, handed_out(&fleet, "old-pw")).await.expect("the first password is handed out");
+    wait_for(wait, handed_out(&follower.fleet, "old-pw")).await.expect("by the follower too");
     // The verdict's own pass (which writes `Healthy`) reads the Secret too:
     // it must be over before the rotation, or it would bring the new
     // password in without any watch.
@@ -331,8 +421,12 @@ async fn regression_a_rotated_credential_secret_reaches_the_catalog_without_wait
 
     let rotated = serde_json::json!({ "stringData": { "password": "n3w-pw" } });
     secrets.patch("exit-auth", &PatchParams::default(), &Patch::Merge(&rotated)).await.unwrap();
-    wait_for(wait, handed_out("n3w-pw"))
+    wait_for(wait, handed_out(&fleet, "n3w-pw"))
         .await
         .expect("the rotated password is handed out long before the hour's resync");
+    wait_for(wait, handed_out(&follower.fleet, "n3w-pw"))
+        .await
+        .expect("the follower hands out the rotated password too");
+    follower.stop().await;
     running.stop().await;
 }

@@ -32,7 +32,7 @@ use proxyfleet_core::proxy::{Phase, ProxyStatus};
 use proxyfleet_metrics::{HealthCounts, Metrics};
 
 use crate::error::Result;
-use crate::leases::{Lease, LeaseStore, LeaseView, Leases};
+use crate::leases::{Held, Lease, LeaseStore, LeaseView, Leases};
 use crate::probe::{ProbeFailure, ProbePass};
 
 mod activity;
@@ -132,10 +132,13 @@ pub struct Session<'a> {
     pub ttl: Duration,
 }
 
+/// How the leases that keep gateway sessions are named.
+const SESSION_PREFIX: &str = "session-";
+
 impl Session<'_> {
     /// The lease the session is kept as.
     pub fn lease_id(&self) -> String {
-        format!("session-{}", self.key)
+        format!("{SESSION_PREFIX}{}", self.key)
     }
 }
 
@@ -288,7 +291,7 @@ impl Fleet {
     /// Live gateway sessions (their leases), counted without copying the
     /// lease table: the console samples it every few seconds.
     pub fn session_count(&self) -> usize {
-        self.holds().leases.count_prefixed("session-", Instant::now())
+        self.holds().leases.count_prefixed(SESSION_PREFIX, Instant::now())
     }
 
     /// Told of every change a viewer of the catalog would see: membership,
@@ -768,7 +771,8 @@ impl Fleet {
     /// proxy while it stays available, else one chosen by `strategy`, never
     /// one in `exclude`. A session that gets a new proxy is kept like a
     /// lease (`session-<key>`, non-exclusive) and written to the lease store
-    /// after the next health round, so a restart or a new leader keeps it.
+    /// after the next health round, so a restart, a new leader or another
+    /// replica keeps it.
     pub fn route(
         &self,
         selector: &Selector,
@@ -786,7 +790,7 @@ impl Fleet {
         let view = self.view.load();
         let current = holds
             .leases
-            .live_mut(&lease_id, now)
+            .live(&lease_id, now)
             .and_then(|lease| view.by_id.get(&lease.proxy_id))
             .map(|&index| &view.offers[index])
             .filter(|offer| holds.eligible(offer, selector, false, exclude, now));
@@ -794,9 +798,10 @@ impl Fleet {
             return Ok(Picked::of(offer));
         }
         let picked = self.pick(selector, strategy, false, exclude, &holds, now)?;
-        holds.leases.remove(&lease_id);
-        holds.leases.insert(
-            lease_id.clone(),
+        // Written to the store after the next health round, not on the
+        // request's path: a session costs the crawler no store write.
+        holds.leases.insert_local(
+            lease_id,
             Lease {
                 proxy_id: picked.id.clone(),
                 url: picked.url.clone(),
@@ -805,9 +810,6 @@ impl Fleet {
                 expires_at: unix_now() + session.ttl.as_secs(),
             },
         );
-        // Written to the store after the next health round, not on the
-        // request's path: a session costs the crawler no store write.
-        holds.leases.mark_unsynced(&lease_id);
         Ok(picked)
     }
 
@@ -832,7 +834,10 @@ impl Fleet {
 
     /// Leases an available proxy for `ttl` (the default when `None`).
     /// Answers once the lease store holds it: a lease it does not hold
-    /// would end at a restart.
+    /// would end at a restart, and another replica could hand the proxy
+    /// out too. A proxy the store shows held in a way that rules the lease
+    /// out (by a lease this table did not know yet) is passed over for the
+    /// next candidate.
     pub async fn lease(
         &self,
         selector: &Selector,
@@ -841,37 +846,54 @@ impl Fleet {
         ttl: Option<Duration>,
     ) -> Result<LeaseView, CatalogError> {
         let ttl = self.check_ttl(ttl)?;
-        let now = Instant::now();
+        let strategy = strategy.unwrap_or(self.settings.strategy);
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let view = {
-            let mut holds = self.holds();
-            let picked = self.pick(
-                selector,
-                strategy.unwrap_or(self.settings.strategy),
-                exclusive,
-                &[],
-                &holds,
-                now,
-            )?;
-            let lease = Lease {
-                proxy_id: picked.id,
-                url: picked.url,
-                exclusive,
-                expires: now + ttl,
-                expires_at: unix_now() + ttl.as_secs(),
+        let mut taken = Vec::new();
+        loop {
+            let now = Instant::now();
+            let lease = {
+                let mut holds = self.holds();
+                let picked = self.pick(selector, strategy, exclusive, &taken, &holds, now)?;
+                let lease = Lease {
+                    proxy_id: picked.id,
+                    url: picked.url,
+                    exclusive,
+                    expires: now + ttl,
+                    expires_at: unix_now() + ttl.as_secs(),
+                };
+                // In the table while its write is under way, so no
+                // concurrent pick here hands the proxy out against it.
+                holds.leases.insert_local(id.clone(), lease.clone());
+                lease
             };
-            holds.leases.insert(id.clone(), lease);
-            holds.leases.view(&id).expect("just inserted")
-        };
-        if let Err(err) = self.persist_lease(&id).await {
-            // Not granted after all; the next sync deletes whatever copy
-            // the failed write may have left.
-            self.holds().leases.remove(&id);
-            return Err(err);
+            let claimed = match &self.lease_store {
+                None => Ok(true),
+                Some(store) => {
+                    store.claim(&lease.proxy_id, &id, &lease.url, lease.held(), unix_now()).await
+                }
+            };
+            let mut holds = self.holds();
+            match claimed {
+                Ok(true) => {
+                    holds.leases.written(&id);
+                    holds.leases.count_grant();
+                    let view = holds.leases.view(&id).expect("granted just now");
+                    drop(holds);
+                    self.changed();
+                    return Ok(view);
+                }
+                Ok(false) => {
+                    // Held elsewhere; the next refresh shows how.
+                    holds.leases.remove(&id);
+                    taken.push(lease.proxy_id);
+                }
+                Err(err) => {
+                    holds.leases.remove(&id);
+                    tracing::warn!(lease = %id, "cannot write a discovery lease to the store: {err}");
+                    return Err(CatalogError::StoreUnavailable(err.to_string()));
+                }
+            }
         }
-        self.holds().leases.count_grant();
-        self.changed();
-        Ok(view)
     }
 
     fn check_ttl(&self, ttl: Option<Duration>) -> Result<Duration, CatalogError> {
@@ -897,42 +919,69 @@ impl Fleet {
         ttl: Option<Duration>,
     ) -> Result<LeaseView, CatalogError> {
         let ttl = self.check_ttl(ttl)?;
+        let lease = self.find_lease(lease_id).await?;
         let now = Instant::now();
-        let view = {
-            let mut holds = self.holds();
-            let lease = holds
-                .leases
-                .live_mut(lease_id, now)
-                .ok_or_else(|| CatalogError::NoLease(lease_id.to_owned()))?;
-            lease.expires = now + ttl;
-            lease.expires_at = unix_now() + ttl.as_secs();
-            holds.leases.view(lease_id).expect("renewed just now")
-        };
-        self.persist_lease(lease_id).await?;
-        Ok(view)
+        let expires_at = unix_now() + ttl.as_secs();
+        let unwritten = self.holds().leases.is_unwritten(lease_id);
+        if let Some(store) = self.lease_store.as_ref().filter(|_| !unwritten) {
+            let extended = store
+                .extend(&lease.proxy_id, lease_id, expires_at, unix_now())
+                .await
+                .map_err(|err| self.unavailable(lease_id, &err))?;
+            if !extended {
+                self.holds().leases.remove(lease_id);
+                return Err(CatalogError::NoLease(lease_id.to_owned()));
+            }
+        }
+        let mut holds = self.holds();
+        let renewed = Lease { expires: now + ttl, expires_at, ..lease };
+        match unwritten {
+            true => holds.leases.insert_local(lease_id.to_owned(), renewed),
+            false => holds.leases.insert(lease_id.to_owned(), renewed),
+        }
+        Ok(holds.leases.view(lease_id).expect("renewed just now"))
     }
 
     /// Ends a lease; answers once the lease store no longer holds it.
     pub async fn release(&self, lease_id: &str) -> Result<(), CatalogError> {
-        let now = Instant::now();
-        let live = {
-            let mut holds = self.holds();
-            match holds.leases.remove(lease_id) {
-                Some(lease) if lease.expires > now => true,
-                Some(_) => {
-                    // Expired: not the crawler's to release, but its stored
-                    // copy goes at the next sync.
-                    holds.leases.mark_unsynced(lease_id);
-                    false
-                }
-                None => false,
+        let lease = self.find_lease(lease_id).await?;
+        // A session the store does not hold yet ends here alone.
+        let unwritten = self.holds().leases.is_unwritten(lease_id);
+        if let Some(store) = self.lease_store.as_ref().filter(|_| !unwritten) {
+            let ended = store
+                .end(&lease.proxy_id, lease_id, unix_now())
+                .await
+                .map_err(|err| self.unavailable(lease_id, &err))?;
+            if !ended {
+                self.holds().leases.remove(lease_id);
+                return Err(CatalogError::NoLease(lease_id.to_owned()));
             }
-        };
-        if !live {
-            return Err(CatalogError::NoLease(lease_id.to_owned()));
         }
+        self.holds().leases.remove(lease_id);
         self.changed();
-        self.persist_lease(lease_id).await
+        Ok(())
+    }
+
+    /// The live lease `lease_id`: from the table, or else from the store,
+    /// where another replica may have granted it since the last refresh.
+    async fn find_lease(&self, lease_id: &str) -> Result<Lease, CatalogError> {
+        let known = self.holds().leases.live(lease_id, Instant::now()).cloned();
+        if let Some(lease) = known {
+            return Ok(lease);
+        }
+        if self.lease_store.is_some() {
+            self.refresh_leases().await?;
+            let known = self.holds().leases.live(lease_id, Instant::now()).cloned();
+            if let Some(lease) = known {
+                return Ok(lease);
+            }
+        }
+        Err(CatalogError::NoLease(lease_id.to_owned()))
+    }
+
+    fn unavailable(&self, lease_id: &str, err: &proxyfleet_core::kv::KvError) -> CatalogError {
+        tracing::warn!(lease = %lease_id, "cannot write a discovery lease to the store: {err}");
+        CatalogError::StoreUnavailable(err.to_string())
     }
 
     /// Live leases.
@@ -942,57 +991,86 @@ impl Fleet {
         holds.leases.views()
     }
 
-    /// Brings the stored copy of one lease in step with the table. On a
-    /// failure the lease is left for [`Fleet::sync_leases`].
-    async fn persist_lease(&self, id: &str) -> Result<(), CatalogError> {
-        let Some(store) = &self.lease_store else { return Ok(()) };
-        store.sync(id, || self.holds().leases.stored(id)).await.map_err(|err| {
-            self.holds().leases.mark_unsynced(id);
-            tracing::warn!(lease = %id, "cannot write a discovery lease to the store: {err}");
-            CatalogError::StoreUnavailable(err.to_string())
-        })
-    }
-
-    /// Writes to the lease store what earlier writes failed to and deletes
-    /// the stored copies of expired leases. The health engine calls it
+    /// Writes the gateway sessions the store does not hold yet, then reads
+    /// the store again, so leases granted by another replica hold here
+    /// too, and drops expired leases from it. The health engine calls it
     /// after every round.
     pub async fn sync_leases(&self) {
-        let Some(store) = &self.lease_store else { return };
-        let unsynced = self.holds().leases.take_unsynced();
-        let mut failed = 0usize;
-        for id in &unsynced {
-            if store.sync(id, || self.holds().leases.stored(id)).await.is_err() {
-                self.holds().leases.mark_unsynced(id);
-                failed += 1;
-            }
+        if self.lease_store.is_none() {
+            return;
         }
-        if failed > 0 {
+        if let Err(err) = self.refresh_leases().await {
             tracing::warn!(
-                failed,
-                "discovery leases not yet in step with the store; retrying after the next round"
+                "discovery leases not yet in step with the store; retrying after the next round: {err}"
             );
         }
     }
 
-    /// Replaces the lease table with the store's: the leases an earlier
-    /// process or leader granted hold again here. Expired and unreadable
-    /// stored leases are deleted. Returns how many leases are live.
-    pub async fn restore_leases(&self) -> Result<usize, CatalogError> {
+    /// Reads the store into the table, writes this table's sessions and
+    /// tidies the store; returns how many leases the store held live.
+    ///
+    /// A grant that ends while the store is read may be missing from the
+    /// table until the next refresh: the store still holds it, so no grant
+    /// anywhere can break it, and a renewal or release looks it up there.
+    async fn refresh_leases(&self) -> Result<usize, CatalogError> {
         let Some(store) = &self.lease_store else { return Ok(0) };
-        let restored = store
-            .load(unix_now(), Instant::now())
-            .await
-            .map_err(|err| CatalogError::StoreUnavailable(err.to_string()))?;
-        let live = restored.live.len();
-        {
+        let unavailable =
+            |err: proxyfleet_core::kv::KvError| CatalogError::StoreUnavailable(err.to_string());
+        let mut loaded = store.load(unix_now(), Instant::now()).await.map_err(unavailable)?;
+        let live = loaded.live.len();
+        let stored_on: HashMap<String, String> =
+            loaded.live.iter().map(|(id, lease)| (id.clone(), lease.proxy_id.clone())).collect();
+        let unwritten = {
             let mut holds = self.holds();
-            holds.leases.restore(restored.live);
-            for id in &restored.stale {
-                holds.leases.mark_unsynced(id);
+            // Leases this table holds but the store may not keep their
+            // copies here.
+            holds.leases.refresh(loaded.live);
+            holds.leases.unwritten()
+        };
+        for (id, lease) in unwritten {
+            // A grant under way writes its own lease.
+            if !id.starts_with(SESSION_PREFIX) {
+                continue;
+            }
+            let held = Held { exclusive: false, expires_at: lease.expires_at };
+            let admitted = store
+                .claim(&lease.proxy_id, &id, &lease.url, held, unix_now())
+                .await
+                .map_err(unavailable)?;
+            if admitted
+                && let Some(before) = stored_on.get(&id).filter(|before| **before != lease.proxy_id)
+            {
+                // The session moved: its old copy goes.
+                loaded.tidy.entry(before.clone()).or_default().push(id.clone());
+            }
+            let mut holds = self.holds();
+            // Unless the session moved on meanwhile.
+            if holds.leases.live(&id, Instant::now()).is_some_and(|now| {
+                now.proxy_id == lease.proxy_id && now.expires_at == lease.expires_at
+            }) {
+                match admitted {
+                    true => holds.leases.written(&id),
+                    // Another replica leased the proxy exclusively: the
+                    // session's next request picks again.
+                    false => drop(holds.leases.remove(&id)),
+                }
             }
         }
-        self.sync_leases().await;
+        for (proxy, drop) in &loaded.tidy {
+            if let Err(err) = store.tidy(proxy, drop, unix_now()).await {
+                tracing::debug!(proxy = %proxy, "stored discovery leases not tidied yet: {err}");
+            }
+        }
+        self.changed();
         Ok(live)
+    }
+
+    /// Replaces the lease table with the store's: the leases an earlier
+    /// process, leader or another replica granted hold here. Expired and
+    /// unreadable stored leases are deleted. Returns how many leases are
+    /// live.
+    pub async fn restore_leases(&self) -> Result<usize, CatalogError> {
+        self.refresh_leases().await
     }
 
     /// A crawler reports a ban or failure: the proxy is quarantined, and

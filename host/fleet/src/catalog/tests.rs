@@ -289,7 +289,36 @@ async fn regression_a_restart_keeps_discovery_leases() {
         Err(CatalogError::NoneAvailable(_))
     ));
     after.release(&held.id).await.unwrap();
-    assert_eq!(stored_ids(store.as_ref()).await, [other.id]);
+    assert_eq!(stored_ids(store.as_ref()).await, [other.proxy_id], "one record per leased proxy");
+}
+
+/// Issue 46, item 1: every replica serves the discovery API. Two catalogs
+/// over one store, each granting from a table that does not know the
+/// other's latest grants: the store's records decide, so no proxy is
+/// handed out exclusively twice, and a lease granted by one replica is
+/// renewed and released through the other.
+#[tokio::test]
+async fn two_replicas_over_one_store_never_lease_a_proxy_exclusively_twice() {
+    let store = Arc::new(Flaky::default());
+    let any = Selector::default();
+    let (a, b) = (stored_fleet(&store), stored_fleet(&store));
+    let from_a = a.lease(&any, None, true, None).await.unwrap();
+    // b has not refreshed: its table shows both proxies free.
+    let from_b = b.lease(&any, None, true, None).await.unwrap();
+    assert_ne!(from_a.proxy_id, from_b.proxy_id, "b passed over the proxy a holds");
+    assert!(matches!(a.lease(&any, None, false, None).await, Err(CatalogError::NoneAvailable(_))));
+    assert!(matches!(b.lease(&any, None, false, None).await, Err(CatalogError::NoneAvailable(_))));
+    // A lease b's table does not know is found in the store.
+    let renewed = b.renew(&from_a.id, Some(Duration::from_secs(900))).await.unwrap();
+    assert_eq!(renewed.proxy_id, from_a.proxy_id);
+    b.release(&from_a.id).await.unwrap();
+    assert!(matches!(a.renew(&from_a.id, None).await, Err(CatalogError::NoLease(_))));
+    a.sync_leases().await;
+    assert_eq!(a.leases(), [from_b.clone()], "a's table follows the store after a round");
+    // Shared leases coexist across replicas; an exclusive one then does not.
+    let shared = a.lease(&any, None, false, None).await.unwrap();
+    assert_eq!(shared.proxy_id, from_a.proxy_id);
+    assert!(matches!(b.lease(&any, None, true, None).await, Err(CatalogError::NoneAvailable(_))));
 }
 
 #[tokio::test]
@@ -311,16 +340,16 @@ async fn a_lease_the_store_cannot_hold_is_not_granted() {
 }
 
 #[tokio::test]
-async fn a_release_the_store_missed_is_written_at_the_next_sync() {
+async fn a_release_the_store_cannot_take_leaves_the_lease_held() {
     let store = Arc::new(Flaky::default());
     let fleet = stored_fleet(&store);
     let held = fleet.lease(&Selector::default(), None, true, None).await.unwrap();
     store.down.store(true, Ordering::SeqCst);
     let err = fleet.release(&held.id).await.unwrap_err();
     assert!(matches!(err, CatalogError::StoreUnavailable(_)), "{err}");
-    assert_eq!(stored_ids(&store.inner).await, std::slice::from_ref(&held.id));
+    assert_eq!(fleet.leases(), std::slice::from_ref(&held), "still held, as the store says");
     store.down.store(false, Ordering::SeqCst);
-    fleet.sync_leases().await;
+    fleet.release(&held.id).await.unwrap();
     assert!(stored_ids(store.as_ref()).await.is_empty());
     // A restart now does not bring the released lease back.
     let after = stored_fleet(&store);
@@ -331,12 +360,16 @@ async fn a_release_the_store_missed_is_written_at_the_next_sync() {
 async fn expired_leases_leave_the_store() {
     let store = Arc::new(Flaky::default());
     let fleet = stored_fleet(&store);
-    fleet.lease(&Selector::default(), None, true, Some(Duration::from_secs(1))).await.unwrap();
+    let held =
+        fleet.lease(&Selector::default(), None, true, Some(Duration::from_secs(1))).await.unwrap();
     assert_eq!(stored_ids(store.as_ref()).await.len(), 1);
-    // Expire it on the table's clock, as a sweep after its end would.
-    fleet.holds().sweep(Instant::now() + Duration::from_secs(2));
+    // The store keeps Unix seconds: wait until the wall clock passes the end.
+    while unix_now() <= held.expires_at {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     fleet.sync_leases().await;
     assert!(stored_ids(store.as_ref()).await.is_empty());
+    assert!(fleet.leases().is_empty());
 }
 
 #[test]
@@ -432,12 +465,12 @@ async fn a_session_keeps_its_proxy_while_available_and_moves_when_not() {
     for _ in 0..5 {
         assert_eq!(fleet.route(&all, None, Some(session), &[]).unwrap(), first);
     }
-    // Stored like a lease after the round, so a restart keeps it; not
-    // counted as a lease grant.
-    assert!(kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().is_none(), "not on the path");
+    // Stored like a lease after the round, in its proxy's record, so a
+    // restart or another replica keeps it; not counted as a lease grant.
+    assert!(kv.get(crate::leases::SCOPE, &first.id).await.unwrap().is_none(), "not on the path");
     fleet.sync_leases().await;
-    let stored = kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().expect("stored");
-    assert!(String::from_utf8_lossy(&stored.value).contains(&first.id));
+    let stored = kv.get(crate::leases::SCOPE, &first.id).await.unwrap().expect("stored");
+    assert!(String::from_utf8_lossy(&stored.value).contains("session-s1"));
     // Round-robin without a session moves on.
     let a = fleet.route(&all, None, None, &[]).unwrap();
     let b = fleet.route(&all, None, None, &[]).unwrap();
@@ -453,10 +486,22 @@ async fn a_session_keeps_its_proxy_while_available_and_moves_when_not() {
     let elsewhere =
         fleet.route(&all, None, Some(session), std::slice::from_ref(&moved.id)).unwrap();
     assert!(elsewhere.id != moved.id && elsewhere.id != first.id);
-    // Released through the lease API, the session starts afresh.
+    // After a round the store holds the session on its new proxy only.
     fleet.sync_leases().await;
+    let stored = kv.list(crate::leases::SCOPE, "").await.unwrap();
+    let keys: Vec<&str> = stored.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, [elsewhere.id.as_str()], "the moved session's old copy went");
+    // Another replica over the store sends the session the same way.
+    let other = Fleet::new(FleetSettings::default(), Arc::new(Metrics::new()))
+        .with_lease_store(Arc::clone(&kv) as _);
+    other.publish((1..=3).map(|n| MemberBuilder::new(n).build()).collect());
+    let results = other.probe_targets().into_iter().map(|(id, e)| (id, e, pass())).collect();
+    other.record_probes(results, 1, 1);
+    other.restore_leases().await.unwrap();
+    assert_eq!(other.route(&all, None, Some(session), &[]).unwrap().id, elsewhere.id);
+    // Released through the lease API, the session starts afresh.
     fleet.release("session-s1").await.unwrap();
-    assert!(kv.get(crate::leases::SCOPE, "session-s1").await.unwrap().is_none());
+    assert!(kv.list(crate::leases::SCOPE, "").await.unwrap().is_empty());
     assert!(fleet.leases().is_empty());
     fleet.route(&all, None, Some(session), &[]).unwrap();
     assert_eq!(fleet.leases().len(), 1, "a new session after the release");

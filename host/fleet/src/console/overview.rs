@@ -61,7 +61,7 @@ pub(super) fn render(console: &Console, viewer: Viewer) -> Markup {
             @if !mode.is_empty() { "Mode: " (mode) ". " }
             @if let Some(replica) = &replica {
                 "Served by replica " strong { (replica.identity) }
-                @if replica.leading { ", the leader. " } @else { ", which stands by: the leader serves the fleet. " }
+                @if replica.leading { ", the leader. " } @else { ", a follower: it serves crawlers, the leader reconciles. " }
             }
             "Gateway since start: " (totals.requests) " requests, "
             (totals.upstream_errors) " upstream errors, " (totals.refused) " refused"

@@ -28,9 +28,9 @@
 //! not resolve), 503 (none available), 504 (the resolver did not answer).
 //! The refusals about the target carry an RFC 9209 `Proxy-Status` header.
 //!
-//! The gateway reads the same catalog as the discovery API, so it runs
-//! where that catalog is filled: in standalone mode, and on the leader in
-//! a cluster (see `docs/gateway.md`).
+//! The gateway reads the same catalog as the discovery API: the one
+//! process in standalone mode, every replica in a cluster, where sessions
+//! are shared through the lease store (see `docs/gateway.md`).
 
 use std::convert::Infallible;
 use std::fmt;

@@ -250,10 +250,11 @@ fn static_site() -> tempfile::TempDir {
     dir
 }
 
-/// The discovery Service selects the leader by a label on its pod: the
-/// leader sets it and serves a ready catalog; a standby is not ready.
+/// The leader labels its pod (so `kubectl get pods -l` names it), and
+/// every replica serves a ready catalog: the discovery Service sends to
+/// all of them (issue 46, item 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
+async fn the_leader_labels_its_pod_and_every_replica_is_ready() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-label").await;
@@ -273,14 +274,14 @@ async fn the_leader_labels_its_pod_and_only_its_api_is_ready() {
         wait_for(wait, || async { (readyz(&api_a).await == Some(200)).then_some(()) }).await;
     assert!(ready.is_some(), "the leader's catalog turns ready");
     let _b = start_as_pod(dir.path(), &namespace, "op-b", Some("op-b"), &api_b);
-    let up = wait_for(wait, || async { readyz(&api_b).await }).await;
-    assert_eq!(up, Some(503), "a standby serves the API but is not ready");
+    let up = wait_for(wait, || async { (readyz(&api_b).await == Some(200)).then_some(()) }).await;
+    assert!(up.is_some(), "a follower's catalog turns ready too");
     assert_eq!(leader_of("op-b").await, None);
     // The console says which replica serves it and whether it leads.
     let overview_a = overview(&api_a).await;
     assert!(overview_a.contains("<strong>op-a</strong>, the leader."), "{overview_a}");
     let overview_b = overview(&api_b).await;
-    assert!(overview_b.contains("<strong>op-b</strong>, which stands by"), "{overview_b}");
+    assert!(overview_b.contains("<strong>op-b</strong>, a follower"), "{overview_b}");
 
     drop(a);
     let labelled =
@@ -326,8 +327,8 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     .await;
     assert!(labelled.is_some(), "op-a leads and labels its pod");
     let _b = start_with_lease(dir.path(), &namespace, "op-b", Some("op-b"), &api_b, lease);
-    let standby = wait_for(wait, || async { readyz(&api_b).await }).await;
-    assert_eq!(standby, Some(503), "op-b is up as a standby");
+    let follower = wait_for(wait, || async { readyz(&api_b).await }).await;
+    assert!(follower.is_some(), "op-b is up as a follower");
 
     let exited = terminate(&mut a.0, Duration::from_secs(30)).await;
     let status = exited.expect("op-a exits after SIGTERM, inside a Pod's default grace period");
@@ -360,12 +361,12 @@ async fn through_gateway(gateway: &str, username: &str, url: &str) -> Option<(u1
     Some((response.status().as_u16(), proxy))
 }
 
-/// The gateway in a cluster: the leader sends requests through the
-/// Proxies' real tinyproxies, a standby answers 503, and a sticky session
-/// is kept in the API server, so the new leader sends it through the same
-/// proxy.
+/// The gateway in a cluster: every replica sends requests through the
+/// Proxies' real tinyproxies, and a sticky session is kept in the API
+/// server, so the follower sends it through the same proxy, before and
+/// after the leader goes (issue 46, item 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the_leader() {
+async fn every_replicas_gateway_routes_through_the_fleet_and_a_session_holds_across_them() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-gateway").await;
@@ -423,9 +424,20 @@ async fn the_leaders_gateway_routes_through_the_fleet_and_a_session_outlives_the
         .expect("the leader's gateway sends the request through a Proxy");
     assert!(!held.is_empty());
     assert_eq!(origin.seen().len(), 1, "the request reached the origin once");
+    // Sessions reach the store after a health round, off the request's
+    // path; from there every replica's table takes them.
+    let kv = ConfigMapKv::new(client.clone(), &namespace);
+    let stored = wait_for(wait, || async {
+        let entries = kv.list(proxyfleet_fleet::leases::SCOPE, "").await.ok()?;
+        let value =
+            |e: &proxyfleet_core::kv::KvEntry| String::from_utf8_lossy(&e.value).into_owned();
+        entries.iter().any(|e| value(e).contains("session-keep-me")).then_some(())
+    })
+    .await;
+    assert!(stored.is_some(), "the session is in the store");
     let _b = start_gateway("gw-b", &gateway_b);
-    let standby = wait_for(wait, || async { through_gateway(&gateway_b, "", &url).await }).await;
-    assert_eq!(standby.map(|(status, _)| status), Some(503), "a standby's gateway does not serve");
+    let follower = served(gateway_b.clone()).await.expect("the follower's gateway serves");
+    assert_eq!(follower, held, "the session kept its proxy on the other replica");
 
     drop(a);
     let after = served(gateway_b.clone()).await.expect("the new leader's gateway serves");

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Pod, Secret, Service};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use proxyfleet_kube::crd::{Condition, Proxy, ProxyPool};
@@ -603,12 +603,81 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     handed.dedup();
     assert_eq!(handed.len(), 3, "round robin hands out each proxy once: {handed:?}");
 
-    // The console through the Service: read-only (no tokens), the leader
-    // serving; the Proxies page stays open from here on.
+    // Issue 46, item 1: both replicas serve and are ready, leader or not,
+    // and the Service sends to both; leases granted through either hold on
+    // the other, so the three proxies go out exclusively once in all.
+    let replicas: Vec<String> = running
+        .items
+        .iter()
+        .filter_map(|pod| pod.status.as_ref()?.pod_ip.clone())
+        .map(|ip| format!("http://{ip}:8480"))
+        .collect();
+    assert_eq!(replicas.len(), 2, "both replicas have a pod IP");
+    for replica in &replicas {
+        let ready =
+            wait_for(wait, || async { (get(replica, "/readyz").await?.0 == 200).then_some(()) })
+                .await;
+        assert!(ready.is_some(), "{replica} is ready, leader or not");
+    }
+    let endpoints = wait_for(wait, || async {
+        let endpoints = Api::<Endpoints>::namespaced(client.clone(), NAMESPACE);
+        let ready: usize = endpoints
+            .get(RELEASE)
+            .await
+            .ok()?
+            .subsets?
+            .iter()
+            .map(|subset| subset.addresses.as_ref().map_or(0, Vec::len))
+            .sum();
+        (ready == 2).then_some(ready)
+    })
+    .await;
+    assert_eq!(endpoints, Some(2), "the API Service sends to both replicas");
+    let lease = |replica: &str| {
+        let replica = replica.to_owned();
+        async move {
+            let body = r#"{"exclusive": true, "ttlSeconds": 120}"#;
+            let method = http::Method::POST;
+            proxyfleet_fleet::client::call(&replica, method, "/v1/leases", Some(body), None)
+                .await
+                .expect("the replica answers")
+        }
+    };
+    let mut leased = Vec::new();
+    for turn in 0..3 {
+        let (status, body) = lease(&replicas[turn % 2]).await;
+        assert_eq!(status, 200, "lease {turn}: {body}");
+        let granted: serde_json::Value = serde_json::from_str(&body).unwrap();
+        leased.push((granted["id"].as_str().unwrap().to_owned(), granted["proxyId"].clone()));
+    }
+    let mut proxies_leased: Vec<String> = leased.iter().map(|(_, p)| p.to_string()).collect();
+    proxies_leased.sort();
+    proxies_leased.dedup();
+    assert_eq!(proxies_leased.len(), 3, "no proxy leased twice across replicas: {leased:?}");
+    for replica in &replicas {
+        let (status, body) = lease(replica).await;
+        assert_eq!(status, 503, "every proxy is held, whichever replica is asked: {body}");
+    }
+    for (turn, (id, _)) in leased.iter().enumerate() {
+        // Released through the replica that did not grant it.
+        let path = format!("/v1/leases/{id}");
+        let replica = &replicas[(turn + 1) % 2];
+        let (status, body) =
+            proxyfleet_fleet::client::call(replica, http::Method::DELETE, &path, None, None)
+                .await
+                .expect("the replica answers");
+        assert!(status < 300, "release of {id} through the other replica: {status} {body}");
+    }
+    eprintln!("both replicas ready and behind the Service; leases shared between them");
+
+    // The console through the Service: read-only (no tokens), served by
+    // either replica; the Proxies page stays open from here on.
+    #[cfg(feature = "browser")]
+    let mut replica_names: Vec<String> = running.items.iter().map(|pod| pod.name_any()).collect();
     #[cfg(feature = "browser")]
     let console = {
         let console = console::Console::open(service_ip.parse().unwrap(), &api).await;
-        console.overview_served_by_the_leader(&leader, 3).await;
+        console.overview_served_by_a_replica(&replica_names, 3).await;
         console.providers_show_the_pull(&plugin).await;
         console.refuses_a_forged_post();
         console.proxies_read_only(3).await;
@@ -655,7 +724,10 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     {
         console.proxies_follow(5).await;
         eprintln!("console: the page opened before the takeover shows the 5 Proxies, not reloaded");
-        console.overview_served_by_the_leader(&successor, 5).await;
+        // The deleted leader's pod was replaced by one of a new name.
+        let pods = operator_pods.list(&Default::default()).await.unwrap();
+        replica_names.extend(pods.items.iter().map(|pod| pod.name_any()));
+        console.overview_served_by_a_replica(&replica_names, 5).await;
         console.close().await;
     }
     scale(2).await;

@@ -4,8 +4,8 @@
 //! replicas. The install has no API tokens, so the console is read-only.
 //!
 //! One page stays open across the leader's deletion and a scale-up: its
-//! live stream reconnects to the replica that takes over, and the page
-//! shows the new Proxies without a reload.
+//! live stream reconnects to a replica still serving, and the page shows
+//! the new Proxies without a reload.
 
 use std::net::IpAddr;
 use std::process::Command;
@@ -41,15 +41,17 @@ impl Console {
         assert!(serious.is_empty(), "{page} (in the cluster): {serious:#?}");
     }
 
-    /// The overview names the replica that served it, and that it leads:
-    /// the Service sends only to the leader.
-    pub async fn overview_served_by_the_leader(&self, leader: &str, healthy: usize) {
+    /// The overview names the replica that served it (one of `replicas`:
+    /// the Service sends to every ready replica, leader or not).
+    pub async fn overview_served_by_a_replica(&self, replicas: &[String], healthy: usize) {
         self.goto("/ui/").await;
         self.browser.wait_for_text("h1", |text| text == "Overview", WAIT).await;
         self.browser
             .wait_for_text(
                 "#replica",
-                |text| text.contains(&format!("Served by replica {leader}, the leader.")),
+                |text| {
+                    replicas.iter().any(|name| text.contains(&format!("Served by replica {name},")))
+                },
                 WAIT,
             )
             .await;
