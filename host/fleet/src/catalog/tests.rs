@@ -314,7 +314,11 @@ async fn two_replicas_over_one_store_never_lease_a_proxy_exclusively_twice() {
     b.release(&from_a.id).await.unwrap();
     assert!(matches!(a.renew(&from_a.id, None).await, Err(CatalogError::NoLease(_))));
     a.sync_leases().await;
-    assert_eq!(a.leases(), [from_b.clone()], "a's table follows the store after a round");
+    assert_eq!(
+        a.leases(),
+        std::slice::from_ref(&from_b),
+        "a's table follows the store after a round"
+    );
     // Shared leases coexist across replicas; an exclusive one then does not.
     let shared = a.lease(&any, None, false, None).await.unwrap();
     assert_eq!(shared.proxy_id, from_a.proxy_id);
