@@ -588,7 +588,9 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     assert!(checks >= 2, "each replica checked the build's signature ({checks} checks)");
     let origin = origin(node.var("KUBE_NODE_IP")).await;
     let page = format!("http://{origin}/hello.txt");
-    let mut handed = Vec::new();
+    // The Service sends each request to either replica, each with its own
+    // round-robin turn: every proxy handed out works; that one replica
+    // hands out each proxy once in three is checked below.
     for _ in 0..3 {
         let (status, proxy) =
             get(&api, "/v1/proxies/next?format=url").await.expect("the Service answers");
@@ -597,15 +599,12 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         let body =
             curl_through(&proxy, &page).unwrap_or_else(|err| panic!("through {proxy}: {err}"));
         assert!(body.contains("hello from the origin"), "{body}");
-        handed.push(proxy);
     }
-    handed.sort();
-    handed.dedup();
-    assert_eq!(handed.len(), 3, "round robin hands out each proxy once: {handed:?}");
 
     // Issue 46, item 1: both replicas serve and are ready, leader or not,
-    // and the Service sends to both; leases granted through either hold on
-    // the other, so the three proxies go out exclusively once in all.
+    // and the Service sends to both. (Leases shared between replicas are
+    // tested in the cluster tier: this install has no API tokens, so its
+    // API refuses writes.)
     let replicas: Vec<String> = running
         .items
         .iter()
@@ -633,42 +632,24 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     })
     .await;
     assert_eq!(endpoints, Some(2), "the API Service sends to both replicas");
-    let lease = |replica: &str| {
-        let replica = replica.to_owned();
-        async move {
-            let body = r#"{"exclusive": true, "ttlSeconds": 120}"#;
-            let method = http::Method::POST;
-            proxyfleet_fleet::client::call(&replica, method, "/v1/leases", Some(body), None)
-                .await
-                .expect("the replica answers")
-        }
-    };
-    let mut leased = Vec::new();
-    for turn in 0..3 {
-        let (status, body) = lease(&replicas[turn % 2]).await;
-        assert_eq!(status, 200, "lease {turn}: {body}");
-        let granted: serde_json::Value = serde_json::from_str(&body).unwrap();
-        leased.push((granted["id"].as_str().unwrap().to_owned(), granted["proxyId"].clone()));
-    }
-    let mut proxies_leased: Vec<String> = leased.iter().map(|(_, p)| p.to_string()).collect();
-    proxies_leased.sort();
-    proxies_leased.dedup();
-    assert_eq!(proxies_leased.len(), 3, "no proxy leased twice across replicas: {leased:?}");
     for replica in &replicas {
-        let (status, body) = lease(replica).await;
-        assert_eq!(status, 503, "every proxy is held, whichever replica is asked: {body}");
+        // Each replica's verdicts are its own: once it has probed all
+        // three healthy, three turns hand out each proxy once.
+        let spread = wait_for(wait, || async {
+            let mut handed = Vec::new();
+            for _ in 0..3 {
+                let (status, proxy) = get(replica, "/v1/proxies/next?format=url").await?;
+                (status == 200).then_some(())?;
+                handed.push(proxy.trim().to_owned());
+            }
+            handed.sort();
+            handed.dedup();
+            (handed.len() == 3).then_some(handed)
+        })
+        .await;
+        assert!(spread.is_some(), "{replica}: round robin hands out each of 3 proxies once");
     }
-    for (turn, (id, _)) in leased.iter().enumerate() {
-        // Released through the replica that did not grant it.
-        let path = format!("/v1/leases/{id}");
-        let replica = &replicas[(turn + 1) % 2];
-        let (status, body) =
-            proxyfleet_fleet::client::call(replica, http::Method::DELETE, &path, None, None)
-                .await
-                .expect("the replica answers");
-        assert!(status < 300, "release of {id} through the other replica: {status} {body}");
-    }
-    eprintln!("both replicas ready and behind the Service; leases shared between them");
+    eprintln!("both replicas ready, behind the Service, each handing out the 3 proxies");
 
     // The console through the Service: read-only (no tokens), served by
     // either replica; the Proxies page stays open from here on.
