@@ -612,7 +612,17 @@ impl Fleet {
                 view.by_pool.entry(pool.clone()).or_default().push(index);
             }
         }
-        view.cursors = view.by_pool.keys().map(|k| (k.clone(), AtomicUsize::new(0))).collect();
+        // Round robin goes on where it was: a view is rebuilt whenever a
+        // member's conditions change, and a cursor started over at 0 handed
+        // the first proxy out again.
+        view.cursors = view
+            .by_pool
+            .keys()
+            .map(|k| {
+                let at = old.cursors.get(k).map_or(0, |c| c.load(Ordering::Relaxed));
+                (k.clone(), AtomicUsize::new(at))
+            })
+            .collect();
         self.view.store(Arc::new(view));
     }
 

@@ -268,6 +268,28 @@ async fn stored_ids(store: &dyn KvStore) -> Vec<String> {
     store.list(crate::leases::SCOPE, "").await.unwrap().into_iter().map(|e| e.key).collect()
 }
 
+/// The demo's crawler got the same proxy twice from round robin: a
+/// member's conditions changed between its two requests, the view was
+/// rebuilt and its cursor started over at 0.
+#[test]
+fn regression_round_robin_goes_on_across_a_rebuild_of_the_view() {
+    let members: Vec<Member> = (1..=2).map(|n| MemberBuilder::new(n).build()).collect();
+    let fleet = fleet_with(members.clone(), FleetSettings::default());
+    let any = Selector::default();
+    let first = fleet.next(&any, Some(Strategy::RoundRobin)).unwrap().0;
+    let mut changed = members[0].clone();
+    changed.conditions = vec![proxyfleet_core::proxy::Condition {
+        kind: proxyfleet_core::proxy::ConditionType::Provisioned,
+        status: proxyfleet_core::proxy::ConditionStatus::True,
+        reason: "Created".into(),
+        message: String::new(),
+        last_transition_time: 1,
+    }];
+    fleet.update(vec![changed], Vec::new());
+    let second = fleet.next(&any, Some(Strategy::RoundRobin)).unwrap().0;
+    assert_ne!(first, second, "the next turn, not the first proxy again");
+}
+
 #[tokio::test]
 async fn regression_a_restart_keeps_discovery_leases() {
     let store = Arc::new(Flaky::default());
