@@ -391,15 +391,35 @@ pub fn kube_state_dir() -> PathBuf {
     })
 }
 
+/// A client for the current CRD-only API server (`apiextensions-apiserver`
+/// 1.36 or later) that `deploy/dev/current-apiserver/start.sh` runs on
+/// loopback, as its admin. It serves no core API: see
+/// [`kube_unique_namespace`].
+///
+/// # Panics
+/// When the server has not been started.
+pub async fn kube_current_client() -> kube::Client {
+    let state = std::env::var_os("PROXYFLEET_KUBE_CURRENT_STATE").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/proxyfleet/kube-current/state")
+        },
+        PathBuf::from,
+    );
+    kube_client_at(&state.join("kubeconfig"), "deploy/dev/current-apiserver/start.sh").await
+}
+
 async fn kube_client_from(file: &str) -> kube::Client {
-    let kubeconfig = kube_state_dir().join(file);
+    kube_client_at(&kube_state_dir().join(file), "deploy/dev/kube-apiserver/start.sh").await
+}
+
+async fn kube_client_at(kubeconfig: &Path, start: &str) -> kube::Client {
     assert!(
         kubeconfig.is_file(),
-        "{} is missing: start the test API server with deploy/dev/kube-apiserver/start.sh \
-         (the README's test command does)",
+        "{} is missing: start the test API server with {start} (the README's test command does)",
         kubeconfig.display()
     );
-    let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig).expect("readable kubeconfig");
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("readable kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -412,7 +432,7 @@ async fn kube_client_from(file: &str) -> kube::Client {
 /// Creates a namespace with a unique name for one test.
 pub async fn kube_test_namespace(client: &kube::Client, prefix: &str) -> String {
     use k8s_openapi::api::core::v1::Namespace;
-    let name = format!("{prefix}-{}", std::process::id() ^ rand_suffix());
+    let name = kube_unique_namespace(prefix);
     let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
     let namespace: Namespace =
         serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))
@@ -422,6 +442,13 @@ pub async fn kube_test_namespace(client: &kube::Client, prefix: &str) -> String 
         .await
         .expect("create namespace");
     name
+}
+
+/// A unique namespace name for one test, not created: on a server without
+/// the Namespace API (the current CRD-only one, whose namespace admission
+/// is off) custom resources live in any namespace named.
+pub fn kube_unique_namespace(prefix: &str) -> String {
+    format!("{prefix}-{}", std::process::id() ^ rand_suffix())
 }
 
 fn rand_suffix() -> u32 {
@@ -441,14 +468,17 @@ pub fn kube_pool(replicas: u32) -> proxyfleet_kube::crd::ProxyPool {
     .expect("a valid ProxyPool")
 }
 
-/// Installs (server-side applies) the Proxy and ProxyPool CRDs and waits
-/// until the API server serves them.
+/// Installs (server-side applies) the CRDs, as this server takes them, and
+/// waits until the API server serves them.
 pub async fn kube_install_crds(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::ResourceExt as _;
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     let params = kube::api::PatchParams::apply("proxyfleet-tests").force();
-    for crd in proxyfleet_kube::crd::crds() {
+    // A server before 1.25 refuses the CEL rules: it gets the CRDs without.
+    let info = client.apiserver_version().await.expect("the API server's version");
+    let version = proxyfleet_kube::kube_version::KubeVersion::of_server(&info);
+    for crd in proxyfleet_kube::kube_version::crds_for(proxyfleet_kube::crd::crds(), version) {
         let name = crd.name_any();
         crds.patch(&name, &params, &kube::api::Patch::Apply(&crd))
             .await
@@ -489,20 +519,22 @@ where
 /// in-process over one namespace, as `client`, with the built plugins and
 /// the ConfigMap store. Stop it with [`Controllers::stop`].
 #[derive(Debug)]
-pub struct Controllers {
+pub struct Controllers<K: proxyfleet_core::kv::KvStore + 'static = proxyfleet_kube::kv::ConfigMapKv>
+{
     /// The plugins' store the controllers use.
-    pub kv: Arc<proxyfleet_kube::kv::ConfigMapKv>,
+    pub kv: Arc<K>,
     /// Their provider entries.
     pub registry: Arc<Registry>,
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// The store's watch, which runs until aborted.
-    follow: tokio::task::JoinHandle<()>,
+    follow: Option<tokio::task::JoinHandle<()>>,
     _plugins: tempfile::TempDir,
 }
 
 impl Controllers {
-    /// Starts them; `providers` is a providers file served by `static`.
+    /// Starts them with the plugins' store in ConfigMaps, as in a cluster;
+    /// `providers` is a providers file served by `static`.
     pub async fn start(
         client: &kube::Client,
         namespace: &str,
@@ -510,11 +542,41 @@ impl Controllers {
         policy: proxyfleet_core::reconcile::Policy,
         with_pools: bool,
     ) -> Self {
+        let (kv, follow) = proxyfleet_kube::kv::ConfigMapKv::watched(client.clone(), namespace);
+        let follow = tokio::spawn(follow);
+        Controllers::start_on(client, namespace, providers, policy, with_pools, kv, Some(follow))
+            .await
+    }
+}
+
+impl Controllers<proxyfleet_core::kv::MemoryKv> {
+    /// Starts them with the plugins' store in memory: for an API server
+    /// without ConfigMaps (the current CRD-only one).
+    pub async fn start_in_memory(
+        client: &kube::Client,
+        namespace: &str,
+        providers: &str,
+        policy: proxyfleet_core::reconcile::Policy,
+        with_pools: bool,
+    ) -> Self {
+        let kv = proxyfleet_core::kv::MemoryKv::default();
+        Controllers::start_on(client, namespace, providers, policy, with_pools, kv, None).await
+    }
+}
+
+impl<K: proxyfleet_core::kv::KvStore + 'static> Controllers<K> {
+    async fn start_on(
+        client: &kube::Client,
+        namespace: &str,
+        providers: &str,
+        policy: proxyfleet_core::reconcile::Policy,
+        with_pools: bool,
+        kv: K,
+        follow: Option<tokio::task::JoinHandle<()>>,
+    ) -> Self {
         let plugins = tempfile::tempdir().expect("temp dir");
         std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).expect("copy plugin");
-        let (kv, follow) = proxyfleet_kube::kv::ConfigMapKv::watched(client.clone(), namespace);
         let kv = Arc::new(kv);
-        let follow = tokio::spawn(follow);
         let runtime = Runtime::new(RuntimeOptions::default()).expect("runtime");
         let config = ProvidersConfig::parse(providers).expect("valid providers file");
         let registry = Arc::new(
@@ -559,7 +621,9 @@ impl Controllers {
         for task in self.tasks {
             task.await.expect("controller task");
         }
-        self.follow.abort();
+        if let Some(follow) = self.follow {
+            follow.abort();
+        }
     }
 }
 

@@ -32,6 +32,12 @@ pub fn kube() -> Result<PathBuf> {
     overridable("PROXYFLEET_KUBE_CACHE", "kube")
 }
 
+/// The current CRD-only API server and its etcd
+/// (deploy/dev/current-apiserver/build.sh).
+pub fn kube_current() -> Result<PathBuf> {
+    overridable("PROXYFLEET_KUBE_CURRENT_CACHE", "kube-current")
+}
+
 /// The directory the environment variable `var` names, else `name` under
 /// [`root`].
 fn overridable(var: &str, name: &str) -> Result<PathBuf> {

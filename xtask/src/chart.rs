@@ -80,6 +80,8 @@ fn outputs() -> Vec<(&'static str, &'static str, Option<Vec<String>>)> {
 /// manifests must hold (`Ok`) or how `helm template` must refuse (`Err`).
 struct Case {
     what: &'static str,
+    /// `helm template --kube-version`; `None`: Helm's default (current).
+    kube: Option<&'static str>,
     set: &'static [&'static str],
     expect: std::result::Result<&'static [(&'static str, bool)], &'static str>,
 }
@@ -89,6 +91,7 @@ struct Case {
 const CASES: &[Case] = &[
     Case {
         what: "defaults: two replicas, a budget, spread over nodes",
+        kube: None,
         set: &[],
         expect: Ok(&[
             ("kind: PodDisruptionBudget", true),
@@ -106,12 +109,30 @@ const CASES: &[Case] = &[
         ]),
     },
     Case {
+        what: "CRDs for a server before 1.25, which refuses CEL rules",
+        kube: Some("1.20.2"),
+        set: &[],
+        expect: Ok(&[
+            ("\nkind: CustomResourceDefinition\n", true),
+            ("x-kubernetes-validations", false),
+            ("x-kubernetes-list-map-keys", true),
+        ]),
+    },
+    Case {
+        what: "CRDs for a current server carry their CEL rules",
+        kube: Some("1.36.4"),
+        set: &[],
+        expect: Ok(&[("x-kubernetes-validations", true)]),
+    },
+    Case {
         what: "CRDs left to the user (another installation has them, or kubectl applies them)",
+        kube: None,
         set: &["crds.enabled=false"],
         expect: Ok(&[("kind: CustomResourceDefinition", false)]),
     },
     Case {
         what: "CRDs that go with the release",
+        kube: None,
         set: &["crds.keep=false", "commonLabels.team=crawl"],
         expect: Ok(&[
             ("\nkind: CustomResourceDefinition\n", true),
@@ -121,11 +142,13 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "one replica: no budget, which would block every node drain",
+        kube: None,
         set: &["replicaCount=1"],
         expect: Ok(&[("kind: PodDisruptionBudget", false)]),
     },
     Case {
         what: "a ServiceAccount of the user's, with workload identity on the chart's",
+        kube: None,
         set: &["serviceAccount.create=false", "serviceAccount.name=ops-made"],
         expect: Ok(&[
             ("\nkind: ServiceAccount\n", false),
@@ -135,11 +158,13 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "serviceAccount.create=false needs a name",
+        kube: None,
         set: &["serviceAccount.create=false"],
         expect: Err("name the ServiceAccount to run as in serviceAccount.name"),
     },
     Case {
         what: "names, labels, priority, environment, volumes, service type",
+        kube: None,
         set: &[
             "fullnameOverride=fleet",
             "commonLabels.team=crawl",
@@ -166,6 +191,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "an affinity of the user's replaces the default",
+        kube: None,
         set: &[
             "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
         ],
@@ -173,6 +199,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "the alerts and the dashboard, with the runbooks where the user serves the docs",
+        kube: None,
         set: &[
             "metrics.prometheusRule.enabled=true",
             "metrics.prometheusRule.runbookBaseURL=https://docs.example.test/runbooks.html",
@@ -196,6 +223,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "no alerts, dashboard or per-upstream series unless asked for",
+        kube: None,
         set: &[],
         expect: Ok(&[
             ("kind: PrometheusRule", false),
@@ -208,6 +236,7 @@ const CASES: &[Case] = &[
     Case {
         what: "a NetworkPolicy: the API from one namespace, the gateway from anywhere, egress \
                to DNS, the API server and a provider",
+        kube: None,
         set: &[
             "networkPolicy.enabled=true",
             "networkPolicy.apiFrom[0].namespaceSelector.matchLabels.team=crawl",
@@ -234,17 +263,20 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "no NetworkPolicy unless asked for",
+        kube: None,
         set: &[],
         expect: Ok(&[("kind: NetworkPolicy", false)]),
     },
     Case {
         what: "a NetworkPolicy needs the API server's addresses",
+        kube: None,
         set: &["networkPolicy.enabled=true"],
         expect: Err("networkPolicy.apiServer.cidrs"),
     },
     Case {
         what: "the helm test hook: the API Service's /readyz and proxy list, with a token \
                when the API has tokens",
+        kube: None,
         set: &["api.tokens.values={crawler-token}"],
         expect: Ok(&[
             ("helm.sh/hook: test", true),
@@ -256,6 +288,7 @@ const CASES: &[Case] = &[
     Case {
         what: "a misspelt key of a provider entry is refused at helm template, not in a \
                crash-looping pod (the schema is the providers file's own)",
+        kube: None,
         set: &[
             "providers.providers[0].name=lab",
             "providers.providers[0].plugin=static",
@@ -265,6 +298,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "a provider entry the operator reads renders",
+        kube: None,
         set: &[
             "providers.providers[0].name=lab",
             "providers.providers[0].plugin=static",
@@ -275,6 +309,7 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "a misspelt knob is refused by the schema",
+        kube: None,
         set: &["serviceAcount.create=false"],
         expect: Err("serviceAcount"),
     },
@@ -285,6 +320,9 @@ fn cases(repo: &Repo, helm: &std::path::Path) -> Result<()> {
     for case in CASES {
         let mut template = Command::new(helm);
         template.args(["template", RELEASE]).arg(chart(repo)).args(["--namespace", NAMESPACE]);
+        if let Some(version) = case.kube {
+            template.args(["--kube-version", version]);
+        }
         for set in case.set {
             template.args(["--set", set]);
         }

@@ -472,6 +472,39 @@ fn kube(installer: &Installer, rows: &mut Vec<Row>) -> Result<()> {
     for need in packages::kube().into_iter().chain(packages::node()) {
         rows.push(package_row("kubernetes", &need, installer));
     }
+    current_server(installer, rows)
+}
+
+/// The current CRD-only API server, built from sid's packages.
+fn current_server(installer: &Installer, rows: &mut Vec<Row>) -> Result<()> {
+    let bin = cache::kube_current()?.join("bin");
+    let stamp = std::fs::read_to_string(bin.join(".build-stamp")).unwrap_or_default();
+    let field =
+        |key: &str| stamp.lines().find_map(|line| line.strip_prefix(key)).unwrap_or("").to_owned();
+    for (binary, key) in [("apiextensions-apiserver", "server="), ("etcd", "etcd=")] {
+        let path = bin.join(binary);
+        let built = field(key);
+        let (version, from) = match built.split_once(" (") {
+            Some((version, from)) => (version.to_owned(), from.trim_end_matches(')').to_owned()),
+            None => (built.clone(), "Debian sid".to_owned()),
+        };
+        rows.push(Row {
+            area: "kubernetes",
+            item: format!("{binary} (current)"),
+            version,
+            from,
+            status: if path.is_file() && !built.is_empty() {
+                Status::Ok
+            } else if installer.root {
+                Status::Installs(
+                    "not built: the test command builds it from Debian sid's packages (about 6 min)"
+                        .to_owned(),
+                )
+            } else {
+                Status::Blocked("not built, and building it needs root".to_owned())
+            },
+        });
+    }
     Ok(())
 }
 

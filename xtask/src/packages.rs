@@ -38,6 +38,10 @@ pub fn tests() -> Vec<Need> {
         Need::at_least("chromium-driver", chromium(), "security"),
         // promtool checks the alerts and runs their unit tests.
         Need::any("prometheus"),
+        // The current API server's build checks sid's packages with it
+        // (deploy/dev/current-apiserver/build.sh).
+        Need::any("debian-archive-keyring"),
+        Need::any("openssl"),
     ]);
     needs
 }

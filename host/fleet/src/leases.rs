@@ -253,8 +253,10 @@ impl Leases {
     }
 
     /// Replaces the table with the leases read from the store, keeping
-    /// those the store may not hold yet as they are here.
-    pub(crate) fn refresh(&mut self, stored: Vec<(String, Lease)>) {
+    /// those the store may not hold yet as they are here; whether a viewer
+    /// sees another table.
+    pub(crate) fn refresh(&mut self, stored: Vec<(String, Lease)>) -> bool {
+        let before = self.views();
         let local: Vec<(String, Lease)> = self.unwritten();
         let granted = self.granted;
         *self = Self { granted, ..Self::default() };
@@ -264,6 +266,7 @@ impl Leases {
         for (id, lease) in local {
             self.insert_local(id, lease);
         }
+        self.views() != before
     }
 }
 
@@ -487,13 +490,20 @@ mod tests {
             ("elsewhere".to_owned(), lease("p", true, Duration::from_secs(10), now)),
             ("session-s".to_owned(), lease("p", false, Duration::from_secs(5), now)),
         ];
-        leases.refresh(stored);
+        assert!(leases.refresh(stored.clone()), "the table moved");
         let ids: Vec<String> = leases.views().into_iter().map(|v| v.id).collect();
         assert_eq!(ids, ["elsewhere", "session-s"]);
         assert_eq!(leases.view("session-s").unwrap().proxy_id, "q", "the table's own copy");
         assert_eq!(leases.unwritten().len(), 1);
         leases.written("session-s");
         assert!(leases.unwritten().is_empty());
+        // The session is written now: the next load has it where it is,
+        // which viewers need not hear of; a renewal elsewhere they do.
+        let session = |ttl| ("session-s".to_owned(), lease("q", false, ttl, now));
+        let same = vec![stored[0].clone(), session(Duration::from_secs(10))];
+        assert!(!leases.refresh(same), "the same leases: no change for the viewers");
+        let renewed = vec![stored[0].clone(), session(Duration::from_secs(20))];
+        assert!(leases.refresh(renewed), "a renewal by another replica moved an end");
     }
 
     #[tokio::test]

@@ -165,10 +165,10 @@ pub async fn run(
         .predicate_filter(spec_or_finalizers, PredicateConfig::default());
     let controller = Controller::for_stream(changes, reader);
     let cached = controller.store();
-    let controller = controller
-        .watches_stream(crate::secrets::changes(&context.client, namespace), move |secret| {
-            crate::secrets::proxies_naming(&cached, &secret)
-        });
+    let controller = controller.watches_stream(
+        crate::secrets::changes(&context.client, namespace).map(Ok),
+        move |secret| crate::secrets::proxies_naming(&cached, &secret),
+    );
     // The fleet services publish the Proxies and probe them on every
     // replica (`crate::fleet_services`); the leader's passes write the
     // verdicts that changed.

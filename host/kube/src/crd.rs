@@ -10,6 +10,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::kube_version::KubeVersion;
+
 /// The field manager of everything proxyfleet writes, and the name it
 /// reports Events as.
 pub const MANAGER: &str = "proxyfleet";
@@ -282,6 +284,14 @@ pub struct ProxyStatus {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+// What OpenAPI cannot say, as CEL rules: enforced by Kubernetes 1.25 and
+// later, left out of the CRDs for older servers (`kube_version`).
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.minAvailable) || self.minAvailable <= self.replicas",
+    "message": "must not be more than spec.replicas; to scale below it, lower spec.minAvailable first",
+    "fieldPath": ".minAvailable",
+    "reason": "FieldValueInvalid",
+}]))]
 pub struct ProxyPoolSpec {
     /// Proxies wanted.
     #[schemars(range(min = 0, max = 10000))]
@@ -289,8 +299,11 @@ pub struct ProxyPoolSpec {
     /// The Proxies to make.
     pub template: ProxyTemplate,
     /// Spread over several provider entries by weight; when empty the
-    /// template's provider is used.
+    /// template's provider is used. Each entry appears once.
     #[serde(default)]
+    // A map keyed by name: the API server refuses an entry named twice (on
+    // every version), and server-side apply merges entries by name.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub providers: Vec<WeightedProvider>,
     /// Proxies older than this (e.g. `24h`) are replaced one at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,8 +327,13 @@ pub struct ProxyTemplate {
 /// Metadata of a pool's Proxies.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct TemplateMetadata {
-    /// Labels.
+    /// Labels; `proxyfleet.io/pool` is the pool's to set.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!('proxyfleet.io/pool' in self)",
+        "message": "proxyfleet.io/pool is set by the pool to its own name; remove it from the template's labels",
+        "reason": "FieldValueForbidden",
+    }]))]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -476,8 +494,10 @@ pub fn crds() -> [CustomResourceDefinition; 3] {
     })
 }
 
-/// Every CRD of [`crds`] as a multi-document YAML stream.
-pub fn crds_yaml() -> Result<String, yaml_serde::Error> {
-    let documents = crds().iter().map(yaml_serde::to_string).collect::<Result<Vec<_>, _>>()?;
+/// Every CRD of [`crds`] as a multi-document YAML stream, for a server of
+/// `version` (`None`: a current one; see [`crate::kube_version`]).
+pub fn crds_yaml(version: Option<KubeVersion>) -> Result<String, yaml_serde::Error> {
+    let crds = crate::kube_version::crds_for(crds(), version);
+    let documents = crds.iter().map(yaml_serde::to_string).collect::<Result<Vec<_>, _>>()?;
     Ok(documents.join("---\n"))
 }

@@ -14,8 +14,9 @@ use serde_json::Value;
 pub const FIX: &str = "apply the CRDs of this version: `helm upgrade` with the chart's \
                        crds.enabled (add --take-ownership once if the release does not own \
                        them yet), or `proxyfleet crd | kubectl apply --server-side \
-                       --force-conflicts -f -` (the same as deploy/kubernetes/crds.yaml); then \
-                       this replica goes on by itself";
+                       --force-conflicts -f -` (the same as deploy/kubernetes/crds.yaml; before \
+                       Kubernetes 1.25, `proxyfleet crd --kube-version 1.24`); then this replica \
+                       goes on by itself";
 
 /// Why the installed CRDs do not serve this build.
 #[derive(Debug, thiserror::Error)]

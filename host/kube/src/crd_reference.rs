@@ -9,6 +9,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
 };
 
+/// Which servers enforce a CEL rule (`crate::kube_version`).
+const CEL_SINCE: &str = "a CEL rule: Kubernetes 1.25 and later";
+
 /// The page for `crds`, in order.
 pub fn markdown(crds: &[CustomResourceDefinition]) -> String {
     let mut page = String::from(
@@ -74,6 +77,14 @@ fn resource(page: &mut String, crd: &CustomResourceDefinition) {
         if let Some(description) = &props.description {
             let _ = writeln!(page, "{}\n", one_line(description));
         }
+        for rule in props.x_kubernetes_validations.as_deref().unwrap_or_default() {
+            let field = rule.field_path.as_deref().unwrap_or_default();
+            let message = rule.message.as_deref().unwrap_or(&rule.rule);
+            let _ = writeln!(page, "- `{part}{field}` {} ({CEL_SINCE})", one_line(message));
+        }
+        if props.x_kubernetes_validations.as_ref().is_some_and(|rules| !rules.is_empty()) {
+            page.push('\n');
+        }
         let _ = writeln!(page, "| Field | Type | Description |\n| --- | --- | --- |");
         fields(page, part, props);
     }
@@ -93,6 +104,10 @@ fn fields(page: &mut String, path: &str, schema: &JSONSchemaProps) {
         let mut description = child.description.as_deref().map(one_line).unwrap_or_default();
         if required.iter().any(|r| r == name) {
             description = format!("**Required.** {description}");
+        }
+        for rule in child.x_kubernetes_validations.as_deref().unwrap_or_default() {
+            let message = rule.message.as_deref().unwrap_or(&rule.rule);
+            let _ = write!(description, " Refused: {} ({CEL_SINCE}).", one_line(message));
         }
         let _ = writeln!(page, "| `{here}` | {} | {} |", kind(child), escape(&description));
         fields(page, &here, child);

@@ -105,14 +105,13 @@ async fn read_credentials(
     loop {
         tokio::select! {
             changed = secrets.next() => match changed {
-                Some(Ok(secret)) => {
+                Some(secret) => {
                     for proxy in crate::secrets::proxies_naming(&store, &secret) {
                         if let Some(uid) = store.get(&proxy).and_then(|p| p.uid()) {
                             read.remove(&uid);
                         }
                     }
                 }
-                Some(Err(err)) => tracing::debug!("the watch of Proxies' Secrets failed; retrying: {err}"),
                 None => return,
             },
             _ = tick.tick() => {}

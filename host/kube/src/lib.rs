@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod events;
 pub mod fleet;
 pub mod fleet_services;
+pub mod kube_version;
 pub mod kv;
 pub mod lease;
 pub mod operate;

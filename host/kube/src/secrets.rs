@@ -19,11 +19,16 @@ use crate::crd::{PROXY_AUTH_SECRET_LABEL, Proxy, USER_DATA_SECRET_LABEL};
 
 /// Changed labelled Secrets in `namespace` (every namespace when `None`):
 /// each applied, deleted or newly listed one, once per resource version.
+///
+/// A failing watch (Secrets not readable there, or not served at all) is
+/// logged here and retried with backoff, and its errors go no further: in
+/// a controller's triggers each one held up the Proxies' own passes until
+/// the backoff ended (seconds per pass, measured).
 pub fn changes(
     client: &kube::Client,
     namespace: Option<&str>,
-) -> impl Stream<Item = Result<Secret, watcher::Error>> + Send + 'static {
-    let watch = |label: &str| {
+) -> impl Stream<Item = Secret> + Send + 'static {
+    let watch = |label: &'static str| {
         let api: Api<Secret> = match namespace {
             Some(namespace) => Api::namespaced(client.clone(), namespace),
             None => Api::all(client.clone()),
@@ -31,11 +36,24 @@ pub fn changes(
         watcher(api, watcher::Config::default().labels(&format!("{label}=true")))
             .default_backoff()
             .touched_objects()
+            .filter_map(move |changed| {
+                std::future::ready(match changed {
+                    Ok(secret) => Some(secret),
+                    Err(err) => {
+                        tracing::warn!(
+                            "cannot watch Secrets labelled {label}=true; retrying: {err}"
+                        );
+                        None
+                    }
+                })
+            })
     };
     futures::stream::select(watch(USER_DATA_SECRET_LABEL), watch(PROXY_AUTH_SECRET_LABEL))
+        .map(Ok::<_, watcher::Error>)
         // A watch that resumes after a break lists its Secrets again:
         // one that did not change meanwhile wakes nothing.
         .predicate_filter(predicates::resource_version, PredicateConfig::default())
+        .filter_map(|secret| std::future::ready(secret.ok()))
         .boxed()
 }
 

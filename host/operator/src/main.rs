@@ -96,6 +96,11 @@ enum Command {
         /// Prints their reference page (Markdown) instead.
         #[arg(long)]
         reference: bool,
+        /// The Kubernetes version they are for (`1.24`, `v1.30.2`); before
+        /// 1.25 they leave out their CEL rules, which such servers refuse.
+        /// Without it: for a current server.
+        #[arg(long, value_name = "MAJOR.MINOR", value_parser = kube_version)]
+        kube_version: Option<proxyfleet_kube::kube_version::KubeVersion>,
     },
     /// Runs on this machine without Kubernetes: Proxies from manifest
     /// files, state in an embedded database.
@@ -143,6 +148,11 @@ fn stall_after(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} is too short; use 10s or more (the default is 5m)"));
     }
     Ok(duration)
+}
+
+/// `crd --kube-version`: `MAJOR.MINOR`.
+fn kube_version(text: &str) -> Result<proxyfleet_kube::kube_version::KubeVersion, String> {
+    proxyfleet_kube::kube_version::KubeVersion::parse(text).map_err(|err| err.to_string())
 }
 
 /// `--installation-id`: a valid installation ID.
@@ -553,11 +563,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Probe { api, api_token_file, paths } => {
             api_call::probe(&api, &paths, api_token_file.as_deref()).await
         }
-        Command::Crd { reference: false } => {
-            print_text(&proxyfleet_kube::crd::crds_yaml()?);
+        Command::Crd { reference: false, kube_version } => {
+            print_text(&proxyfleet_kube::crd::crds_yaml(kube_version)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Crd { reference: true } => {
+        Command::Crd { reference: true, .. } => {
             print_text(&proxyfleet_kube::crd_reference::markdown(&proxyfleet_kube::crd::crds()));
             Ok(ExitCode::SUCCESS)
         }

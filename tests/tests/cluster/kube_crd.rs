@@ -1,10 +1,20 @@
 //! The generated CRDs against a real API server (Kubernetes 1.20 from
 //! `deploy/dev/kube-apiserver`): they install, default, validate, and
-//! serve the status and scale subresources.
+//! serve the status and scale subresources. Each check is a function of
+//! the client and namespace, which `current_server` runs against a current
+//! API server too.
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use proxyfleet_kube::crd::{Proxy, ProxyPool};
 use proxyfleet_tests::{kube_admin_client, kube_install_crds, kube_pool, kube_test_namespace};
+
+/// The 1.20 server's admin client, its CRDs installed, and a new namespace.
+async fn on_1_20(prefix: &str) -> (kube::Client, String) {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, prefix).await;
+    (client, namespace)
+}
 
 fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
     serde_json::from_value(serde_json::json!({
@@ -18,10 +28,15 @@ fn proxy(name: &str, spec: &serde_json::Value) -> Proxy {
 
 #[tokio::test]
 async fn proxies_are_defaulted_validated_and_have_a_status() {
-    let client = kube_admin_client().await;
-    kube_install_crds(&client).await;
-    let namespace = kube_test_namespace(&client, "pf-crd").await;
-    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let (client, namespace) = on_1_20("pf-crd").await;
+    proxies_are_defaulted_validated_and_have_a_status_on(&client, &namespace).await;
+}
+
+pub(crate) async fn proxies_are_defaulted_validated_and_have_a_status_on(
+    client: &kube::Client,
+    namespace: &str,
+) {
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), namespace);
 
     let created = proxies
         .create(
@@ -68,10 +83,12 @@ async fn proxies_are_defaulted_validated_and_have_a_status() {
 
 #[tokio::test]
 async fn pools_serve_the_scale_subresource() {
-    let client = kube_admin_client().await;
-    kube_install_crds(&client).await;
-    let namespace = kube_test_namespace(&client, "pf-scale").await;
-    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
+    let (client, namespace) = on_1_20("pf-scale").await;
+    pools_serve_the_scale_subresource_on(&client, &namespace).await;
+}
+
+pub(crate) async fn pools_serve_the_scale_subresource_on(client: &kube::Client, namespace: &str) {
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), namespace);
     pools.create(&PostParams::default(), &kube_pool(2)).await.unwrap();
     let scale = pools.get_scale("crawl").await.unwrap();
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
@@ -86,10 +103,15 @@ async fn pools_serve_the_scale_subresource() {
 /// refused naming the field.
 #[tokio::test]
 async fn pool_conditions_are_kept_merged_by_type_and_validated() {
-    let client = kube_admin_client().await;
-    kube_install_crds(&client).await;
-    let namespace = kube_test_namespace(&client, "pf-conditions").await;
-    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
+    let (client, namespace) = on_1_20("pf-conditions").await;
+    pool_conditions_are_kept_merged_by_type_and_validated_on(&client, &namespace).await;
+}
+
+pub(crate) async fn pool_conditions_are_kept_merged_by_type_and_validated_on(
+    client: &kube::Client,
+    namespace: &str,
+) {
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), namespace);
     pools.create(&PostParams::default(), &kube_pool(1)).await.unwrap();
     let condition = |type_: &str, status: &str| {
         serde_json::json!({
@@ -118,4 +140,29 @@ async fn pool_conditions_are_kept_merged_by_type_and_validated() {
     let err = pools.patch_status("crawl", &apply("proxyfleet"), &Patch::Apply(&bad)).await;
     let message = err.unwrap_err().to_string();
     assert!(message.contains("status.conditions"), "the field is named: {message}");
+}
+
+/// On 1.20, which takes no CEL rules, a provider entry named twice is still
+/// refused (the list is a map keyed by name); what the rules guard is
+/// accepted there (`current_server` checks the rules).
+#[tokio::test]
+async fn a_provider_entry_named_twice_is_refused_without_cel() {
+    let (client, namespace) = on_1_20("pf-rules").await;
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
+    let err = pools.create(&PostParams::default(), &pool_with_providers(&["lab", "lab"])).await;
+    let message = err.unwrap_err().to_string();
+    assert!(message.contains("spec.providers[1]") && message.contains("Duplicate"), "{message}");
+    let mut pool = kube_pool(1);
+    pool.spec.min_available = 2;
+    pools.create(&PostParams::default(), &pool).await.expect("1.20 enforces no CEL rule");
+}
+
+/// The pool `crawl` of one Proxy spread over `entries` (names as given).
+pub(crate) fn pool_with_providers(entries: &[&str]) -> ProxyPool {
+    let mut pool = kube_pool(1);
+    pool.spec.providers = entries
+        .iter()
+        .map(|name| proxyfleet_kube::crd::WeightedProvider { name: (*name).to_owned(), weight: 1 })
+        .collect();
+    pool
 }

@@ -13,7 +13,7 @@ use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };
 
-const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n";
+pub(crate) const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128', '192.0.2.3:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_keeps_its_members_at_the_wanted_number_and_spec() {
@@ -22,9 +22,14 @@ async fn a_pool_keeps_its_members_at_the_wanted_number_and_spec() {
     let namespace = kube_test_namespace(&client, "pf-pool").await;
     let controllers =
         Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), true).await;
+    a_pool_keeps_its_members_on(&client, &namespace).await;
+    controllers.stop().await;
+}
 
-    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), &namespace);
-    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+/// With both controllers running over `namespace` and [`PROVIDERS`].
+pub(crate) async fn a_pool_keeps_its_members_on(client: &kube::Client, namespace: &str) {
+    let pools: Api<ProxyPool> = Api::namespaced(client.clone(), namespace);
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), namespace);
     let manifest: ProxyPool = serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ProxyPool",
@@ -81,6 +86,4 @@ async fn a_pool_keeps_its_members_at_the_wanted_number_and_spec() {
     })
     .await;
     assert!(updated.is_some(), "members follow the template");
-
-    controllers.stop().await;
 }

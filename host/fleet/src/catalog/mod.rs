@@ -979,9 +979,22 @@ impl Fleet {
         if let Some(lease) = known {
             return Ok(lease);
         }
-        if self.lease_store.is_some() {
-            self.refresh_leases().await?;
-            let known = self.holds().leases.live(lease_id, Instant::now()).cloned();
+        if let Some(store) = &self.lease_store {
+            // Granted by another replica since this table last followed the
+            // store: a read is enough (writing sessions and tidying wait for
+            // the round's refresh, so unknown IDs cost no writes).
+            let loaded = store
+                .load(unix_now(), Instant::now())
+                .await
+                .map_err(|err| CatalogError::StoreUnavailable(err.to_string()))?;
+            let (moved, known) = {
+                let mut holds = self.holds();
+                let moved = holds.leases.refresh(loaded.live);
+                (moved, holds.leases.live(lease_id, Instant::now()).cloned())
+            };
+            if moved {
+                self.changed();
+            }
             if let Some(lease) = known {
                 return Ok(lease);
             }
@@ -1030,12 +1043,12 @@ impl Fleet {
         let live = loaded.live.len();
         let stored_on: HashMap<String, String> =
             loaded.live.iter().map(|(id, lease)| (id.clone(), lease.proxy_id.clone())).collect();
-        let unwritten = {
+        let (mut moved, unwritten) = {
             let mut holds = self.holds();
             // Leases this table holds but the store may not keep their
             // copies here.
-            holds.leases.refresh(loaded.live);
-            holds.leases.unwritten()
+            let moved = holds.leases.refresh(loaded.live);
+            (moved, holds.leases.unwritten())
         };
         for (id, lease) in unwritten {
             // A grant under way writes its own lease.
@@ -1062,7 +1075,7 @@ impl Fleet {
                     true => holds.leases.written(&id),
                     // Another replica leased the proxy exclusively: the
                     // session's next request picks again.
-                    false => drop(holds.leases.remove(&id)),
+                    false => moved |= holds.leases.remove(&id).is_some(),
                 }
             }
         }
@@ -1071,7 +1084,11 @@ impl Fleet {
                 tracing::debug!(proxy = %proxy, "stored discovery leases not tidied yet: {err}");
             }
         }
-        self.changed();
+        // Every round refreshes: only a table that moved tells the viewers
+        // (the console fetches again on each change).
+        if moved {
+            self.changed();
+        }
         Ok(live)
     }
 

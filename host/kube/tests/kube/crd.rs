@@ -93,7 +93,7 @@ fn a_minimal_manifest_gets_the_defaults() {
 
 #[test]
 fn the_stream_holds_every_crd() {
-    let yaml = crds_yaml().unwrap();
+    let yaml = crds_yaml(None).unwrap();
     assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 3);
     assert!(yaml.contains("name: proxypools.proxyfleet.io"));
     assert!(yaml.contains("name: proxyproviders.proxyfleet.io"));
@@ -133,9 +133,74 @@ fn chart_crds_match_the_types() {
         .join("../../deploy/helm/proxyfleet/files/crds.yaml");
     let committed = std::fs::read_to_string(&path).unwrap();
     assert!(
-        committed == crds_yaml().unwrap(),
+        committed == crds_yaml(None).unwrap(),
         "{} is stale: run `proxyfleet crd > deploy/helm/proxyfleet/files/crds.yaml && cargo xtask render`",
         path.display()
+    );
+}
+
+/// The chart's CRDs for servers before 1.25 are the same without their
+/// CEL rules.
+#[test]
+fn chart_crds_for_older_servers_match_the_types() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/helm/proxyfleet/files/crds-before-1.25.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let version = proxyfleet_kube::kube_version::KubeVersion::parse("1.24").unwrap();
+    assert!(
+        committed == crds_yaml(Some(version)).unwrap(),
+        "{} is stale: run `proxyfleet crd --kube-version 1.24 > \
+         deploy/helm/proxyfleet/files/crds-before-1.25.yaml`",
+        path.display()
+    );
+}
+
+/// What OpenAPI cannot say about a pool is a CEL rule: `minAvailable` at
+/// most `replicas` (reported on `spec.minAvailable`), and the pool label
+/// left to the pool. Entries of `spec.providers` are keyed by name.
+#[test]
+fn the_pool_crd_carries_its_rules() {
+    let schema = schema_of(&ProxyPool::crd());
+    let spec = &schema["properties"]["spec"];
+    let rules = spec["x-kubernetes-validations"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["fieldPath"], ".minAvailable");
+    assert!(rules[0]["rule"].as_str().unwrap().contains("self.minAvailable <= self.replicas"));
+    let labels = &spec["properties"]["template"]["properties"]["metadata"]["properties"]["labels"];
+    let rule = labels["x-kubernetes-validations"][0]["rule"].as_str().unwrap();
+    assert!(rule.contains("'proxyfleet.io/pool' in self"), "{rule}");
+    let providers = &spec["properties"]["providers"];
+    assert_eq!(providers["x-kubernetes-list-type"], "map");
+    assert_eq!(providers["x-kubernetes-list-map-keys"], serde_json::json!(["name"]));
+}
+
+/// A server before 1.25 gets the CRDs without their CEL rules, and
+/// nothing else changes.
+#[test]
+fn the_crds_keep_their_rules_only_where_they_are_enforced() {
+    let has_rules = |crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition]| {
+        crds.iter().any(|crd| serde_json::to_string(crd).unwrap().contains(proxyfleet_kube::kube_version::RULES_KEY))
+    };
+    let all = proxyfleet_kube::crd::crds();
+    assert!(has_rules(&all), "the generated CRDs carry rules");
+    let old = proxyfleet_kube::kube_version::crds_for(
+        all.clone(),
+        Some(proxyfleet_kube::kube_version::KubeVersion::parse("1.20").unwrap()),
+    );
+    assert!(!has_rules(&old));
+    assert_eq!(old.len(), all.len());
+    assert_eq!(
+        serde_json::to_value(&old[0]).unwrap()["spec"]["names"],
+        serde_json::to_value(&all[0]).unwrap()["spec"]["names"],
+        "everything else stays"
+    );
+    assert!(has_rules(&proxyfleet_kube::kube_version::crds_for(
+        all.clone(),
+        Some(proxyfleet_kube::kube_version::KubeVersion::parse("1.25").unwrap())
+    )));
+    assert!(
+        has_rules(&proxyfleet_kube::kube_version::crds_for(all, None)),
+        "an unknown version gets them"
     );
 }
 
