@@ -497,7 +497,7 @@ fn current_server(installer: &Installer, rows: &mut Vec<Row>) -> Result<()> {
                 Status::Ok
             } else if installer.root {
                 Status::Installs(
-                    "not built: the test command builds it from Debian sid's packages (about 6 min)"
+                    "not built: the test command builds it from Debian sid's packages (about 3 min)"
                         .to_owned(),
                 )
             } else {

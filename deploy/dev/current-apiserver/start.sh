@@ -49,15 +49,6 @@ chmod 700 "$STATE"
 exec 9>"$STATE/.start.lock"
 flock 9
 
-running_pid() {
-  local name="$1" exe="$2" pid
-  [[ -f "$STATE/$name.pid" ]] || return 1
-  pid="$(cat "$STATE/$name.pid" 2>/dev/null)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$exe")" ]] || return 1
-  echo "$pid"
-}
-port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # shellcheck source=SCRIPTDIR/../lib/procs.sh
 . "$HERE/../lib/procs.sh"
 

@@ -106,20 +106,7 @@ chmod 700 "$STATE"
 exec 9>"$STATE/.start.lock"
 flock 9
 
-# ---- helpers --------------------------------------------------------------------
-# pid of a component if its pid file names a live process running the expected binary
-running_pid() {
-  local name="$1" exe="$2" pid
-  [[ -f "$STATE/$name.pid" ]] || return 1
-  pid="$(cat "$STATE/$name.pid" 2>/dev/null)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$exe")" ]] || return 1
-  echo "$pid"
-}
-
-port_in_use() { (exec 3<>"/dev/tcp/${2:-$HOST}/$1") 2>/dev/null; }
-
-# start_proc and wait_for
+# ---- helpers: running_pid, port_in_use, start_proc and wait_for ----------------
 # shellcheck source=SCRIPTDIR/../lib/procs.sh
 . "$HERE/../lib/procs.sh"
 

@@ -1,8 +1,21 @@
 # Starting and waiting for the background processes of the dev clusters,
-# shared by ../kube-apiserver/start.sh and ../node/start.sh (sourced, not
-# run). Each caller defines STATE (where pid files and logs go), die, and
-# running_pid NAME EXE (the pid of a live NAME running EXE).
+# shared by ../kube-apiserver/start.sh, ../current-apiserver/start.sh and
+# ../node/start.sh (sourced, not run). Each caller defines STATE (where pid
+# files and logs go), die, and HOST (the address port_in_use asks by default).
 # shellcheck shell=bash
+
+# pid of a component if its pid file (in DIR, default $STATE) names a live
+# process running the expected binary
+running_pid() { # NAME EXE [DIR]
+  local name="$1" exe="$2" dir="${3:-$STATE}" pid
+  [[ -f "$dir/$name.pid" ]] || return 1
+  pid="$(cat "$dir/$name.pid" 2>/dev/null)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$exe")" ]] || return 1
+  echo "$pid"
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/${2:-$HOST}/$1") 2>/dev/null; } # PORT [HOST]
 
 # start NAME EXE ARGS...: detached (own session), log to $STATE/NAME.log
 start_proc() {
