@@ -1,6 +1,6 @@
 # Starting and waiting for the background processes of the dev clusters,
 # shared by ../kube-apiserver/start.sh, ../current-apiserver/start.sh and
-# ../node/start.sh (sourced, not run). Each caller defines STATE (where pid
+# ../node/lib.sh (sourced, not run). Each caller defines STATE (where pid
 # files and logs go), die, and HOST (the address port_in_use asks by default).
 # shellcheck shell=bash
 

@@ -101,16 +101,9 @@ API_SERVICE_IP="$(cidr_host "$SERVICE_CIDR" 1)"
 export NO_PROXY="${NO_PROXY:+$NO_PROXY,}$NODE_CIDR,$POD_CIDR,$SERVICE_CIDR"
 export no_proxy="${no_proxy:+$no_proxy,}$NODE_CIDR,$POD_CIDR,$SERVICE_CIDR"
 
-# pid of a component if its pid file (in DIR, default $STATE) names a live
-# process running the expected binary
-running_pid() {
-  local name="$1" exe="$2" dir="${3:-$STATE}" pid
-  [[ -f "$dir/$name.pid" ]] || return 1
-  pid="$(cat "$dir/$name.pid" 2>/dev/null)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$exe")" ]] || return 1
-  echo "$pid"
-}
+# running_pid NAME EXE [DIR] (and start_proc, wait_for, port_in_use)
+# shellcheck source=../lib/procs.sh
+. "$NODE_DIR/../lib/procs.sh"
 
 # A process that exited but is not reaped yet counts as gone.
 alive() { [[ -e "/proc/$1/exe" ]] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null; }

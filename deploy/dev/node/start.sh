@@ -182,9 +182,7 @@ EOF
   chmod 600 "$STATE/node.env.tmp"; mv -f "$STATE/node.env.tmp" "$STATE/node.env"
 }
 
-# ---- process helpers: start_proc, wait_for ------------------------------------------------
-# shellcheck source=SCRIPTDIR/../lib/procs.sh
-. "$NODE_DIR/../lib/procs.sh"
+# ---- process helpers (start_proc, wait_for: ../lib/procs.sh, through lib.sh) ---------------
 port_free() { ! (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 http_ok() { [[ "$(curl -fsS --max-time 3 "$1" 2>/dev/null)" == ok ]]; }
 
