@@ -11,18 +11,17 @@ use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_standalone::{Settings, Standalone, StateDb};
 
 /// Opens the state database at `state`, loads `providers` from
-/// `plugin_dir`, and returns the driver on them with each entry's
-/// concurrency set from its limits.
+/// `plugin_dir`, and returns the driver on them with the registry it
+/// serves (which a test may reconfigure).
 ///
 /// # Panics
 /// When the database, the runtime or the registry cannot be opened.
 pub async fn open(
-    mut settings: Settings,
+    settings: Settings,
     state: &Path,
     providers: &ProvidersConfig,
     plugin_dir: &Path,
-) -> Standalone {
-    settings.concurrency = providers.concurrency();
+) -> (Standalone, Arc<Registry>) {
     let state = StateDb::open(state, None).await.expect("the state database opens");
     let metrics = Arc::new(Metrics::new());
     let runtime = Runtime::new(RuntimeOptions {
@@ -34,5 +33,8 @@ pub async fn open(
     let registry = Registry::load(&runtime, providers, plugin_dir, state.kv())
         .await
         .expect("the providers load");
-    Standalone::new(settings, state, Arc::new(registry), metrics).expect("the installation opens")
+    let registry = Arc::new(registry);
+    let standalone = Standalone::new(settings, state, Arc::clone(&registry) as _, metrics)
+        .expect("the installation opens");
+    (standalone, registry)
 }

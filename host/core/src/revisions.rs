@@ -147,6 +147,10 @@ pub struct EntryRevisions {
     pub swaps: u64,
     /// Candidates refused since load, including those no longer listed.
     pub rejections: u64,
+    /// Why the entry's latest config edit was refused, while it serves the
+    /// config before it; `None` once a config is taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_refused: Option<String>,
     /// For an `oci://` plugin: what the last look at its registry found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pull: Option<PullStatus>,

@@ -105,6 +105,14 @@ pub trait ProviderSource: Send + Sync {
     /// the candidates refused, and the swap and refusal counts.
     fn revisions(&self) -> Vec<EntryRevisions>;
 
+    /// How many calls `entry`'s plugin may have open at once (its
+    /// `limits.concurrency`), as configured now; `None` when the source
+    /// does not say or has no such entry.
+    fn concurrency(&self, entry: &str) -> Option<usize> {
+        let _ = entry;
+        None
+    }
+
     /// [`ProviderSource::revisions`] of one entry; `None` when no entry has
     /// that name.
     fn revisions_of(&self, entry: &str) -> Option<EntryRevisions> {
@@ -182,6 +190,7 @@ impl ProviderSource for StaticSource {
                     unavailable,
                     swaps: 0,
                     rejections: 0,
+                    config_refused: None,
                     pull: None,
                     grants: Vec::new(),
                     config_schema: None,

@@ -10,9 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::reconcile::Policy;
+use proxyfleet_core::revisions::EntryRevisions;
 use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
 use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_fleet::Fleet;
@@ -253,6 +254,12 @@ pub async fn check_providers(
                     reason: candidate.reason,
                 })
                 .collect();
+            if let Some(reason) = revisions.config_refused {
+                status
+                    .issues
+                    .push(ProviderIssue { reason: "configRefused".into(), message: Some(reason) });
+                status.reason.get_or_insert_with(|| "configRefused".into());
+            }
         }
         status.last_success = if status.healthy {
             Some(now.to_string())
@@ -296,11 +303,24 @@ fn rfc3339(unix_seconds: u64) -> Option<String> {
 }
 
 /// Publishes an Event on an entry's ProxyProvider whenever its registry
-/// activates a revision or refuses a candidate, and keeps the swap metrics.
+/// activates a revision, refuses a candidate or refuses a config edit,
+/// deletes the ProxyProvider of an entry removed while running, and keeps
+/// the swap metrics.
 pub struct RevisionAnnouncer {
+    client: kube::Client,
     recorder: Recorder,
-    /// Entry → (swaps, rejections) already announced.
-    seen: HashMap<String, (u64, u64)>,
+    /// Entry → what was already announced of it.
+    seen: HashMap<String, Announced>,
+    /// Whether the first call, which only takes note, was made.
+    primed: bool,
+}
+
+/// What [`RevisionAnnouncer`] last saw of an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Announced {
+    swaps: u64,
+    rejections: u64,
+    config_refused: Option<String>,
 }
 
 impl std::fmt::Debug for RevisionAnnouncer {
@@ -314,17 +334,32 @@ impl RevisionAnnouncer {
     pub fn new(client: kube::Client, instance: String) -> Self {
         let reporter =
             Reporter { controller: crate::crd::MANAGER.to_owned(), instance: Some(instance) };
-        Self { recorder: Recorder::new(client, reporter), seen: HashMap::new() }
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            seen: HashMap::new(),
+            primed: false,
+        }
     }
 
     /// Announces what changed since the last call (the first call only
     /// takes note); returns whether anything did.
     pub async fn announce(&mut self, source: &dyn ProviderSource, metrics: &Metrics) -> bool {
-        let mut changed = false;
-        for entry in source.revisions() {
+        let primed = std::mem::replace(&mut self.primed, true);
+        let revisions = source.revisions();
+        let mut changed = self.forget_removed(&revisions).await;
+        for entry in revisions {
             metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
-            let now = (entry.swaps, entry.rejections);
-            let Some(before) = self.seen.insert(entry.entry.clone(), now) else { continue };
+            let now = Announced {
+                swaps: entry.swaps,
+                rejections: entry.rejections,
+                config_refused: entry.config_refused.clone(),
+            };
+            let Some(before) = self.seen.insert(entry.entry.clone(), now.clone()) else {
+                // An entry added while running is checked at once.
+                changed |= primed;
+                continue;
+            };
             if now == before {
                 continue;
             }
@@ -338,7 +373,7 @@ impl RevisionAnnouncer {
                 namespace: Some("default".to_owned()),
                 ..ObjectReference::default()
             };
-            if now.0 > before.0
+            if now.swaps > before.swaps
                 && let Some(active) = &entry.active
             {
                 let note = format!(
@@ -355,7 +390,7 @@ impl RevisionAnnouncer {
                 );
                 self.publish(&reference, EventType::Normal, "PluginActivated", note).await;
             }
-            if now.1 > before.1
+            if now.rejections > before.rejections
                 && let Some(rejected) = entry.rejected.last()
             {
                 let note = format!(
@@ -367,8 +402,45 @@ impl RevisionAnnouncer {
                 );
                 self.publish(&reference, EventType::Warning, "PluginRejected", note).await;
             }
+            if let Some(reason) = &now.config_refused
+                && before.config_refused.as_ref() != Some(reason)
+            {
+                let note = format!(
+                    "entry {} refused its new config and keeps serving the one before: {reason}",
+                    entry.entry
+                );
+                self.publish(&reference, EventType::Warning, "ConfigRefused", note).await;
+            }
         }
         changed
+    }
+
+    /// Deletes the ProxyProvider of each entry seen before and gone from
+    /// `revisions` (removed from the providers file while running); true
+    /// when there was one. Only entries this process saw are deleted, never
+    /// an object another installation writes.
+    async fn forget_removed(&mut self, revisions: &[EntryRevisions]) -> bool {
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|name| !revisions.iter().any(|entry| &entry.entry == *name))
+            .cloned()
+            .collect();
+        let api: Api<ProxyProvider> = Api::all(self.client.clone());
+        for name in &gone {
+            self.seen.remove(name);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::info!(entry = %name, "deleted the ProxyProvider of a removed entry")
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => tracing::warn!(
+                    entry = %name,
+                    "cannot delete the ProxyProvider of a removed entry: {err}"
+                ),
+            }
+        }
+        !gone.is_empty()
     }
 
     async fn publish(

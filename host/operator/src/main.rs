@@ -718,6 +718,25 @@ async fn validate(
     }
 }
 
+/// Follows the providers file the registry was loaded from
+/// ([`proxyfleet_runtime::providers_watch`]).
+fn follow_providers(
+    registry: &Arc<Registry>,
+    path: &std::path::Path,
+    loaded: &ProvidersConfig,
+    watchdog: Watchdog,
+) -> proxyfleet_runtime::providers_watch::ProvidersWatchHandle {
+    proxyfleet_runtime::providers_watch::follow_providers_file(
+        Arc::clone(registry),
+        path.to_owned(),
+        loaded,
+        proxyfleet_runtime::providers_watch::ProvidersWatchOptions {
+            watchdog: Some(watchdog),
+            ..Default::default()
+        },
+    )
+}
+
 /// Reads the providers file, and logs the settings in it that are valid
 /// but work against each other.
 fn load_providers(path: &std::path::Path) -> anyhow::Result<ProvidersConfig> {
@@ -883,11 +902,14 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         }),
         stop.clone(),
     );
-    // Every replica swaps plugins, so a new leader serves the same revision.
+    // Every replica swaps plugins and follows the providers file (a
+    // mounted ConfigMap), so a new leader serves the same revisions and
+    // entries.
     let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions {
-        watchdog: Some(watchdog),
+        watchdog: Some(watchdog.clone()),
         ..Default::default()
     });
+    let _providers_watch = follow_providers(&registry, &args.setup.providers, &providers, watchdog);
     let _follower = registry.follow(args.setup.follow_options());
     // A process that died leading left the label on its pod; started again
     // in that pod it is a follower until it wins the Lease, and the label
@@ -980,7 +1002,6 @@ async fn serve_metrics(
 async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
     let providers = load_providers(&args.setup.providers)?;
     let mut settings = Settings::new(args.proxies);
-    settings.concurrency = providers.concurrency();
     settings.gc_dry_run = args.housekeeping.gc_dry_run;
     settings.gc_min_age = args.housekeeping.gc_min_age;
     settings.gc_interval = args.housekeeping.gc_interval;
@@ -1034,12 +1055,14 @@ async fn standalone(args: StandaloneArgs) -> anyhow::Result<ExitCode> {
         stop.clone(),
     );
     // A new plugin file in the directory, or a new build behind an
-    // `oci://` plugin's tag, is admitted and swapped in while everything
-    // keeps running.
+    // `oci://` plugin's tag, is admitted and swapped in, and an entry
+    // added to, edited in or removed from the providers file takes effect,
+    // while everything keeps running.
     let _watcher = registry.watch(proxyfleet_runtime::watch::WatchOptions {
-        watchdog: Some(watchdog),
+        watchdog: Some(watchdog.clone()),
         ..Default::default()
     });
+    let _providers_watch = follow_providers(&registry, &args.setup.providers, &providers, watchdog);
     let _follower = registry.follow(args.setup.follow_options());
     standalone.run(stop.cancelled()).await?;
     let _ = api.await;

@@ -36,7 +36,7 @@ pub struct ProvidersConfig {
 }
 
 /// One provider entry.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EntryConfig {
     /// DNS-1123 label, unique in the file.
     pub name: String,
@@ -64,7 +64,7 @@ pub struct EntryConfig {
 }
 
 /// Capabilities granted to an entry. Everything not named is refused.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Grants {
     /// HTTP destinations the plugin may reach.
     pub http: Vec<HttpGrant>,
@@ -189,12 +189,6 @@ impl ProvidersConfig {
             object.remove("title");
         }
         schema.to_value()
-    }
-
-    /// Each entry's `limits.concurrency`, by entry name: how many calls
-    /// its plugin may have open at once.
-    pub fn concurrency(&self) -> std::collections::BTreeMap<String, usize> {
-        self.entries.iter().map(|entry| (entry.name.clone(), entry.limits.concurrency)).collect()
     }
 }
 

@@ -11,6 +11,8 @@
 //!   keep the previous revision for [`Registry::rollback`], and report
 //!   what they serve and refused in [`Registry::revisions`].
 //! - [`watch`]: runs [`Registry::rescan`] when the plugin directory changes.
+//! - [`providers_watch`]: runs [`Registry::reconfigure`] when the
+//!   providers file changes, so entries change without a restart.
 //! - [`follow`]: pulls new builds of the `oci://` plugins entries name, for
 //!   the next rescan to offer.
 //! - [`config`]: the providers file.
@@ -31,6 +33,7 @@ pub mod min_host;
 mod oci;
 mod plugin;
 mod provider;
+pub mod providers_watch;
 mod registry;
 mod revisions;
 mod source;
@@ -44,5 +47,5 @@ pub use oci::{PollError, PullStatus};
 pub use plugin::{PluginRevision, file_digest};
 pub use provider::{Bound, PinnedInstance, PluginProvider};
 pub use proxyfleet_core::source::RollbackError;
-pub use registry::{EntryState, PendingLoad, PluginLoad, Registry};
+pub use registry::{EntryChange, EntryState, PendingLoad, PluginLoad, Registry};
 pub use revisions::{EntryRevisions, RejectedCandidate, RevisionSummary};

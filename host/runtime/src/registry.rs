@@ -40,6 +40,9 @@ use crate::provider::{Bound, PluginProvider};
 use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_seconds};
 use proxyfleet_core::source::{RollbackError, STILL_LOADING, no_such_entry};
 
+mod reconfigure;
+pub use reconfigure::EntryChange;
+
 /// Refused candidates listed per entry; older ones are only counted.
 const MAX_REJECTED: usize = 8;
 
@@ -106,9 +109,10 @@ pub struct Registry {
     /// The builds of entries that name an `oci://` reference.
     oci: Option<OciPlugins>,
     kv: Arc<dyn KvStore>,
-    configs: BTreeMap<String, EntryConfig>,
-    /// The plugin each entry names, loaded or not.
-    entry_plugins: BTreeMap<String, String>,
+    /// Each entry's config: the one it serves, or, for an entry that
+    /// serves nothing, the one it was last given. Swapped whole by
+    /// [`Registry::reconfigure`] (under the scan lock).
+    configs: ArcSwap<BTreeMap<String, EntryConfig>>,
     /// The entries and their states, swapped whole on each change (under
     /// the revision lock), read without a lock.
     entries: ArcSwap<BTreeMap<String, EntryState>>,
@@ -154,6 +158,10 @@ struct EntryHistory {
     rejected: VecDeque<RejectedCandidate>,
     swaps: u64,
     rejections: u64,
+    /// The last config [`Registry::reconfigure`] was given for this entry
+    /// and could not serve, with why, while the entry serves the one
+    /// before; cleared when a config is taken.
+    refused_config: Option<(EntryConfig, String)>,
 }
 
 /// What a candidate file turned into.
@@ -230,12 +238,9 @@ impl Registry {
             plugin_dir: plugin_dir.to_owned(),
             oci,
             kv,
-            configs: config.entries.iter().map(|e| (e.name.clone(), e.clone())).collect(),
-            entry_plugins: config
-                .entries
-                .iter()
-                .map(|e| (e.name.clone(), e.plugin.clone()))
-                .collect(),
+            configs: ArcSwap::from_pointee(
+                config.entries.iter().map(|e| (e.name.clone(), e.clone())).collect(),
+            ),
             entries: ArcSwap::from_pointee(entries),
             revisions: Mutex::new(RevisionState::default()),
             scanning: tokio::sync::Mutex::new(()),
@@ -288,7 +293,7 @@ impl Registry {
                 })
                 .await;
         }
-        for entry in self.configs.values() {
+        for entry in self.configs.load_full().values() {
             if matches!(self.entries.load().get(&entry.name), Some(EntryState::Loading)) {
                 let missing = format!(
                     "plugin {:?} not found: no {}.wasm in {}",
@@ -305,8 +310,9 @@ impl Registry {
 
     /// Compiles one plugin read at load and settles the entries naming it.
     async fn load_first(&self, name: &str, file: Result<PluginFile, LoadError>) {
+        let configs = self.configs.load_full();
         let using: Vec<&EntryConfig> =
-            self.configs.values().filter(|entry| entry.plugin == name).collect();
+            configs.values().filter(|entry| entry.plugin == name).collect();
         if using.is_empty() {
             match file {
                 Ok(file) => self.not_used(name, Some(file.digest)),
@@ -445,8 +451,14 @@ impl Registry {
     }
 
     /// The plugin the providers file names for `entry`, loaded or not.
-    pub fn plugin_of(&self, entry: &str) -> Option<&str> {
-        self.entry_plugins.get(entry).map(String::as_str)
+    pub fn plugin_of(&self, entry: &str) -> Option<String> {
+        self.configs.load().get(entry).map(|config| config.plugin.clone())
+    }
+
+    /// `entry`'s config: the one it serves, or for an entry that serves
+    /// nothing, the one it was given.
+    pub fn config_of(&self, entry: &str) -> Option<EntryConfig> {
+        self.configs.load().get(entry).cloned()
     }
 
     /// Every plugin file and what became of its current content, by name.
@@ -484,7 +496,8 @@ impl Registry {
             reason: reason.to_owned(),
             contract_version: None,
         };
-        for entry in self.configs.values().filter(|entry| entry.plugin == reference.as_str()) {
+        let configs = self.configs.load_full();
+        for entry in configs.values().filter(|entry| entry.plugin == reference.as_str()) {
             self.reject(entry, &candidate, &Refusal::Load(reason.to_owned()));
         }
     }
@@ -493,7 +506,8 @@ impl Registry {
     /// refused candidates.
     pub fn revisions(&self) -> Vec<EntryRevisions> {
         let state = self.lock();
-        self.configs.keys().filter_map(|entry| self.revisions_locked(&state, entry)).collect()
+        let configs = self.configs.load_full();
+        configs.keys().filter_map(|entry| self.revisions_locked(&state, entry)).collect()
     }
 
     /// [`Registry::revisions`] of one entry.
@@ -502,7 +516,8 @@ impl Registry {
     }
 
     fn revisions_locked(&self, state: &RevisionState, entry: &str) -> Option<EntryRevisions> {
-        let config = self.configs.get(entry)?;
+        let configs = self.configs.load_full();
+        let config = configs.get(entry)?;
         let loading = EntryHistory::default();
         let history = state.entries.get(entry).unwrap_or(&loading);
         let (active, unavailable, config_schema) = match self.entries.load().get(entry)? {
@@ -528,6 +543,7 @@ impl Registry {
             unavailable,
             swaps: history.swaps,
             rejections: history.rejections,
+            config_refused: history.refused_config.as_ref().map(|(_, reason)| reason.clone()),
             pull: self.oci.as_ref().and_then(|oci| oci.status(&config.plugin)),
             grants: crate::grant_summary::grant_summaries(config),
             config_schema,
@@ -623,6 +639,7 @@ impl Registry {
             let entries = self.entries.load();
             let mut serving: Vec<String> = self
                 .configs
+                .load_full()
                 .values()
                 .filter(|entry| entry.plugin == reference.as_str())
                 .filter_map(|entry| match entries.get(&entry.name) {
@@ -659,10 +676,11 @@ impl Registry {
     }
 
     async fn file_changed(&self, name: &str, file: PluginFile) {
-        if !self.configs.values().any(|entry| entry.plugin == name) {
+        let configs = self.configs.load_full();
+        if !configs.values().any(|entry| entry.plugin == name) {
             return self.not_used(name, Some(file.digest));
         }
-        let using = self.configs.values().filter(|entry| entry.plugin == name);
+        let using = configs.values().filter(|entry| entry.plugin == name);
         if let Some(refusals) = refused_by_digest_pins(using, &file.digest) {
             let reason = not_compiled(&file.digest);
             {
@@ -706,7 +724,7 @@ impl Registry {
             state.by_digest.retain(|_, revision| revision.strong_count() > 0);
         }
         let using: Vec<&EntryConfig> =
-            self.configs.values().filter(|entry| entry.plugin == name).collect();
+            configs.values().filter(|entry| entry.plugin == name).collect();
         for entry in using {
             self.offer(entry, &candidate).await;
         }
@@ -824,7 +842,8 @@ impl Registry {
         state.files.remove(name);
         state.plugins.remove(name);
         let entries = self.entries.load();
-        for entry in self.configs.values().filter(|entry| entry.plugin == name) {
+        let configs = self.configs.load_full();
+        for entry in configs.values().filter(|entry| entry.plugin == name) {
             let Some(EntryState::Ready(provider)) = entries.get(&entry.name) else {
                 continue;
             };

@@ -37,4 +37,8 @@ impl ProviderSource for Registry {
     fn revisions_of(&self, entry: &str) -> Option<EntryRevisions> {
         Registry::revisions_of(self, entry)
     }
+
+    fn concurrency(&self, entry: &str) -> Option<usize> {
+        Registry::config_of(self, entry).map(|config| config.limits.concurrency)
+    }
 }

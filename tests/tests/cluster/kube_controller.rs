@@ -361,6 +361,32 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     assert!(failures.is_empty(), "{failures:?}");
     let published = Api::<ProxyProvider>::all(admin.clone()).get_opt("lab").await.unwrap();
     assert!(published.is_some(), "provider objects are allowed");
+    // An entry removed while running has its object deleted, as this user.
+    let extra = format!("extra-{namespace}");
+    let with_extra = format!(
+        "{PROVIDERS}  - {{ name: {extra}, plugin: static, config: {{ endpoints: ['192.0.2.9:3128'] }} }}\n"
+    );
+    let mut announcer =
+        proxyfleet_kube::operate::RevisionAnnouncer::new(user.clone(), "rbac".into());
+    announcer.announce(controllers.registry.as_ref(), &metrics).await;
+    controllers.registry.reconfigure(&ProvidersConfig::parse(&with_extra).unwrap()).await;
+    assert!(announcer.announce(controllers.registry.as_ref(), &metrics).await);
+    let failures = proxyfleet_kube::operate::check_providers(
+        &user,
+        controllers.registry.as_ref(),
+        Duration::from_secs(5),
+        &metrics,
+    )
+    .await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let providers_api = Api::<ProxyProvider>::all(admin.clone());
+    assert!(providers_api.get_opt(&extra).await.unwrap().is_some());
+    controllers.registry.reconfigure(&ProvidersConfig::parse(PROVIDERS).unwrap()).await;
+    assert!(announcer.announce(controllers.registry.as_ref(), &metrics).await);
+    assert!(
+        providers_api.get_opt(&extra).await.unwrap().is_none(),
+        "deleting a removed entry's provider object is allowed"
+    );
     proxies.delete("a", &DeleteParams::default()).await.unwrap();
     let gone = wait_for(Duration::from_secs(30), || async {
         proxies.get_opt("a").await.ok()?.is_none().then_some(())

@@ -104,3 +104,68 @@ fn uuid_like() -> String {
         .map_or(0, |d| d.subsec_nanos());
     format!("{:x}{:x}", std::process::id(), nanos)
 }
+
+/// Entries changed while running (the providers file followed): a refused
+/// config edit is an Event and an issue on the entry's ProxyProvider, a
+/// new entry is published at once, and a removed entry's ProxyProvider is
+/// deleted rather than left saying it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_changed_while_running_show_on_their_provider_objects() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let run = uuid_like();
+    let (kept, added, removed) =
+        (format!("kept-{run}"), format!("added-{run}"), format!("gone-{run}"));
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
+    let entry = |name: &str, endpoints: &str| {
+        format!("  - {{ name: {name}, plugin: static, config: {{ endpoints: [{endpoints}] }} }}\n")
+    };
+    let providers = |entries: &[String]| format!("providers:\n{}", entries.concat());
+    let first = providers(&[entry(&kept, "'10.0.0.1:3128'"), entry(&removed, "'10.0.0.2:3128'")]);
+    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
+    let registry = Arc::new(
+        Registry::load(
+            &runtime,
+            &ProvidersConfig::parse(&first).unwrap(),
+            plugins.path(),
+            Arc::new(MemoryKv::new()),
+        )
+        .await
+        .unwrap(),
+    );
+    let metrics = Metrics::new();
+    let interval = std::time::Duration::from_secs(60);
+    let mut announcer = RevisionAnnouncer::new(client.clone(), "tests".into());
+    assert!(!announcer.announce(registry.as_ref(), &metrics).await);
+    assert!(check_providers(&client, registry.as_ref(), interval, &metrics).await.is_empty());
+    let providers_api: Api<ProxyProvider> = Api::all(client.clone());
+    assert!(providers_api.get_opt(&removed).await.unwrap().is_some());
+
+    // The static plugin refuses an endpoint named twice.
+    let refused = providers(&[
+        entry(&kept, "'10.0.0.1:3128', '10.0.0.1:3128'"),
+        entry(&removed, "'10.0.0.2:3128'"),
+    ]);
+    registry.reconfigure(&ProvidersConfig::parse(&refused).unwrap()).await;
+    assert!(announcer.announce(registry.as_ref(), &metrics).await, "a refused edit is news");
+    check_providers(&client, registry.as_ref(), interval, &metrics).await;
+    let status = providers_api.get(&kept).await.unwrap().status.unwrap();
+    assert!(status.available, "the entry keeps serving its config");
+    let issue = status.issues.iter().find(|issue| issue.reason == "configRefused");
+    assert!(
+        issue.and_then(|i| i.message.as_deref()).is_some_and(|m| m.contains("endpoints[1]")),
+        "{status:?}"
+    );
+    let events = events_of(&client, &kept, "ConfigRefused").await;
+    assert!(events.iter().any(|note| note.contains("keeps serving")), "{events:?}");
+
+    let next = providers(&[entry(&kept, "'10.0.0.1:3128'"), entry(&added, "'10.0.0.3:3128'")]);
+    registry.reconfigure(&ProvidersConfig::parse(&next).unwrap()).await;
+    assert!(announcer.announce(registry.as_ref(), &metrics).await, "added and removed are news");
+    assert!(check_providers(&client, registry.as_ref(), interval, &metrics).await.is_empty());
+    assert!(providers_api.get_opt(&removed).await.unwrap().is_none(), "the removed one is gone");
+    assert!(providers_api.get(&added).await.unwrap().status.unwrap().available);
+    let status = providers_api.get(&kept).await.unwrap().status.unwrap();
+    assert!(status.issues.iter().all(|issue| issue.reason != "configRefused"), "{status:?}");
+}

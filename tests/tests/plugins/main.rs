@@ -17,6 +17,7 @@ mod hot_swap;
 mod hot_swap_logs;
 mod http_capability;
 mod isolation;
+mod live_entries;
 mod loading;
 mod oci;
 mod oci_signatures;

@@ -60,6 +60,7 @@ impl Site {
             &self.path("plugins"),
         )
         .await
+        .0
     }
 }
 

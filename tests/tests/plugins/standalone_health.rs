@@ -55,6 +55,7 @@ impl Site {
             &self.dir.path().join("plugins"),
         )
         .await
+        .0
     }
 
     fn engine(&self, standalone: &Standalone) -> HealthEngine {

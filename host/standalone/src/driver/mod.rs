@@ -41,9 +41,9 @@ mod tests;
 pub struct Settings {
     /// A Proxy manifest file or folder.
     pub proxies: PathBuf,
-    /// How many passes of each entry's Proxies may run at once (its
-    /// `limits.concurrency`); an entry not named here gets
-    /// [`UNKNOWN_ENTRY_CONCURRENCY`].
+    /// How many passes of each entry's Proxies may run at once, for an
+    /// entry whose source does not say ([`ProviderSource::concurrency`]);
+    /// an entry named nowhere gets [`UNKNOWN_ENTRY_CONCURRENCY`].
     pub concurrency: BTreeMap<String, usize>,
     /// Reconciler timing.
     pub policy: Policy,
@@ -635,8 +635,13 @@ impl Standalone {
 
     /// How many passes of Proxies on `entry` may be in flight at once: its
     /// `limits.concurrency`, as many as its plugin may have calls open.
+    /// Asked on every dispatch, so an entry edited while running gets its
+    /// new bound at once.
     fn entry_concurrency(&self, entry: &str) -> usize {
-        self.settings.concurrency.get(entry).copied().unwrap_or(UNKNOWN_ENTRY_CONCURRENCY)
+        self.source
+            .concurrency(entry)
+            .or_else(|| self.settings.concurrency.get(entry).copied())
+            .unwrap_or(UNKNOWN_ENTRY_CONCURRENCY)
     }
 
     fn reconcile_failed(&self, key: &str, err: &Error) {

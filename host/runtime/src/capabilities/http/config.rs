@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::error::ConfigError;
 
 /// One HTTP destination and what comes with it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HttpGrant {
     /// Scheme, host and port the plugin may send to.
     pub destination: HttpDestination,
@@ -24,7 +24,7 @@ pub struct HttpGrant {
 }
 
 /// What the host adds to every request to a grant's destination.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credential {
     /// A header built from a secret file (`kind: header`, the default).
     Header(HeaderCredential),
@@ -70,7 +70,7 @@ const CREDENTIAL_KINDS: &str =
     "`header` (the default), `google-service-account` or `google-metadata`";
 
 /// A header the host injects, built from a secret file read on every request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderCredential {
     /// Header name, e.g. `authorization`.
     pub header: HeaderName,
