@@ -9,6 +9,7 @@
 pub mod address;
 pub mod clock;
 pub mod credential;
+pub mod entry_resources;
 mod error;
 pub mod fake;
 pub mod gc;

@@ -404,6 +404,108 @@ pub struct ProxyProviderSpec {
     pub plugin: String,
 }
 
+/// A provider entry declared as a resource by the platform team, beside
+/// the providers file's: applied, edited and deleted with `kubectl` or a
+/// GitOps tool, served by every replica without a restart.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "proxyfleet.io",
+    version = "v1alpha1",
+    kind = "ClusterProxyProvider",
+    shortname = "cpxprov",
+    category = "proxyfleet",
+    doc = "A provider entry for the whole cluster: the plugin that serves it, its config, what \
+           it may reach and use, as an entry of the providers file has them. Proxies name it \
+           by `spec.provider`. The `Ready` condition says whether it serves; `ConfigValid` and \
+           `PluginLoaded` say why not. Deleting it waits until no Proxy names it.",
+    status = "ClusterProxyProviderStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".spec.plugin"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterProxyProviderSpec {
+    /// A plugin file of the operator's plugin directory (without
+    /// `.wasm`), or an `oci://REGISTRY/REPOSITORY:TAG` reference.
+    #[schemars(length(min = 1, max = 1024))]
+    pub plugin: String,
+    /// The plugin's own config, handed to it as JSON; its
+    /// `validate-config` judges it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub config: Option<serde_json::Value>,
+    /// The ranges this entry's proxies live in (CIDRs); an address the
+    /// plugin reports outside them is dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub proxy_addresses: Vec<String>,
+    /// What the plugin may reach (`http`, `caFile`, `libvirt`), as in the
+    /// providers file (docs/providers-config.md); unknown keys are refused
+    /// in the `ConfigValid` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub grants: Option<serde_json::Value>,
+    /// What the plugin may use (`timeout`, `memoryMiB`, `concurrency`, ...),
+    /// as in the providers file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub limits: Option<serde_json::Value>,
+    /// The only build of the plugin this entry accepts (`version` or
+    /// `digest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<ProviderPin>,
+    /// Public keys an `oci://` plugin's builds must be signed with, as in
+    /// the providers file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub verify: Option<serde_json::Value>,
+}
+
+/// The one build a provider entry accepts.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderPin {
+    /// The version the plugin's `describe` reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `sha256:` and the component file's 64 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// A cluster provider as the leading operator last applied it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterProxyProviderStatus {
+    /// Generation this status describes.
+    #[serde(default)]
+    pub observed_generation: i64,
+    /// `Ready` (the entry serves this generation's spec), `ConfigValid`
+    /// (the spec parses and its plugin accepts the config) and
+    /// `PluginLoaded` (a build of the plugin serves the entry).
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Name of the serving plugin build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// sha256 of its component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// An object of any shape, kept as written: the operator validates it.
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}
+
 /// One finding of a provider check.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct ProviderIssue {
@@ -483,15 +585,17 @@ pub struct RejectedRevision {
 /// too: the two move together), so `kubectl get crd -l
 /// app.kubernetes.io/part-of=proxyfleet -L app.kubernetes.io/version`
 /// shows which are installed.
-pub fn crds() -> [CustomResourceDefinition; 3] {
+pub fn crds() -> [CustomResourceDefinition; 4] {
     use kube::CustomResourceExt as _;
-    [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd()].map(|mut crd| {
-        crd.metadata.labels = Some(BTreeMap::from([
-            ("app.kubernetes.io/part-of".to_owned(), "proxyfleet".to_owned()),
-            ("app.kubernetes.io/version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
-        ]));
-        crd
-    })
+    [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd(), ClusterProxyProvider::crd()].map(
+        |mut crd| {
+            crd.metadata.labels = Some(BTreeMap::from([
+                ("app.kubernetes.io/part-of".to_owned(), "proxyfleet".to_owned()),
+                ("app.kubernetes.io/version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            ]));
+            crd
+        },
+    )
 }
 
 /// Every CRD of [`crds`] as a multi-document YAML stream, for a server of

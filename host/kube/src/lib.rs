@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod client;
+pub mod cluster_providers;
 pub mod controller;
 pub mod convert;
 pub mod crd;

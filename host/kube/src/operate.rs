@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use proxyfleet_core::entry_resources::ResourceEntries;
 use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_core::revisions::EntryRevisions;
@@ -32,7 +33,7 @@ use crate::events::{Event, EventType, Recorder, Reporter};
 use crate::fleet::Wakes;
 
 /// How the leader works.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LeaderSettings {
     /// Only Proxies in this namespace; every namespace when `None`.
     pub watch_namespace: Option<String>,
@@ -54,6 +55,24 @@ pub struct LeaderSettings {
     pub spec_key: SpecKey,
     /// Where the leader's loops beat, for `/livez`.
     pub watchdog: Watchdog,
+    /// Where ClusterProxyProviders are applied, for their finalizers and
+    /// status; `None`: the leader leaves them alone.
+    pub resource_entries: Option<Arc<dyn ResourceEntries>>,
+}
+
+impl std::fmt::Debug for LeaderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderSettings")
+            .field("watch_namespace", &self.watch_namespace)
+            .field("policy", &self.policy)
+            .field("gc_interval", &self.gc_interval)
+            .field("gc_min_age", &self.gc_min_age)
+            .field("gc_dry_run", &self.gc_dry_run)
+            .field("check_interval", &self.check_interval)
+            .field("fleet", &self.fleet)
+            .field("resource_entries", &self.resource_entries.as_ref().map(|e| e.resource_names()))
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the leader's passes share with the fleet services.
@@ -82,6 +101,7 @@ pub async fn lead(
     let heartbeats = Heartbeats {
         proxies: Arc::new(watchdog.expect_passes("proxy reconciler")),
         pools: Arc::new(watchdog.expect_passes("pool reconciler")),
+        providers: Arc::new(watchdog.expect_passes("provider reconciler")),
         housekeeping: watchdog.expect_beats("housekeeping"),
     };
     let mut context = Context::new(
@@ -115,7 +135,23 @@ pub async fn lead(
         },
         stop(lost.clone()),
     );
-    let controllers = async { tokio::join!(controller, pools) };
+    let providers = {
+        let context = settings.resource_entries.clone().map(|entries| {
+            crate::cluster_providers::ProviderContext::new(
+                client.clone(),
+                entries,
+                settings.watch_namespace.clone(),
+                Some(Arc::clone(&heartbeats.providers)),
+            )
+        });
+        let lost = lost.clone();
+        async move {
+            if let Some(context) = context {
+                crate::cluster_providers::run(context, stop(lost)).await;
+            }
+        }
+    };
+    let controllers = async { tokio::join!(controller, pools, providers) };
     let housekeeping = async {
         let mut gc = tokio::time::interval(settings.gc_interval);
         let mut checks = tokio::time::interval(settings.check_interval);
@@ -150,6 +186,7 @@ pub async fn lead(
 struct Heartbeats {
     proxies: Arc<Heartbeat>,
     pools: Arc<Heartbeat>,
+    providers: Arc<Heartbeat>,
     housekeeping: Heartbeat,
 }
 
@@ -157,6 +194,7 @@ impl Heartbeats {
     fn retire(&self) {
         self.proxies.retire();
         self.pools.retire();
+        self.providers.retire();
         self.housekeeping.retire();
     }
 }

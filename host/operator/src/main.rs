@@ -859,6 +859,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
         fleet: Some(leader_fleet.clone()),
         spec_key: proxyfleet_kube::spec_key::settle(&client, &args.namespace).await?,
         watchdog: watchdog.clone(),
+        resource_entries: Some(Arc::clone(&registry) as _),
     };
     serve_metrics(args.housekeeping.metrics_addr, Arc::clone(&settings.metrics), watchdog.clone())
         .await?;
@@ -911,6 +912,12 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     let _providers_watch = follow_providers(&registry, &args.setup.providers, &providers, watchdog);
     let _follower = registry.follow(args.setup.follow_options());
+    // Every replica serves the ClusterProxyProviders as entries too; the
+    // leader keeps their finalizers and status.
+    let cluster_providers = tokio::spawn(proxyfleet_kube::cluster_providers::follow(
+        client.clone(),
+        Arc::clone(&registry) as _,
+    ));
     // A process that died leading left the label on its pod; started again
     // in that pod it is a follower until it wins the Lease, and the label
     // must not name it the leader meanwhile.
@@ -976,6 +983,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
             )
             .await;
     }
+    cluster_providers.abort();
     let _ = api.await;
     if let Some(gateway) = gateway {
         let _ = gateway.await;

@@ -173,6 +173,29 @@ impl ProvidersConfig {
         Ok(Self { entries, registries })
     }
 
+    /// Parses and validates one entry given as JSON without its name (the
+    /// spec of a resource that declares an entry), as entry `name`.
+    /// Unknown keys are refused, as in the file; errors name the key.
+    pub fn parse_entry(name: &str, spec: &serde_json::Value) -> Result<EntryConfig, ConfigError> {
+        let at = format!("provider entry {name:?}");
+        check_dns_label(name).map_err(|why| ConfigError::invalid(&at, "metadata.name", why))?;
+        let serde_json::Value::Object(fields) = spec else {
+            return Err(ConfigError::invalid(&at, "spec", "must be an object"));
+        };
+        if fields.contains_key("name") {
+            return Err(ConfigError::invalid(
+                &at,
+                "spec.name",
+                "the entry is named by the resource's own name; remove `name` from the spec",
+            ));
+        }
+        let mut fields = fields.clone();
+        fields.insert("name".to_owned(), serde_json::Value::String(name.to_owned()));
+        let raw: RawEntry = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|err| ConfigError::Syntax { file: None, message: format!("{at}: {err}") })?;
+        validate_entry(0, raw)
+    }
+
     /// The JSON Schema (draft-07, every subschema inline) of a providers
     /// file as written, made from the types [`ProvidersConfig::parse`]
     /// reads it with: the chart checks its `providers` value with it, so

@@ -41,6 +41,7 @@ use crate::revisions::{EntryRevisions, RejectedCandidate, RevisionSummary, unix_
 use proxyfleet_core::source::{RollbackError, STILL_LOADING, no_such_entry};
 
 mod reconfigure;
+mod resources;
 pub use reconfigure::EntryChange;
 
 /// Refused candidates listed per entry; older ones are only counted.
@@ -147,6 +148,9 @@ struct RevisionState {
     /// The builds (hex digests) the plugin store was last told to keep
     /// for each `oci://` reference, because entries serve them.
     kept: BTreeMap<String, Vec<String>>,
+    /// The entries a resource declared (`resources.rs`), which the
+    /// providers file neither removes nor takes over.
+    resources: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default)]

@@ -9,6 +9,7 @@
 //! proxyfleet-tests --features cluster --test cluster` (the README's test
 //! command starts the server and runs every tier).
 
+mod cluster_providers;
 mod current_server;
 mod kube_controller;
 mod kube_crd;

@@ -55,6 +55,14 @@ async fn port_for(registry: &Registry, entry: &str, name: &str) -> u16 {
     instance.port.expect("a static endpoint has a port")
 }
 
+/// The endpoints of the config `entry` serves now.
+fn served(registry: &Registry, entry: &str) -> serde_json::Value {
+    match &registry.entries()[entry] {
+        EntryState::Ready(provider) => provider.config().config["endpoints"].clone(),
+        other => panic!("{entry} does not serve: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn entries_are_added_edited_and_removed_without_a_restart() {
     let dir = plugin_dir();
@@ -244,4 +252,70 @@ async fn a_proxy_waiting_for_its_entry_runs_once_the_entry_is_added() {
     let records = standalone.run_until_settled(PATIENCE).await.unwrap();
     assert_eq!(records[0].status.phase, Phase::Running, "{:?}", records[0]);
     assert_eq!(records[0].status.port, Some(18007));
+}
+
+/// Entries declared by resources (a ClusterProxyProvider's spec) beside
+/// the file's: parsed as file entries are, and neither side takes or
+/// removes the other's names.
+#[tokio::test]
+async fn resource_entries_and_the_file_never_take_each_others_names() {
+    use proxyfleet_core::entry_resources::{Applied, ResourceEntries as _};
+    let dir = plugin_dir();
+    let file = providers(&[("a", "'127.0.0.1:18001'")]);
+    let registry = load(dir.path(), &file).await;
+    let spec = |port: u16| {
+        serde_json::json!({
+            "plugin": "static",
+            "config": { "endpoints": [format!("127.0.0.1:{port}")] },
+            "proxyAddresses": ["127.0.0.0/8"],
+        })
+    };
+
+    assert_eq!(registry.apply("r", &spec(18002)).await, Applied::Serving);
+    assert_eq!(port_for(&registry, "r", "p1").await, 18002);
+    assert_eq!(registry.apply("r", &spec(18002)).await, Applied::Serving, "unchanged");
+    assert_eq!(registry.apply("a", &spec(18003)).await, Applied::NameTaken);
+    assert_eq!(port_for(&registry, "a", "p2").await, 18001, "the file's entry is untouched");
+
+    let Applied::Invalid { message } =
+        registry.apply("r", &serde_json::json!({ "plugin": "static", "colour": 1 })).await
+    else {
+        panic!("an unknown key is refused");
+    };
+    assert!(message.contains("colour"), "{message}");
+    let Applied::Invalid { message } =
+        registry.apply("r", &serde_json::json!({ "name": "x", "plugin": "static" })).await
+    else {
+        panic!("a name in the spec is refused");
+    };
+    assert!(message.contains("spec.name"), "{message}");
+    let repeated = serde_json::json!({
+        "plugin": "static",
+        "config": { "endpoints": ["127.0.0.1:18002", "127.0.0.1:18002"] },
+    });
+    assert!(matches!(
+        registry.apply("r", &repeated).await,
+        Applied::Refused { kept_serving: true, .. }
+    ));
+    assert_eq!(
+        served(&registry, "r"),
+        serde_json::json!(["127.0.0.1:18002"]),
+        "the spec before still serves"
+    );
+
+    // The file neither removes nor takes over a resource's entry.
+    let changes = registry.reconfigure(&parse(&file)).await;
+    assert!(changes.is_empty(), "{changes:?}");
+    assert!(registry.provider("r").is_ok());
+    let claiming = providers(&[("a", "'127.0.0.1:18001'"), ("r", "'127.0.0.1:18004'")]);
+    let changes = registry.reconfigure(&parse(&claiming)).await;
+    assert!(matches!(changes.get("r"), Some(EntryChange::Refused { kept_serving: false, .. })));
+    assert_eq!(served(&registry, "r"), serde_json::json!(["127.0.0.1:18002"]));
+    assert_eq!(registry.resource_names(), ["r"]);
+
+    registry.remove("a").await;
+    assert!(registry.provider("a").is_ok(), "removing a resource never removes a file entry");
+    registry.remove("r").await;
+    assert!(registry.provider("r").is_err());
+    assert!(registry.resource_names().is_empty());
 }

@@ -53,14 +53,29 @@ impl Registry {
     pub async fn reconfigure(&self, config: &ProvidersConfig) -> BTreeMap<String, EntryChange> {
         let _one_at_a_time = self.scanning.lock().await;
         let before = self.configs.load_full();
+        let resources = self.lock().resources.clone();
         let mut changes = BTreeMap::new();
         for name in before.keys() {
-            if !config.entries.iter().any(|entry| &entry.name == name) {
+            if !resources.contains(name) && !config.entries.iter().any(|entry| &entry.name == name)
+            {
                 self.remove_entry(name);
                 changes.insert(name.clone(), EntryChange::Removed);
             }
         }
         for entry in &config.entries {
+            if resources.contains(&entry.name) {
+                let reason = format!(
+                    "a ClusterProxyProvider named {:?} serves this name; rename the entry or the \
+                     resource",
+                    entry.name
+                );
+                tracing::error!(entry = %entry.name, "provider entry not served: {reason}");
+                changes.insert(
+                    entry.name.clone(),
+                    EntryChange::Refused { reason, kept_serving: false },
+                );
+                continue;
+            }
             if before.get(&entry.name) == Some(entry) {
                 self.withdraw_refused(&entry.name);
                 continue;
@@ -76,7 +91,11 @@ impl Registry {
 
     /// Binds a new or edited entry and publishes it; `None` when it is the
     /// edit refused last time, unchanged since.
-    async fn apply_entry(&self, entry: &EntryConfig, existed: bool) -> Option<EntryChange> {
+    pub(super) async fn apply_entry(
+        &self,
+        entry: &EntryConfig,
+        existed: bool,
+    ) -> Option<EntryChange> {
         let refused_before = self
             .lock()
             .entries
@@ -153,7 +172,7 @@ impl Registry {
         self.configs.store(Arc::new(configs));
     }
 
-    fn remove_entry(&self, name: &str) {
+    pub(super) fn remove_entry(&self, name: &str) {
         let mut configs = BTreeMap::clone(&self.configs.load());
         configs.remove(name);
         self.configs.store(Arc::new(configs));
@@ -171,7 +190,7 @@ impl Registry {
 
     /// The entry's config is the one it serves again: an edit refused
     /// before is no longer asked for.
-    fn withdraw_refused(&self, name: &str) {
+    pub(super) fn withdraw_refused(&self, name: &str) {
         let mut state = self.lock();
         if let Some(history) = state.entries.get_mut(name)
             && history.refused_config.take().is_some()
@@ -182,7 +201,7 @@ impl Registry {
 
     /// Lets go of compiled plugins that no entry names any more; their
     /// revisions are dropped once their last call ends.
-    fn forget_unused_plugins(&self) {
+    pub(super) fn forget_unused_plugins(&self) {
         let configs = self.configs.load_full();
         let mut state = self.lock();
         for (name, load) in state.plugins.iter_mut() {

@@ -1,0 +1,432 @@
+//! ClusterProxyProviders: provider entries declared as resources.
+//!
+//! Every replica follows them ([`follow`]) and serves each as an entry of
+//! its own registry (a [`ResourceEntries`]): applied, edited and deleted
+//! without a restart, and a new leader serves the same entries. The leader
+//! ([`run`]) keeps each one's finalizer and status: `ConfigValid`,
+//! `PluginLoaded` and `Ready` with `observedGeneration`, and the serving
+//! build. A provider that Proxies still name is not deleted: its finalizer
+//! holds it, and its `InUse` condition lists them, until they are gone.
+//!
+//! A spec is validated by the runtime as an entry of the providers file is
+//! (unknown keys refused, every error naming the key); an edit that does
+//! not validate, or that the plugin refuses, leaves the entry serving the
+//! spec it had, and the conditions say why.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource as _, ResourceExt as _};
+use proxyfleet_core::entry_resources::{Applied, ResourceEntries};
+use proxyfleet_core::liveness::Heartbeat;
+
+use crate::convert::rfc3339;
+use crate::crd::{
+    CONDITION_MESSAGE_MAX, ClusterProxyProvider, ClusterProxyProviderStatus, Condition,
+    ConditionStatus, MANAGER, Proxy,
+};
+
+/// The finalizer that keeps a provider while Proxies name it.
+pub const PROVIDER_FINALIZER: &str = "proxyfleet.io/provider-in-use";
+
+/// How often the leader looks at each provider again without a change of
+/// the object: a plugin swap or a refused build shows in the status then.
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// How often a provider held by its Proxies is looked at again.
+const HELD_RESYNC: Duration = Duration::from_secs(5);
+
+/// Why a provider pass could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The spec as the providers file writes an entry, without its name.
+pub fn entry_spec(provider: &ClusterProxyProvider) -> serde_json::Value {
+    // Plain data with string keys: serializing cannot fail.
+    serde_json::to_value(&provider.spec).unwrap_or_default()
+}
+
+/// Serves every ClusterProxyProvider as an entry of `entries`, following
+/// changes until the watch ends (it retries on its own). Entries whose
+/// resource went while the watch was down are removed when it lists again.
+pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
+    let api: Api<ClusterProxyProvider> = Api::all(client);
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+    let mut listed = BTreeSet::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(provider)) => {
+                listed.insert(provider.name_any());
+                apply(entries.as_ref(), &provider).await;
+            }
+            Ok(watcher::Event::InitDone) => {
+                for name in entries.resource_names() {
+                    if !listed.contains(&name) {
+                        entries.remove(&name).await;
+                    }
+                }
+            }
+            Ok(watcher::Event::Apply(provider)) => apply(entries.as_ref(), &provider).await,
+            Ok(watcher::Event::Delete(provider)) => entries.remove(&provider.name_any()).await,
+            Err(err) => tracing::warn!("ClusterProxyProvider watch: {err}"),
+        }
+    }
+}
+
+async fn apply(entries: &dyn ResourceEntries, provider: &ClusterProxyProvider) {
+    let name = provider.name_any();
+    let applied = entries.apply(&name, &entry_spec(provider)).await;
+    tracing::debug!(provider = %name, ?applied, "ClusterProxyProvider applied");
+}
+
+/// What the leader's provider passes use.
+#[derive(Clone)]
+pub struct ProviderContext {
+    client: kube::Client,
+    entries: Arc<dyn ResourceEntries>,
+    /// Where Proxies naming a provider are looked for: one namespace, or
+    /// every one when `None`.
+    proxies_namespace: Option<String>,
+    heartbeat: Option<Arc<Heartbeat>>,
+}
+
+impl std::fmt::Debug for ProviderContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderContext")
+            .field("proxies_namespace", &self.proxies_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderContext {
+    /// A context applying to `entries`, looking for the Proxies that name
+    /// a provider in `proxies_namespace` (every namespace when `None`).
+    pub fn new(
+        client: kube::Client,
+        entries: Arc<dyn ResourceEntries>,
+        proxies_namespace: Option<String>,
+        heartbeat: Option<Arc<Heartbeat>>,
+    ) -> Self {
+        Self { client, entries, proxies_namespace, heartbeat }
+    }
+}
+
+/// Runs the leader's provider controller until `shutdown`.
+pub async fn run(
+    context: ProviderContext,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<ClusterProxyProvider> = Api::all(context.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |provider, context| async move {
+                let pass = context.heartbeat.as_ref().map(|heartbeat| heartbeat.pass());
+                let result = reconcile(&provider, &context).await;
+                drop(pass);
+                result
+            },
+            |provider, err, _| {
+                tracing::warn!(provider = %provider.name_any(), "{err}; retrying in 15s");
+                Action::requeue(Duration::from_secs(15))
+            },
+            Arc::new(context),
+        )
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!("provider pass: {err}");
+            }
+        })
+        .await;
+}
+
+/// One pass over one provider: its finalizer, its entry, its status.
+pub async fn reconcile(
+    provider: &ClusterProxyProvider,
+    context: &ProviderContext,
+) -> Result<Action, Error> {
+    let name = provider.name_any();
+    let api: Api<ClusterProxyProvider> = Api::all(context.client.clone());
+    let has_finalizer = provider.finalizers().iter().any(|f| f == PROVIDER_FINALIZER);
+    if provider.meta().deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        // A provider that never served (its name is a file entry's) holds
+        // no Proxy of its own.
+        let served = context.entries.resource_names().contains(&name);
+        let users = if served { proxies_naming(context, &name).await? } else { Vec::new() };
+        if users.is_empty() {
+            let rest: Vec<String> = provider
+                .finalizers()
+                .iter()
+                .filter(|f| *f != PROVIDER_FINALIZER)
+                .cloned()
+                .collect();
+            set_finalizers(&api, provider, rest).await?;
+            tracing::info!(provider = %name, "no Proxy names it any more: deleted");
+            return Ok(Action::await_change());
+        }
+        let in_use = in_use_condition(provider, &users);
+        write_status(&api, provider, vec![in_use], None).await?;
+        return Ok(Action::requeue(HELD_RESYNC));
+    }
+    if !has_finalizer {
+        let mut list = provider.finalizers().to_vec();
+        list.push(PROVIDER_FINALIZER.to_owned());
+        set_finalizers(&api, provider, list).await?;
+        // The watch brings the object back with it, and the next pass
+        // applies it.
+        return Ok(Action::await_change());
+    }
+    let applied = context.entries.apply(&name, &entry_spec(provider)).await;
+    let revisions = context.entries.revisions_of(&name);
+    let serving = revisions.as_ref().and_then(|r| r.active.clone());
+    let conditions = conditions(provider, &applied, serving.is_some());
+    write_status(&api, provider, conditions, serving.as_ref()).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// `namespace/name` of every Proxy that names `provider`, in name order.
+async fn proxies_naming(context: &ProviderContext, provider: &str) -> Result<Vec<String>, Error> {
+    let api: Api<Proxy> = match &context.proxies_namespace {
+        Some(namespace) => Api::namespaced(context.client.clone(), namespace),
+        None => Api::all(context.client.clone()),
+    };
+    let mut users: Vec<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|proxy| proxy.spec.provider == provider)
+        .map(|proxy| format!("{}/{}", proxy.namespace().unwrap_or_default(), proxy.name_any()))
+        .collect();
+    users.sort();
+    Ok(users)
+}
+
+async fn set_finalizers(
+    api: &Api<ClusterProxyProvider>,
+    provider: &ClusterProxyProvider,
+    list: Vec<String>,
+) -> Result<(), Error> {
+    // The resourceVersion is a precondition: a concurrent change fails
+    // this patch (409) and the pass runs again.
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": provider.resource_version(), "finalizers": list }
+    });
+    api.patch(&provider.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The conditions of a provider whose spec came to `applied`; `serving`:
+/// whether a build serves the entry (this spec or the one before).
+fn conditions(provider: &ClusterProxyProvider, applied: &Applied, serving: bool) -> Vec<Condition> {
+    let plugin = &provider.spec.plugin;
+    let (valid, loaded, ready) = match applied {
+        Applied::Serving => (
+            (true, "Valid", "the spec validates and the plugin accepts its config".to_owned()),
+            (true, "Loaded", format!("plugin {plugin:?} serves the entry")),
+            (true, "Serving", "serves this generation's spec".to_owned()),
+        ),
+        Applied::Invalid { message } => (
+            (false, "InvalidSpec", message.clone()),
+            loaded_before(serving),
+            not_ready(serving, "InvalidSpec", message),
+        ),
+        Applied::Refused { reason, kept_serving } => (
+            (false, "Refused", reason.clone()),
+            if *kept_serving {
+                loaded_before(true)
+            } else {
+                (false, "Unavailable", reason.clone())
+            },
+            not_ready(*kept_serving, "Refused", reason),
+        ),
+        Applied::NameTaken => {
+            let why = format!(
+                "the providers file has an entry named {:?}; rename this resource or the entry",
+                provider.name_any()
+            );
+            (
+                (false, "NameTaken", why.clone()),
+                (false, "NameTaken", why.clone()),
+                (false, "NameTaken", why),
+            )
+        }
+    };
+    [("ConfigValid", valid), ("PluginLoaded", loaded), ("Ready", ready)]
+        .into_iter()
+        .map(|(type_, (holds, reason, message))| condition(provider, type_, holds, reason, message))
+        .collect()
+}
+
+fn loaded_before(serving: bool) -> (bool, &'static str, String) {
+    if serving {
+        (true, "Loaded", "the entry serves its previous spec".to_owned())
+    } else {
+        (false, "Unavailable", "no spec of this provider was served yet".to_owned())
+    }
+}
+
+fn not_ready(kept_serving: bool, reason: &'static str, why: &str) -> (bool, &'static str, String) {
+    if kept_serving {
+        (false, reason, format!("serves its previous spec; this generation's is refused: {why}"))
+    } else {
+        (false, reason, why.to_owned())
+    }
+}
+
+fn in_use_condition(provider: &ClusterProxyProvider, users: &[String]) -> Condition {
+    const LISTED: usize = 10;
+    let mut named = users.iter().take(LISTED).cloned().collect::<Vec<_>>().join(", ");
+    if users.len() > LISTED {
+        named.push_str(&format!(" and {} more", users.len() - LISTED));
+    }
+    let message =
+        format!("deletion waits until no Proxy names this provider; {} do: {named}", users.len());
+    condition(provider, "InUse", true, "ProxiesRemain", message)
+}
+
+/// A condition at the provider's generation; its transition time is kept
+/// from the status when its status did not change.
+fn condition(
+    provider: &ClusterProxyProvider,
+    type_: &str,
+    holds: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if holds { ConditionStatus::True } else { ConditionStatus::False };
+    let now = proxyfleet_core::clock::unix_now();
+    let last_transition_time = provider
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
+        .map_or_else(|| rfc3339(now), |c| c.last_transition_time.clone());
+    let message: String = message.chars().take(CONDITION_MESSAGE_MAX).collect();
+    Condition {
+        type_: type_.to_owned(),
+        status,
+        observed_generation: provider.meta().generation,
+        last_transition_time,
+        reason: reason.to_owned(),
+        message: Some(message),
+    }
+}
+
+/// Writes `conditions` (merged by type with the ones already there) and
+/// the serving build, by server-side apply.
+async fn write_status(
+    api: &Api<ClusterProxyProvider>,
+    provider: &ClusterProxyProvider,
+    conditions: Vec<Condition>,
+    serving: Option<&proxyfleet_core::revisions::RevisionSummary>,
+) -> Result<(), Error> {
+    let previous = provider.status.clone().unwrap_or_default();
+    let mut merged: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| !conditions.iter().any(|n| n.type_ == c.type_))
+        .cloned()
+        .collect();
+    merged.extend(conditions);
+    merged.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let status = ClusterProxyProviderStatus {
+        observed_generation: provider.meta().generation.unwrap_or_default(),
+        conditions: merged,
+        plugin: serving.map(|s| s.plugin.clone()).or(previous.plugin),
+        version: serving.map(|s| s.version.clone()).or(previous.version),
+        digest: serving.map(|s| s.digest.clone()).or(previous.digest),
+    };
+    if provider.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ClusterProxyProvider",
+        "status": status,
+    });
+    api.patch_status(
+        &provider.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> ClusterProxyProvider {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "ClusterProxyProvider",
+            "metadata": { "name": "office", "generation": 3 },
+            "spec": { "plugin": "static" },
+        }))
+        .unwrap()
+    }
+
+    fn shown(conditions: &[Condition]) -> Vec<String> {
+        conditions.iter().map(|c| format!("{}={:?}/{}", c.type_, c.status, c.reason)).collect()
+    }
+
+    #[test]
+    fn a_refused_edit_says_the_previous_spec_still_serves() {
+        let refused =
+            Applied::Refused { reason: "endpoints[1] repeats".into(), kept_serving: true };
+        let refusing = conditions(&provider(), &refused, true);
+        assert_eq!(
+            shown(&refusing),
+            ["ConfigValid=False/Refused", "PluginLoaded=True/Loaded", "Ready=False/Refused"]
+        );
+        let ready = refusing[2].message.as_deref().unwrap();
+        assert!(ready.contains("serves its previous spec") && ready.contains("endpoints[1]"));
+        assert!(refusing.iter().all(|c| c.observed_generation == Some(3)));
+    }
+
+    #[test]
+    fn a_provider_that_never_served_is_unavailable_with_the_reason() {
+        let refused =
+            Applied::Refused { reason: "plugin \"nosuch\" not found".into(), kept_serving: false };
+        let unavailable = conditions(&provider(), &refused, false);
+        assert_eq!(
+            shown(&unavailable),
+            ["ConfigValid=False/Refused", "PluginLoaded=False/Unavailable", "Ready=False/Refused"]
+        );
+        assert!(unavailable[1].message.as_deref().unwrap().contains("nosuch"));
+        let taken = conditions(&provider(), &Applied::NameTaken, false);
+        assert!(taken.iter().all(|c| c.reason == "NameTaken"));
+        assert!(taken[2].message.as_deref().unwrap().contains("\"office\""));
+    }
+
+    #[test]
+    fn a_transition_time_is_kept_while_the_status_holds() {
+        let mut before = provider();
+        let serving = conditions(&before, &Applied::Serving, true);
+        let mut kept = serving.clone();
+        for condition in &mut kept {
+            condition.last_transition_time = "2026-01-01T00:00:00Z".into();
+        }
+        before.status = Some(ClusterProxyProviderStatus { conditions: kept, ..Default::default() });
+        let again = conditions(&before, &Applied::Serving, true);
+        assert!(again.iter().all(|c| c.last_transition_time == "2026-01-01T00:00:00Z"));
+        let refused = Applied::Invalid { message: "limits: unknown field `colour`".into() };
+        let changed = conditions(&before, &refused, true);
+        assert_ne!(changed[0].last_transition_time, "2026-01-01T00:00:00Z");
+        assert_eq!(changed[1].last_transition_time, "2026-01-01T00:00:00Z", "still loaded");
+    }
+}

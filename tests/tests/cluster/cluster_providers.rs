@@ -1,0 +1,183 @@
+//! ClusterProxyProviders against a real API server with the real static
+//! plugin: applied live as entries, their conditions, a refused edit that
+//! keeps the entry serving, an invalid spec, a name the providers file
+//! holds, and a deletion held while Proxies name the provider.
+
+use std::time::Duration;
+
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use proxyfleet_core::reconcile::Policy;
+use proxyfleet_kube::cluster_providers::{self, PROVIDER_FINALIZER, ProviderContext};
+use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, Proxy};
+use proxyfleet_tests::{
+    Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
+};
+
+use crate::kube_controller::PROVIDERS;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn provider(name: &str, spec: serde_json::Value) -> ClusterProxyProvider {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ClusterProxyProvider",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn static_spec(endpoints: &[&str]) -> serde_json::Value {
+    serde_json::json!({
+        "plugin": "static",
+        "config": { "endpoints": endpoints },
+        "proxyAddresses": ["192.0.2.0/24"],
+    })
+}
+
+/// `status/reason` of condition `type_`, once the status describes the
+/// object's current generation.
+fn current(object: &ClusterProxyProvider, type_: &str) -> Option<(String, String, String)> {
+    let status = object.status.as_ref()?;
+    (Some(status.observed_generation) == object.metadata.generation).then_some(())?;
+    let condition: &Condition = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((
+        format!("{:?}", condition.status),
+        condition.reason.clone(),
+        condition.message.clone().unwrap_or_default(),
+    ))
+}
+
+async fn until_condition(
+    api: &Api<ClusterProxyProvider>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    let found = wait_for(PATIENCE, || async {
+        let object = api.get(name).await.ok()?;
+        let (s, r, message) = current(&object, type_)?;
+        (s == status && r == reason).then_some(message)
+    })
+    .await;
+    match found {
+        Some(message) => message,
+        None => panic!(
+            "{name}: {type_} did not become {status}/{reason} within {PATIENCE:?}: {:#?}",
+            api.get(name).await.ok().and_then(|o| o.status)
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-cpp").await;
+    let controllers =
+        Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), false).await;
+    let registry = std::sync::Arc::clone(&controllers.registry);
+    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let leader = tokio::spawn(cluster_providers::run(
+        ProviderContext::new(client.clone(), registry.clone() as _, Some(namespace.clone()), None),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let api: Api<ClusterProxyProvider> = Api::all(client.clone());
+    // Cluster-scoped: a name of this run's own.
+    let name = format!("team-{namespace}");
+
+    api.create(&PostParams::default(), &provider(&name, static_spec(&["192.0.2.5:3128"])))
+        .await
+        .unwrap();
+    until_condition(&api, &name, "Ready", "True", "Serving").await;
+    let object = api.get(&name).await.unwrap();
+    assert!(object.finalizers().iter().any(|f| f == PROVIDER_FINALIZER));
+    let status = object.status.unwrap();
+    assert_eq!(status.plugin.as_deref(), Some("static"));
+    assert!(status.digest.is_some());
+    assert!(registry.provider(&name).is_ok(), "the entry serves");
+
+    // A Proxy names it as it names a file entry.
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let proxy: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "a" },
+        "spec": { "provider": name },
+    }))
+    .unwrap();
+    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    let ready = wait_for(PATIENCE, || async {
+        let status = proxies.get("a").await.ok()?.status?;
+        (Condition::is_true(&status.conditions, "Ready")
+            && status.ip.as_deref() == Some("192.0.2.5"))
+        .then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "the Proxy on the cluster provider is Ready");
+
+    // An edit its plugin refuses (an endpoint named twice): the entry keeps
+    // serving its spec, and the conditions say so.
+    let edit = |spec: serde_json::Value| {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let patch = serde_json::json!({ "spec": spec });
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    };
+    edit(static_spec(&["192.0.2.5:3128", "192.0.2.5:3128"])).await;
+    let refused = until_condition(&api, &name, "ConfigValid", "False", "Refused").await;
+    assert!(refused.contains("endpoints[1]"), "the reason names the key: {refused}");
+    let ready = until_condition(&api, &name, "Ready", "False", "Refused").await;
+    assert!(ready.contains("serves its previous spec"), "{ready}");
+    let object = api.get(&name).await.unwrap();
+    assert_eq!(current(&object, "PluginLoaded").unwrap().0, "True");
+    assert!(registry.provider(&name).is_ok(), "the entry still serves");
+
+    // A key the providers file does not have: refused by name.
+    edit(serde_json::json!({ "limits": { "colour": "blue" } })).await;
+    let invalid = until_condition(&api, &name, "ConfigValid", "False", "InvalidSpec").await;
+    assert!(invalid.contains("colour"), "{invalid}");
+
+    // A merge patch's null drops the key.
+    edit(serde_json::json!({ "limits": null, "config": { "endpoints": ["192.0.2.6:3128"] } }))
+        .await;
+    until_condition(&api, &name, "Ready", "True", "Serving").await;
+
+    // Deletion waits for the Proxy that names it.
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    let held = until_condition(&api, &name, "InUse", "True", "ProxiesRemain").await;
+    assert!(held.contains(&format!("{namespace}/a")), "{held}");
+    assert!(registry.provider(&name).is_ok(), "a provider held by its Proxies serves");
+    proxies.delete("a", &DeleteParams::default()).await.unwrap();
+    let gone =
+        wait_for(PATIENCE, || async { api.get_opt(&name).await.ok()?.is_none().then_some(()) })
+            .await;
+    assert!(gone.is_some(), "the provider went once no Proxy named it");
+    let removed = wait_for(PATIENCE, || async { registry.provider(&name).is_err().then_some(()) });
+    assert!(removed.await.is_some(), "its entry is removed");
+
+    // The providers file's entry keeps its name.
+    api.create(&PostParams::default(), &provider("lab", static_spec(&["192.0.2.7:3128"])))
+        .await
+        .unwrap();
+    let why = until_condition(&api, "lab", "Ready", "False", "NameTaken").await;
+    assert!(why.contains("providers file"), "{why}");
+    api.delete("lab", &DeleteParams::default()).await.unwrap();
+    let gone =
+        wait_for(PATIENCE, || async { api.get_opt("lab").await.ok()?.is_none().then_some(()) })
+            .await;
+    assert!(gone.is_some());
+    assert!(controllers.registry.provider("lab").is_ok(), "the file's entry still serves");
+
+    let _ = stop.send(());
+    let _ = leader.await;
+    follow.abort();
+    controllers.stop().await;
+}
