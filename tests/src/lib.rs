@@ -584,18 +584,33 @@ impl<K: proxyfleet_core::kv::KvStore + 'static> Controllers<K> {
                 .await
                 .expect("plugins load"),
         );
-        let context = Arc::new(proxyfleet_kube::controller::Context::new(
+        let mut context = proxyfleet_kube::controller::Context::new(
             client.clone(),
             Arc::clone(&registry) as _,
             policy,
             Some("tests".into()),
             proxyfleet_core::spec_key::SpecKey::generate(),
-        ));
+        );
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let mut tasks = Vec::new();
+        // A server that serves the store's ConfigMaps serves Namespaces
+        // too (the CRD-only one serves neither): there, the controller
+        // checks ClusterProxyProviders' allowedNamespaces.
+        if follow.is_some() {
+            let (gate, caches) = proxyfleet_kube::namespace_gate::NamespaceGate::watching(client);
+            context = context.with_namespace_gate(gate);
+            let rx = stopped.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    () = caches => {}
+                    () = until_stopped(rx) => {}
+                }
+            }));
+        }
+        let context = Arc::new(context);
         let (ns, rx) = (namespace.to_owned(), stopped.clone());
         tasks.push(tokio::spawn(async move {
             proxyfleet_kube::controller::run(context, Some(&ns), until_stopped(rx)).await;

@@ -5,8 +5,10 @@
 //! without a restart, and a new leader serves the same entries. The leader
 //! ([`run`]) keeps each one's finalizer and status: `ConfigValid`,
 //! `PluginLoaded` and `Ready` with `observedGeneration`, and the serving
-//! build. A provider that Proxies still name is not deleted: its finalizer
-//! holds it, and its `InUse` condition lists them, until they are gone.
+//! build; its provider checks ([`publish_check`]) add `Checked`, under a
+//! field manager of their own. A provider that Proxies still name is not
+//! deleted: its finalizer holds it, and its `InUse` condition lists them,
+//! until they are gone.
 //!
 //! A spec is validated by the runtime as an entry of the providers file is
 //! (unknown keys refused, every error naming the key); an edit that does
@@ -34,6 +36,10 @@ use crate::crd::{
 /// The finalizer that keeps a provider while Proxies name it.
 pub const PROVIDER_FINALIZER: &str = "proxyfleet.io/provider-in-use";
 
+/// The field manager of the `Checked` condition: its own, so that the
+/// provider passes and the checks each apply only their conditions.
+pub const CHECKS_MANAGER: &str = "proxyfleet-checks";
+
 /// How often the leader looks at each provider again without a change of
 /// the object: a plugin swap or a refused build shows in the status then.
 const RESYNC: Duration = Duration::from_secs(30);
@@ -49,10 +55,16 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// The spec as the providers file writes an entry, without its name.
+/// The spec as the providers file writes an entry, without its name:
+/// `allowedNamespaces` is the gate's ([`crate::namespace_gate`]), not the
+/// entry's.
 pub fn entry_spec(provider: &ClusterProxyProvider) -> serde_json::Value {
     // Plain data with string keys: serializing cannot fail.
-    serde_json::to_value(&provider.spec).unwrap_or_default()
+    let mut spec = serde_json::to_value(&provider.spec).unwrap_or_default();
+    if let Some(fields) = spec.as_object_mut() {
+        fields.remove("allowedNamespaces");
+    }
+    spec
 }
 
 /// Serves every ClusterProxyProvider as an entry of `entries`, following
@@ -197,6 +209,43 @@ pub async fn reconcile(
     Ok(Action::requeue(RESYNC))
 }
 
+/// Publishes a check of the entry `name` declares as its `Checked`
+/// condition: `True/Passed`, or `False` with the first finding's reason
+/// and every finding in the message. A provider that is gone is left be.
+pub async fn publish_check(
+    client: &kube::Client,
+    name: &str,
+    health: &proxyfleet_core::Health,
+) -> Result<(), kube::Error> {
+    let api: Api<ClusterProxyProvider> = Api::all(client.clone());
+    let Some(provider) = api.get_opt(name).await? else { return Ok(()) };
+    let (reason, message) = match health.issues.first() {
+        None if health.healthy => ("Passed".to_owned(), "the last check passed".to_owned()),
+        None => ("Failed".to_owned(), "the last check failed".to_owned()),
+        Some(first) => (
+            format!("{:?}", first.reason),
+            health
+                .issues
+                .iter()
+                .map(|issue| format!("{:?}: {}", issue.reason, issue.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    let checked = condition(&provider, "Checked", health.healthy, &reason, message);
+    if provider.status.as_ref().is_some_and(|s| s.conditions.contains(&checked)) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ClusterProxyProvider",
+        "status": { "conditions": [checked] },
+    });
+    api.patch_status(name, &PatchParams::apply(CHECKS_MANAGER).force(), &Patch::Apply(&patch))
+        .await?;
+    Ok(())
+}
+
 /// `namespace/name` of every Proxy that names `provider`, in name order.
 async fn proxies_naming(context: &ProviderContext, provider: &str) -> Result<Vec<String>, Error> {
     let api: Api<Proxy> = match &context.proxies_namespace {
@@ -334,24 +383,34 @@ async fn write_status(
     serving: Option<&proxyfleet_core::revisions::RevisionSummary>,
 ) -> Result<(), Error> {
     let previous = provider.status.clone().unwrap_or_default();
-    let mut merged: Vec<Condition> = previous
+    // Only the passes' own conditions: `Checked` is the checks' (another
+    // field manager), and one of ours left out (`InUse` once deletion is
+    // no longer held) is removed by the apply.
+    let mut own: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| !conditions.iter().any(|n| n.type_ == c.type_))
+        .filter(|c| c.type_ != "Checked" && !conditions.iter().any(|n| n.type_ == c.type_))
+        .filter(|c| c.type_ != "InUse")
         .cloned()
         .collect();
-    merged.extend(conditions);
-    merged.sort_by(|a, b| a.type_.cmp(&b.type_));
+    own.extend(conditions);
+    own.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let mut before: Vec<&Condition> =
+        previous.conditions.iter().filter(|c| c.type_ != "Checked").collect();
+    before.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let unchanged = before.into_iter().eq(own.iter())
+        && Some(previous.observed_generation) == provider.meta().generation
+        && serving.is_none_or(|s| previous.digest.as_deref() == Some(s.digest.as_str()));
+    if unchanged {
+        return Ok(());
+    }
     let status = ClusterProxyProviderStatus {
         observed_generation: provider.meta().generation.unwrap_or_default(),
-        conditions: merged,
+        conditions: own,
         plugin: serving.map(|s| s.plugin.clone()).or(previous.plugin),
         version: serving.map(|s| s.version.clone()).or(previous.version),
         digest: serving.map(|s| s.digest.clone()).or(previous.digest),
     };
-    if provider.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
     let patch = serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ClusterProxyProvider",

@@ -27,6 +27,7 @@ use crate::crd::{MANAGER, Proxy, REPLACE_ANNOTATION};
 use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
 use crate::fleet::Wakes;
+use crate::namespace_gate::NamespaceGate;
 use crate::own_writes::OwnWrites;
 use crate::spec_secrets::{SecretError, proxy_auth, user_data};
 
@@ -66,6 +67,7 @@ pub struct Context {
     spec_key: SpecKey,
     own_writes: OwnWrites,
     heartbeat: Option<Arc<Heartbeat>>,
+    namespace_gate: Option<NamespaceGate>,
 }
 
 impl std::fmt::Debug for Context {
@@ -99,7 +101,16 @@ impl Context {
             spec_key,
             own_writes: OwnWrites::default(),
             heartbeat: None,
+            namespace_gate: None,
         }
+    }
+
+    /// Provisions a Proxy only with a provider that serves its namespace
+    /// (a ClusterProxyProvider's `spec.allowedNamespaces`).
+    #[must_use]
+    pub fn with_namespace_gate(mut self, gate: NamespaceGate) -> Self {
+        self.namespace_gate = Some(gate);
+        self
     }
 
     /// Marks every pass on `heartbeat`, so `/livez` fails when one runs
@@ -283,7 +294,16 @@ pub async fn reconcile_proxy(proxy: Arc<Proxy>, context: Arc<Context>) -> Result
         // The schema refuses most of this; what it cannot express ends here.
         return refuse_spec(&proxy, &context, &namespace, status, err.to_string()).await;
     }
-    let provider = context.providers.provider(&desired.provider);
+    // Deleting needs the provider whatever the gate says now: the instance
+    // goes with the Proxy.
+    let gated = match &context.namespace_gate {
+        Some(gate) if !deleting => gate.check(&desired.provider, &namespace),
+        _ => Ok(()),
+    };
+    let provider = match gated {
+        Ok(()) => context.providers.provider(&desired.provider),
+        Err(why) => Err(ProviderError::unavailable(why)),
+    };
     let provider_ref: Result<&dyn Provider, ProviderError> = match &provider {
         Ok(provider) => Ok(provider.as_ref()),
         Err(err) => Err(err.clone()),

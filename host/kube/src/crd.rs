@@ -416,7 +416,8 @@ pub struct ProxyProviderSpec {
     category = "proxyfleet",
     doc = "A provider entry for the whole cluster: the plugin that serves it, its config, what \
            it may reach and use, as an entry of the providers file has them. Proxies name it \
-           by `spec.provider`. The `Ready` condition says whether it serves; `ConfigValid` and \
+           by `spec.provider`, in the namespaces `spec.allowedNamespaces` selects (all when \
+           absent). The `Ready` condition says whether it serves; `ConfigValid` and \
            `PluginLoaded` say why not. Deleting it waits until no Proxy names it.",
     status = "ClusterProxyProviderStatus",
     derive = "PartialEq",
@@ -463,6 +464,11 @@ pub struct ClusterProxyProviderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub verify: Option<serde_json::Value>,
+    /// The namespaces whose Proxies this provider serves: a label selector
+    /// over namespaces (`kubernetes.io/metadata.name` selects by name).
+    /// Every namespace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
 
 /// The one build a provider entry accepts.

@@ -16,6 +16,7 @@ pub mod fleet_services;
 pub mod kube_version;
 pub mod kv;
 pub mod lease;
+pub mod namespace_gate;
 pub mod operate;
 mod own_writes;
 pub mod pool;

@@ -120,6 +120,14 @@ pub async fn lead(
             Arc::clone(&link.credentials),
         );
     }
+    // With ClusterProxyProviders, each serves the namespaces its selector
+    // picks; the gate's caches run as long as the controllers.
+    let mut gate_caches = None;
+    if settings.resource_entries.is_some() {
+        let (gate, caches) = crate::namespace_gate::NamespaceGate::watching(&client);
+        context = context.with_namespace_gate(gate);
+        gate_caches = Some(caches);
+    }
     let context = Arc::new(context);
     let stop = |mut lost: watch::Receiver<bool>| async move {
         let _ = lost.wait_for(|lost| *lost).await;
@@ -151,7 +159,18 @@ pub async fn lead(
             }
         }
     };
-    let controllers = async { tokio::join!(controller, pools, providers) };
+    let gate_caches = async move {
+        match gate_caches {
+            Some(caches) => caches.await,
+            None => std::future::pending().await,
+        }
+    };
+    let controllers = async {
+        tokio::select! {
+            _ = async { tokio::join!(controller, pools, providers) } => {}
+            () = gate_caches => {}
+        }
+    };
     let housekeeping = async {
         let mut gc = tokio::time::interval(settings.gc_interval);
         let mut checks = tokio::time::interval(settings.check_interval);
@@ -161,13 +180,13 @@ pub async fn lead(
             tokio::select! {
                 _ = gc.tick() => collect_garbage(&client, source.as_ref(), &settings).await,
                 _ = checks.tick() => {
-                    check_providers(&client, source.as_ref(), settings.check_interval, &settings.metrics).await;
+                    check_providers_with(&client, source.as_ref(), &resource_names(&settings), settings.check_interval, &settings.metrics).await;
                 }
                 _ = revisions.tick() => {
                     // A swap or refusal shows on the ProxyProvider at once,
                     // not at the next scheduled check.
                     if announcer.announce(source.as_ref(), &settings.metrics).await {
-                        check_providers(&client, source.as_ref(), settings.check_interval, &settings.metrics).await;
+                        check_providers_with(&client, source.as_ref(), &resource_names(&settings), settings.check_interval, &settings.metrics).await;
                     }
                 }
             }
@@ -180,6 +199,11 @@ pub async fn lead(
         () = stop(lost) => {}
     }
     heartbeats.retire();
+}
+
+/// The entries ClusterProxyProviders declare, whose checks go on them too.
+fn resource_names(settings: &LeaderSettings) -> Vec<String> {
+    settings.resource_entries.as_ref().map(|entries| entries.resource_names()).unwrap_or_default()
 }
 
 /// The leader's parts on the watchdog.
@@ -231,12 +255,31 @@ pub async fn check_providers(
     interval: Duration,
     metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
+    check_providers_with(client, source, &[], interval, metrics).await
+}
+
+/// [`check_providers`], which also publishes the result of each entry
+/// named in `resources` as the `Checked` condition of its
+/// ClusterProxyProvider.
+pub async fn check_providers_with(
+    client: &kube::Client,
+    source: &dyn ProviderSource,
+    resources: &[String],
+    interval: Duration,
+    metrics: &Metrics,
+) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
     let api: Api<ProxyProvider> = Api::all(client.clone());
     let now = Timestamp::now();
     let checks = check_entries(source, interval, metrics).await;
     for EntryCheck { entry, availability, health } in checks {
         let entry = &entry;
+        if resources.contains(entry)
+            && let Err(err) = crate::cluster_providers::publish_check(client, entry, &health).await
+        {
+            tracing::warn!(entry = %entry, "cannot publish the check on its ClusterProxyProvider: {err}");
+            failures.push((entry.clone(), err));
+        }
         let mut status =
             ProxyProviderStatus { checked_at: Some(now.to_string()), ..Default::default() };
         match availability {

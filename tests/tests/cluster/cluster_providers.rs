@@ -102,6 +102,25 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     assert!(status.digest.is_some());
     assert!(registry.provider(&name).is_ok(), "the entry serves");
 
+    // The leader's checks go on it as `Checked`, beside the passes' own
+    // conditions (each applied by its own field manager).
+    let metrics = proxyfleet_metrics::Metrics::new();
+    let failures = proxyfleet_kube::operate::check_providers_with(
+        &client,
+        registry.as_ref(),
+        std::slice::from_ref(&name),
+        Duration::from_secs(5),
+        &metrics,
+    )
+    .await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let checked = |object: &ClusterProxyProvider| {
+        let status = object.status.as_ref()?;
+        let checked = status.conditions.iter().find(|c| c.type_ == "Checked")?;
+        Some(format!("{:?}/{}", checked.status, checked.reason))
+    };
+    assert_eq!(checked(&api.get(&name).await.unwrap()).as_deref(), Some("True/Passed"));
+
     // A Proxy names it as it names a file entry.
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
     let proxy: Proxy = serde_json::from_value(serde_json::json!({
@@ -139,6 +158,11 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     let object = api.get(&name).await.unwrap();
     assert_eq!(current(&object, "PluginLoaded").unwrap().0, "True");
     assert!(registry.provider(&name).is_ok(), "the entry still serves");
+    assert_eq!(
+        checked(&api.get(&name).await.unwrap()).as_deref(),
+        Some("True/Passed"),
+        "the passes leave the checks' condition alone"
+    );
 
     // A key the providers file does not have: refused by name.
     edit(serde_json::json!({ "limits": { "colour": "blue" } })).await;
@@ -178,6 +202,68 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
 
     let _ = stop.send(());
     let _ = leader.await;
+    follow.abort();
+    controllers.stop().await;
+}
+
+/// `spec.allowedNamespaces`: a Proxy in a namespace the selector leaves
+/// out is not provisioned and says why; labelling the namespace lets it
+/// through at the next pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    let namespace = kube_test_namespace(&client, "pf-cpp-ns").await;
+    let controllers =
+        Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), false).await;
+    let registry = std::sync::Arc::clone(&controllers.registry);
+    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
+    let api: Api<ClusterProxyProvider> = Api::all(client.clone());
+    let name = format!("allowed-{namespace}");
+    let mut spec = static_spec(&["192.0.2.8:3128"]);
+    spec["allowedNamespaces"] =
+        serde_json::json!({ "matchLabels": { "proxyfleet.io/test-team": "a" } });
+    api.create(&PostParams::default(), &provider(&name, spec)).await.unwrap();
+    let served = wait_for(PATIENCE, || async { registry.provider(&name).ok().map(drop) }).await;
+    assert!(served.is_some(), "the selector is not part of the entry");
+
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
+    let proxy: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "a" },
+        "spec": { "provider": name },
+    }))
+    .unwrap();
+    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    let refused = wait_for(PATIENCE, || async {
+        let status = proxies.get("a").await.ok()?.status?;
+        let provisioned = status.conditions.iter().find(|c| c.type_ == "Provisioned")?;
+        let message = provisioned.message.clone()?;
+        message.contains("allowedNamespaces").then(|| (provisioned.reason.clone(), message))
+    })
+    .await;
+    let (reason, message) = refused.expect("the Proxy says the provider does not serve it");
+    assert_eq!(reason, "ProviderUnavailable");
+    assert!(message.contains(&namespace), "{message}");
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let label = serde_json::json!({ "metadata": { "labels": { "proxyfleet.io/test-team": "a" } } });
+    namespaces.patch(&namespace, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    let ready = wait_for(Duration::from_secs(90), || async {
+        let status = proxies.get("a").await.ok()?.status?;
+        Condition::is_true(&status.conditions, "Ready").then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "once selected, the Proxy is provisioned");
+
+    proxies.delete("a", &DeleteParams::default()).await.unwrap();
+    let gone =
+        wait_for(PATIENCE, || async { proxies.get_opt("a").await.ok()?.is_none().then_some(()) })
+            .await;
+    assert!(gone.is_some());
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
     follow.abort();
     controllers.stop().await;
 }

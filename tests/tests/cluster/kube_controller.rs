@@ -387,6 +387,51 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
         providers_api.get_opt(&extra).await.unwrap().is_none(),
         "deleting a removed entry's provider object is allowed"
     );
+    // ClusterProxyProviders, followed and kept as this user: watched,
+    // finalized, their status written, and their deletion let go.
+    {
+        use proxyfleet_kube::cluster_providers::{self, ProviderContext};
+        use proxyfleet_kube::crd::ClusterProxyProvider;
+        let follow = tokio::spawn(cluster_providers::follow(
+            user.clone(),
+            controllers.registry.clone() as _,
+        ));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let context = ProviderContext::new(
+            user.clone(),
+            controllers.registry.clone() as _,
+            Some(namespace.clone()),
+            None,
+        );
+        let leader = tokio::spawn(cluster_providers::run(context, async move {
+            let _ = stopped.await;
+        }));
+        let declared = format!("declared-{namespace}");
+        let object: ClusterProxyProvider = serde_json::from_value(serde_json::json!({
+            "apiVersion": "proxyfleet.io/v1alpha1",
+            "kind": "ClusterProxyProvider",
+            "metadata": { "name": declared },
+            "spec": { "plugin": "static", "config": { "endpoints": ["192.0.2.20:3128"] } },
+        }))
+        .unwrap();
+        let cluster_api = Api::<ClusterProxyProvider>::all(admin.clone());
+        cluster_api.create(&PostParams::default(), &object).await.unwrap();
+        let ready = wait_for(Duration::from_secs(30), || async {
+            let status = cluster_api.get(&declared).await.ok()?.status?;
+            proxyfleet_kube::crd::Condition::is_true(&status.conditions, "Ready").then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "following and keeping ClusterProxyProviders is allowed");
+        cluster_api.delete(&declared, &DeleteParams::default()).await.unwrap();
+        let released = wait_for(Duration::from_secs(30), || async {
+            cluster_api.get_opt(&declared).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        assert!(released.is_some(), "removing the finalizer is allowed");
+        let _ = stop.send(());
+        let _ = leader.await;
+        follow.abort();
+    }
     proxies.delete("a", &DeleteParams::default()).await.unwrap();
     let gone = wait_for(Duration::from_secs(30), || async {
         proxies.get_opt("a").await.ok()?.is_none().then_some(())

@@ -748,7 +748,11 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     // Kept: deleting them would have deleted every Proxy of the cluster.
     let kept =
         node.kubectl(&["get", "crd", "-l", "app.kubernetes.io/part-of=proxyfleet", "-o", "name"]);
-    assert_eq!(kept.lines().count(), 3, "helm uninstall leaves the CRDs: {kept}");
+    assert_eq!(
+        kept.lines().count(),
+        proxyfleet_kube::crd::crds().len(),
+        "helm uninstall leaves the CRDs: {kept}"
+    );
 }
 
 /// The credential Secret of the Proxy `exit`.
