@@ -468,7 +468,49 @@ pub struct ClusterProxyProviderSpec {
     /// over namespaces (`kubernetes.io/metadata.name` selects by name).
     /// Every namespace when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_namespaces: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    pub allowed_namespaces: Option<NamespaceSelector>,
+}
+
+/// A label selector over namespaces, as `metav1.LabelSelector` writes one:
+/// every label of `matchLabels` and every requirement of
+/// `matchExpressions` must hold.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceSelector {
+    /// Labels a namespace must carry, with these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Requirements on a namespace's labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelRequirement>,
+}
+
+/// One requirement of a [`NamespaceSelector`].
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelRequirement {
+    /// The label.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// `In` or `NotIn` (`values` must not be empty), `Exists` or
+    /// `DoesNotExist` (`values` must be).
+    pub operator: LabelOperator,
+    /// The values `In` and `NotIn` compare with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// How a [`LabelRequirement`] compares.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum LabelOperator {
+    /// The label has one of the values.
+    In,
+    /// The label is absent or has none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
 }
 
 /// The one build a provider entry accepts.

@@ -18,7 +18,9 @@ use kube::core::{Selector, SelectorExt as _};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 
-use crate::crd::ClusterProxyProvider;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+use crate::crd::{ClusterProxyProvider, LabelOperator, NamespaceSelector};
 
 /// The caches the answers come from; cheap to clone.
 #[derive(Clone)]
@@ -83,7 +85,7 @@ impl NamespaceGate {
             return Ok(());
         };
         let shown = serde_json::to_string(&selector).unwrap_or_default();
-        let selector = Selector::try_from(selector).map_err(|err| {
+        let selector = Selector::try_from(label_selector(selector)).map_err(|err| {
             format!(
                 "ClusterProxyProvider {provider:?} has an unusable spec.allowedNamespaces \
                  ({shown}): {err}"
@@ -110,6 +112,29 @@ impl NamespaceGate {
                  or name another provider in spec.provider"
             ))
         }
+    }
+}
+
+/// The selector as Kubernetes' own type, which kube matches with.
+fn label_selector(selector: NamespaceSelector) -> LabelSelector {
+    let expressions = selector
+        .match_expressions
+        .into_iter()
+        .map(|requirement| LabelSelectorRequirement {
+            key: requirement.key,
+            operator: match requirement.operator {
+                LabelOperator::In => "In",
+                LabelOperator::NotIn => "NotIn",
+                LabelOperator::Exists => "Exists",
+                LabelOperator::DoesNotExist => "DoesNotExist",
+            }
+            .to_owned(),
+            values: Some(requirement.values).filter(|values| !values.is_empty()),
+        })
+        .collect::<Vec<_>>();
+    LabelSelector {
+        match_labels: Some(selector.match_labels).filter(|labels| !labels.is_empty()),
+        match_expressions: Some(expressions).filter(|expressions| !expressions.is_empty()),
     }
 }
 
@@ -186,7 +211,7 @@ mod tests {
     #[test]
     fn an_unusable_selector_is_named() {
         let bad = serde_json::json!({ "matchExpressions": [
-            { "key": "team", "operator": "Between", "values": ["a"] }
+            { "key": "team", "operator": "In" }
         ] });
         let gate = gate(&[provider("odd", Some(bad))], &[namespace("n", serde_json::json!({}))]);
         let refused = gate.check("odd", "n").unwrap_err();

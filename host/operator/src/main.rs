@@ -968,7 +968,9 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
                         leading.store(true, std::sync::atomic::Ordering::Release);
                         let metrics = Arc::clone(&settings.metrics);
                         metrics.set_leader(true);
-                        lead(client.clone(), registry as _, settings, identity, lost).await;
+                        // On the heap: leading runs every controller at once.
+                        Box::pin(lead(client.clone(), registry as _, settings, identity, lost))
+                            .await;
                         leading.store(false, std::sync::atomic::Ordering::Release);
                         metrics.set_leader(false);
                         metrics.forget_leader_state();
