@@ -28,6 +28,16 @@ fn provider(name: &str, spec: serde_json::Value) -> ClusterProxyProvider {
     .unwrap()
 }
 
+fn proxy_on(name: &str, provider: &str) -> Proxy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": name },
+        "spec": { "provider": provider },
+    }))
+    .unwrap()
+}
+
 fn static_spec(endpoints: &[&str]) -> serde_json::Value {
     serde_json::json!({
         "plugin": "static",
@@ -123,14 +133,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
 
     // A Proxy names it as it names a file entry.
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    let proxy: Proxy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "Proxy",
-        "metadata": { "name": "a" },
-        "spec": { "provider": name },
-    }))
-    .unwrap();
-    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    proxies.create(&PostParams::default(), &proxy_on("a", &name)).await.unwrap();
     let ready = wait_for(PATIENCE, || async {
         let status = proxies.get("a").await.ok()?.status?;
         (Condition::is_true(&status.conditions, "Ready")
@@ -229,14 +232,7 @@ async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
     assert!(served.is_some(), "the selector is not part of the entry");
 
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    let proxy: Proxy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "Proxy",
-        "metadata": { "name": "a" },
-        "spec": { "provider": name },
-    }))
-    .unwrap();
-    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    proxies.create(&PostParams::default(), &proxy_on("a", &name)).await.unwrap();
     let refused = wait_for(PATIENCE, || async {
         let status = proxies.get("a").await.ok()?.status?;
         let provisioned = status.conditions.iter().find(|c| c.type_ == "Provisioned")?;

@@ -6,7 +6,8 @@
 //! that Secret), proxies as tinyproxy pods of that plugin,
 //! probed by the health engine and handed to a crawler on the host through
 //! the chart's Service; the leader's pod deleted, the pool scaled, the pool
-//! deleted. With the browser tier, the web console through the same
+//! deleted; a ClusterProxyProvider applied beside the chart's entry serves
+//! a Proxy and holds its own deletion for it. With the browser tier, the web console through the same
 //! Service follows all of it (`on_node/console.rs`).
 //!
 //! Ignored by plain `cargo test`: it needs the node running, the images
@@ -743,6 +744,7 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
     assert_eq!(metric(&scraped, "proxyfleet_gc_failed"), 0.0);
 
     authenticated_proxy(&client, &page, wait).await;
+    cluster_provider(&node, &client, &api_ip, &plugin, wait).await;
 
     node.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
     // Kept: deleting them would have deleted every Proxy of the cluster.
@@ -753,6 +755,97 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
         proxyfleet_kube::crd::crds().len(),
         "helm uninstall leaves the CRDs: {kept}"
     );
+}
+
+/// A ClusterProxyProvider as the platform team applies one, beside the
+/// chart's entry: the same backend (the pulled kubernetes plugin, the
+/// pod's token), served to the Proxies' namespace only. A Proxy on it comes
+/// up and is probed healthy; deleting the provider waits for that Proxy.
+async fn cluster_provider(
+    node: &Node,
+    client: &kube::Client,
+    api_ip: &str,
+    plugin: &str,
+    wait: Duration,
+) {
+    use proxyfleet_kube::crd::ClusterProxyProvider;
+    let started = Instant::now();
+    let declared: ClusterProxyProvider = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "ClusterProxyProvider",
+        "metadata": { "name": "team-pods" },
+        "spec": {
+            "plugin": plugin,
+            "config": {
+                "apiServer": format!("https://{api_ip}"),
+                "namespace": PROXIES,
+                "imagePullPolicy": "Never",
+                "millicpuPerCore": 100,
+            },
+            "grants": {
+                "caFile": "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+                "http": [{
+                    "url": format!("https://{api_ip}"),
+                    "allowAddresses": [format!("{api_ip}/32")],
+                    "credential": {
+                        "header": "authorization",
+                        "valueTemplate": "Bearer {secret}",
+                        "secretFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                    },
+                }],
+            },
+            "allowedNamespaces": { "matchExpressions": [
+                { "key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE] }
+            ] },
+        },
+    }))
+    .unwrap();
+    let providers: Api<ClusterProxyProvider> = Api::all(client.clone());
+    providers.create(&PostParams::default(), &declared).await.unwrap();
+    let ready = wait_for(wait, || async {
+        let status = providers.get("team-pods").await.ok()?.status?;
+        Condition::is_true(&status.conditions, "Ready").then_some(())
+    })
+    .await;
+    assert!(
+        ready.is_some(),
+        "the ClusterProxyProvider serves: {:?}",
+        providers.get("team-pods").await
+    );
+    // What a platform engineer sees.
+    let listed = node.kubectl(&["get", "cpxprov", "team-pods"]);
+    assert!(listed.contains("True") && listed.contains("Serving"), "{listed}");
+
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), NAMESPACE);
+    let proxy: Proxy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "proxyfleet.io/v1alpha1",
+        "kind": "Proxy",
+        "metadata": { "name": "team-exit" },
+        "spec": { "provider": "team-pods", "port": 3128 },
+    }))
+    .unwrap();
+    proxies.create(&PostParams::default(), &proxy).await.unwrap();
+    let healthy = wait_for(wait, || async {
+        let proxy = proxies.get("team-exit").await.ok()?;
+        (has_condition(&proxy, "Ready") && has_condition(&proxy, "Healthy")).then_some(())
+    })
+    .await;
+    assert!(healthy.is_some(), "the Proxy on the ClusterProxyProvider is Ready and healthy");
+    eprintln!("Proxy on a ClusterProxyProvider Ready and healthy: {:?}", started.elapsed());
+
+    providers.delete("team-pods", &DeleteParams::default()).await.unwrap();
+    let held = wait_for(wait, || async {
+        let status = providers.get("team-pods").await.ok()?.status?;
+        Condition::is_true(&status.conditions, "InUse").then_some(())
+    })
+    .await;
+    assert!(held.is_some(), "deletion waits for the Proxy that names it");
+    proxies.delete("team-exit", &DeleteParams::default()).await.unwrap();
+    let gone = wait_for(wait, || async {
+        providers.get_opt("team-pods").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the provider goes once its Proxy is gone");
 }
 
 /// The credential Secret of the Proxy `exit`.
