@@ -26,11 +26,12 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use proxyfleet_core::entry_resources::{Applied, ResourceEntries};
 use proxyfleet_core::liveness::Heartbeat;
+use proxyfleet_core::revisions::EntryRevisions;
 
 use crate::convert::rfc3339;
 use crate::crd::{
     CONDITION_MESSAGE_MAX, ClusterProxyProvider, ClusterProxyProviderStatus, Condition,
-    ConditionStatus, MANAGER, Proxy,
+    ConditionStatus, MANAGER, PluginRevisionRef, Proxy, RejectedRevision,
 };
 
 /// The finalizer that keeps a provider while Proxies name it.
@@ -203,9 +204,9 @@ pub async fn reconcile(
     }
     let applied = context.entries.apply(&name, &entry_spec(provider)).await;
     let revisions = context.entries.revisions_of(&name);
-    let serving = revisions.as_ref().and_then(|r| r.active.clone());
-    let conditions = conditions(provider, &applied, serving.is_some());
-    write_status(&api, provider, conditions, serving.as_ref()).await?;
+    let serving = revisions.as_ref().is_some_and(|r| r.active.is_some());
+    let conditions = conditions(provider, &applied, serving);
+    write_status(&api, provider, conditions, revisions.as_ref()).await?;
     Ok(Action::requeue(RESYNC))
 }
 
@@ -374,43 +375,21 @@ fn condition(
     }
 }
 
-/// Writes `conditions` (merged by type with the ones already there) and
-/// the serving build, by server-side apply.
+/// Writes `conditions` and what the entry's revisions say, by
+/// server-side apply, unless the status says all of it already.
 async fn write_status(
     api: &Api<ClusterProxyProvider>,
     provider: &ClusterProxyProvider,
     conditions: Vec<Condition>,
-    serving: Option<&proxyfleet_core::revisions::RevisionSummary>,
+    revisions: Option<&EntryRevisions>,
 ) -> Result<(), Error> {
-    let previous = provider.status.clone().unwrap_or_default();
-    // Only the passes' own conditions: `Checked` is the checks' (another
-    // field manager), and one of ours left out (`InUse` once deletion is
-    // no longer held) is removed by the apply.
-    let mut own: Vec<Condition> = previous
-        .conditions
-        .iter()
-        .filter(|c| c.type_ != "Checked" && !conditions.iter().any(|n| n.type_ == c.type_))
-        .filter(|c| c.type_ != "InUse")
-        .cloned()
-        .collect();
-    own.extend(conditions);
-    own.sort_by(|a, b| a.type_.cmp(&b.type_));
-    let mut before: Vec<&Condition> =
-        previous.conditions.iter().filter(|c| c.type_ != "Checked").collect();
-    before.sort_by(|a, b| a.type_.cmp(&b.type_));
-    let unchanged = before.into_iter().eq(own.iter())
-        && Some(previous.observed_generation) == provider.meta().generation
-        && serving.is_none_or(|s| previous.digest.as_deref() == Some(s.digest.as_str()));
-    if unchanged {
+    let status = next_status(provider, conditions, revisions);
+    let mut written = provider.status.clone().unwrap_or_default();
+    written.conditions.retain(|c| c.type_ != "Checked");
+    written.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    if written == status {
         return Ok(());
     }
-    let status = ClusterProxyProviderStatus {
-        observed_generation: provider.meta().generation.unwrap_or_default(),
-        conditions: own,
-        plugin: serving.map(|s| s.plugin.clone()).or(previous.plugin),
-        version: serving.map(|s| s.version.clone()).or(previous.version),
-        digest: serving.map(|s| s.digest.clone()).or(previous.digest),
-    };
     let patch = serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ClusterProxyProvider",
@@ -423,6 +402,56 @@ async fn write_status(
     )
     .await?;
     Ok(())
+}
+
+/// The status the passes apply: their own conditions, sorted by type (not
+/// `Checked`, the checks' under another field manager; one of theirs left
+/// out, `InUse` once deletion is no longer held, goes), and the serving,
+/// previous and refused builds from `revisions` (kept from the status when
+/// there are none, as while a deletion is held).
+fn next_status(
+    provider: &ClusterProxyProvider,
+    conditions: Vec<Condition>,
+    revisions: Option<&EntryRevisions>,
+) -> ClusterProxyProviderStatus {
+    let previous = provider.status.clone().unwrap_or_default();
+    let mut own: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| !matches!(c.type_.as_str(), "Checked" | "InUse"))
+        .filter(|c| !conditions.iter().any(|n| n.type_ == c.type_))
+        .cloned()
+        .collect();
+    own.extend(conditions);
+    own.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let mut status = ClusterProxyProviderStatus {
+        observed_generation: provider.meta().generation.unwrap_or_default(),
+        conditions: own,
+        ..previous
+    };
+    if let Some(revisions) = revisions {
+        if let Some(active) = &revisions.active {
+            status.plugin = Some(active.plugin.clone());
+            status.version = Some(active.version.clone());
+            status.digest = Some(active.digest.clone());
+        }
+        status.activated_at = revisions.activated_at.map(rfc3339);
+        status.previous = revisions.previous.as_ref().map(|previous| PluginRevisionRef {
+            version: previous.version.clone(),
+            digest: previous.digest.clone(),
+        });
+        status.rejected = revisions
+            .rejected
+            .iter()
+            .map(|candidate| RejectedRevision {
+                version: candidate.version.clone(),
+                digest: candidate.digest.clone(),
+                kind: candidate.kind.as_str().to_owned(),
+                reason: candidate.reason.clone(),
+            })
+            .collect();
+    }
+    status
 }
 
 #[cfg(test)]
@@ -487,5 +516,64 @@ mod tests {
         let changed = conditions(&before, &refused, true);
         assert_ne!(changed[0].last_transition_time, "2026-01-01T00:00:00Z");
         assert_eq!(changed[1].last_transition_time, "2026-01-01T00:00:00Z", "still loaded");
+    }
+
+    #[test]
+    fn the_status_carries_the_builds_and_only_the_passes_conditions() {
+        use proxyfleet_core::revisions::{RejectedCandidate, RejectionKind, RevisionSummary};
+        let summary = |version: &str, digest: &str| RevisionSummary {
+            plugin: "static".into(),
+            version: version.into(),
+            digest: digest.into(),
+            contract_version: "0.5.0".into(),
+            loaded_at: 1,
+            source: "static.wasm".into(),
+        };
+        let revisions = EntryRevisions {
+            entry: "office".into(),
+            plugin: "static".into(),
+            pin: None,
+            active: Some(summary("2.0.0", "bb")),
+            activated_at: Some(1_700_000_000),
+            previous: Some(summary("1.0.0", "aa")),
+            rejected: vec![RejectedCandidate {
+                plugin: Some("static".into()),
+                version: Some("3.0.0".into()),
+                digest: "cc".into(),
+                contract_version: Some("0.5.0".into()),
+                loaded_at: 2,
+                kind: RejectionKind::Capabilities,
+                reason: "asks for http".into(),
+            }],
+            unavailable: None,
+            swaps: 1,
+            rejections: 1,
+            config_refused: None,
+            pull: None,
+            grants: Vec::new(),
+            config_schema: None,
+        };
+        let mut before = provider();
+        let held = in_use_condition(&before, &["crawl/a".to_owned()]);
+        let checked = condition(&before, "Checked", true, "Passed", "ok".into());
+        before.status = Some(ClusterProxyProviderStatus {
+            conditions: vec![held, checked],
+            ..Default::default()
+        });
+        let status =
+            next_status(&before, conditions(&before, &Applied::Serving, true), Some(&revisions));
+        assert_eq!(
+            status.conditions.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(),
+            ["ConfigValid", "PluginLoaded", "Ready"],
+            "InUse goes once not held; Checked is the checks' to write"
+        );
+        assert_eq!(
+            (status.version.as_deref(), status.digest.as_deref()),
+            (Some("2.0.0"), Some("bb"))
+        );
+        assert_eq!(status.previous.as_ref().map(|p| p.digest.as_str()), Some("aa"));
+        assert_eq!(status.activated_at.as_deref(), Some("2023-11-14T22:13:20Z"));
+        assert_eq!(status.rejected[0].kind, "capabilities");
+        assert_eq!(status.observed_generation, 3);
     }
 }

@@ -547,6 +547,16 @@ pub struct ClusterProxyProviderStatus {
     /// sha256 of its component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// RFC 3339 time the serving build was activated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated_at: Option<String>,
+    /// The build `proxyfleet plugin rollback` would bring back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<PluginRevisionRef>,
+    /// The most recent builds refused before activation, oldest first,
+    /// each with the check that refused it and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedRevision>,
 }
 
 /// An object of any shape, kept as written: the operator validates it.

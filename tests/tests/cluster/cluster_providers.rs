@@ -14,7 +14,7 @@ use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };
 
-use crate::kube_controller::PROVIDERS;
+use crate::kube_controller::{PROVIDERS, proxy};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -24,16 +24,6 @@ fn provider(name: &str, spec: serde_json::Value) -> ClusterProxyProvider {
         "kind": "ClusterProxyProvider",
         "metadata": { "name": name },
         "spec": spec,
-    }))
-    .unwrap()
-}
-
-fn proxy_on(name: &str, provider: &str) -> Proxy {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "Proxy",
-        "metadata": { "name": name },
-        "spec": { "provider": provider },
     }))
     .unwrap()
 }
@@ -109,7 +99,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     assert!(object.finalizers().iter().any(|f| f == PROVIDER_FINALIZER));
     let status = object.status.unwrap();
     assert_eq!(status.plugin.as_deref(), Some("static"));
-    assert!(status.digest.is_some());
+    assert!(status.digest.is_some() && status.activated_at.is_some(), "{status:?}");
     assert!(registry.provider(&name).is_ok(), "the entry serves");
 
     // The leader's checks go on it as `Checked`, beside the passes' own
@@ -133,7 +123,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
 
     // A Proxy names it as it names a file entry.
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    proxies.create(&PostParams::default(), &proxy_on("a", &name)).await.unwrap();
+    proxies.create(&PostParams::default(), &proxy("a", &name)).await.unwrap();
     let ready = wait_for(PATIENCE, || async {
         let status = proxies.get("a").await.ok()?.status?;
         (Condition::is_true(&status.conditions, "Ready")
@@ -232,7 +222,7 @@ async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
     assert!(served.is_some(), "the selector is not part of the entry");
 
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), &namespace);
-    proxies.create(&PostParams::default(), &proxy_on("a", &name)).await.unwrap();
+    proxies.create(&PostParams::default(), &proxy("a", &name)).await.unwrap();
     let refused = wait_for(PATIENCE, || async {
         let status = proxies.get("a").await.ok()?.status?;
         let provisioned = status.conditions.iter().find(|c| c.type_ == "Provisioned")?;

@@ -20,7 +20,7 @@ use proxyfleet_tests::{
 
 pub(crate) const PROVIDERS: &str = "providers:\n  - name: lab\n    plugin: static\n    config: { endpoints: ['192.0.2.1:3128', '192.0.2.2:3128'] }\n    proxyAddresses: ['192.0.2.0/24']\n";
 
-fn proxy(name: &str, provider: &str) -> Proxy {
+pub(crate) fn proxy(name: &str, provider: &str) -> Proxy {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "Proxy",
