@@ -299,12 +299,7 @@ impl Registry {
         }
         for entry in self.configs.load_full().values() {
             if matches!(self.entries.load().get(&entry.name), Some(EntryState::Loading)) {
-                let missing = format!(
-                    "plugin {:?} not found: no {}.wasm in {}",
-                    entry.plugin,
-                    entry.plugin,
-                    self.plugin_dir.display()
-                );
+                let missing = missing_plugin(&entry.plugin, &self.plugin_dir);
                 self.settle(entry, EntryState::Failed(missing));
             }
         }
@@ -338,32 +333,7 @@ impl Registry {
                     self.lock().files.insert(name.to_owned(), file.digest.clone());
                     PluginLoad::Failed(not_compiled(&file.digest))
                 }
-                None => {
-                    let digest = file.digest.clone();
-                    // The same build under two names (a file and a pulled
-                    // reference) is compiled once.
-                    let known = self.lock().by_digest.get(&digest).and_then(Weak::upgrade);
-                    let loaded = match known {
-                        Some(revision) => Ok(revision),
-                        None => {
-                            self.runtime
-                                .load_plugin_bytes(&file.path, file.bytes, file.digest)
-                                .await
-                        }
-                    };
-                    let mut state = self.lock();
-                    state.files.insert(name.to_owned(), digest.clone());
-                    match loaded {
-                        Ok(revision) => {
-                            state.by_digest.insert(digest, Arc::downgrade(&revision));
-                            PluginLoad::Loaded(revision)
-                        }
-                        Err(err) => {
-                            tracing::error!(plugin = %name, "{err}");
-                            PluginLoad::Failed(err.to_string())
-                        }
-                    }
-                }
+                None => self.compile(name, file).await,
             },
             Err(err) => {
                 tracing::error!(plugin = %name, "{err}");
@@ -396,6 +366,33 @@ impl Registry {
             };
             self.settle(entry, settled);
         }
+    }
+
+    /// Compiles `file` as plugin `name`'s content (the same build under
+    /// two names, a file and a pulled reference, is compiled once) and
+    /// records it: its digest for rescans, its revision by digest, and
+    /// what became of it.
+    async fn compile(&self, name: &str, file: PluginFile) -> PluginLoad {
+        let digest = file.digest.clone();
+        let known = self.lock().by_digest.get(&digest).and_then(Weak::upgrade);
+        let loaded = match known {
+            Some(revision) => Ok(revision),
+            None => self.runtime.load_plugin_bytes(&file.path, file.bytes, file.digest).await,
+        };
+        let mut state = self.lock();
+        state.files.insert(name.to_owned(), digest.clone());
+        let load = match loaded {
+            Ok(revision) => {
+                state.by_digest.insert(digest, Arc::downgrade(&revision));
+                PluginLoad::Loaded(revision)
+            }
+            Err(err) => {
+                tracing::error!(plugin = %name, "{err}");
+                PluginLoad::Failed(err.to_string())
+            }
+        };
+        state.plugins.insert(name.to_owned(), load.clone());
+        load
     }
 
     /// Publishes the first state of a loading entry.
@@ -459,10 +456,10 @@ impl Registry {
         self.configs.load().get(entry).map(|config| config.plugin.clone())
     }
 
-    /// `entry`'s config: the one it serves, or for an entry that serves
-    /// nothing, the one it was given.
-    pub fn config_of(&self, entry: &str) -> Option<EntryConfig> {
-        self.configs.load().get(entry).cloned()
+    /// `entry`'s `limits.concurrency`, from the config it serves (or was
+    /// given): asked on every dispatch, so nothing is cloned.
+    pub fn concurrency_of(&self, entry: &str) -> Option<usize> {
+        self.configs.load().get(entry).map(|config| config.limits.concurrency)
     }
 
     /// Every plugin file and what became of its current content, by name.
@@ -922,6 +919,12 @@ async fn bind(
 /// turns, each on every core (see `RuntimeInner::compiling`).
 fn load_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+/// Why an entry whose plugin file is not in the plugin directory serves
+/// nothing.
+fn missing_plugin(plugin: &str, dir: &Path) -> String {
+    format!("plugin {plugin:?} not found: no {plugin}.wasm in {}", dir.display())
 }
 
 /// What became of a file that every entry using it refused by digest.

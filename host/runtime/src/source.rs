@@ -39,6 +39,6 @@ impl ProviderSource for Registry {
     }
 
     fn concurrency(&self, entry: &str) -> Option<usize> {
-        Registry::config_of(self, entry).map(|config| config.limits.concurrency)
+        Registry::concurrency_of(self, entry)
     }
 }

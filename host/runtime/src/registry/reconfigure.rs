@@ -15,15 +15,15 @@
 //! config. The `registries` section is read at start only.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::admission::Refusal;
 use crate::config::{EntryConfig, ProvidersConfig};
-use crate::plugin::{PluginRevision, file_digest};
+use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
 
-use super::{EntryState, PluginLoad, Registry, bind, is_oci_name};
+use super::{EntryState, PluginLoad, Registry, bind, is_oci_name, missing_plugin};
 
 /// What [`Registry::reconfigure`] did with one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,33 +239,19 @@ impl Registry {
         .map_err(|err| err.to_string())
         .and_then(|read| {
             read.map_err(|err| match err.kind() {
-                std::io::ErrorKind::NotFound => format!(
-                    "plugin {plugin:?} not found: no {plugin}.wasm in {}",
-                    self.plugin_dir.display()
-                ),
+                std::io::ErrorKind::NotFound => missing_plugin(plugin, &self.plugin_dir),
                 _ => format!("plugin {plugin:?}: cannot read {}: {err}", path.display()),
             })
         });
         let bytes = read?;
-        let digest = file_digest(&bytes);
-        let known = self.lock().by_digest.get(&digest).and_then(Weak::upgrade);
-        let loaded = match known {
-            Some(revision) => Ok(revision),
-            None => self.runtime.load_plugin_bytes(&path, bytes, digest.clone()).await,
-        };
-        let mut state = self.lock();
-        state.files.insert(plugin.clone(), digest.clone());
-        match loaded {
-            Ok(revision) => {
-                state.by_digest.insert(digest, Arc::downgrade(&revision));
-                state.plugins.insert(plugin.clone(), PluginLoad::Loaded(Arc::clone(&revision)));
-                Ok(revision)
-            }
-            Err(err) => {
-                let reason = err.to_string();
-                state.plugins.insert(plugin.clone(), PluginLoad::Failed(reason.clone()));
+        let file = PluginFile { digest: file_digest(&bytes), bytes, path };
+        match self.compile(plugin, file).await {
+            PluginLoad::Loaded(revision) => Ok(revision),
+            PluginLoad::Failed(reason) => {
                 Err(format!("plugin {plugin:?} {}", Refusal::Load(reason)))
             }
+            // `compile` answers loaded or failed.
+            PluginLoad::Unused => Err(format!("plugin {plugin:?} was not compiled")),
         }
     }
 }
