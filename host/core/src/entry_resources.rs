@@ -30,8 +30,10 @@ pub enum Applied {
         /// Whether the spec before still serves.
         kept_serving: bool,
     },
-    /// The providers file has an entry of this name; the resource serves
-    /// nothing until one of them is renamed.
+    /// The providers file has another entry of this name; the resource
+    /// serves nothing until one of them is renamed. (A resource that
+    /// states the file's entry as written shows that entry instead: it
+    /// comes to what the entry comes to.)
     NameTaken,
 }
 
@@ -48,4 +50,9 @@ pub trait ResourceEntries: ProviderSource {
 
     /// Every entry a resource declared, by name.
     fn resource_names(&self) -> Vec<String>;
+
+    /// Every entry of the providers file as written (without its name),
+    /// by name: what a cluster shows as resources. Entries whose name a
+    /// resource took are left out.
+    fn file_entries(&self) -> Vec<(String, serde_json::Value)>;
 }

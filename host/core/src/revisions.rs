@@ -1,7 +1,7 @@
 //! What an entry's plugin revisions look like from outside: the one
 //! serving, the one a rollback would bring back, the candidates refused and
 //! why, and the pin the entry holds them to. Plain data, serializable as is
-//! for the state API and the ProxyProvider status.
+//! for the state API and the ClusterProxyProvider status.
 
 use std::path::PathBuf;
 

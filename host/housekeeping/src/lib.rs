@@ -6,7 +6,7 @@
 //! and records its own metrics, so standalone and Kubernetes mode check,
 //! time out, log and count alike. What differs stays in the modes: where
 //! the live Proxies are read from, and where the results are published
-//! (the state API, ProxyProvider objects).
+//! (the state API, ClusterProxyProvider objects).
 
 mod checks;
 mod orphans;

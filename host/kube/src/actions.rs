@@ -1,7 +1,7 @@
 //! Operators' actions in Kubernetes mode: a replacement asked for by the
 //! [`REPLACE_ANNOTATION`] on the Proxy, and every action recorded as an
 //! Event on the object it concerns (the Proxy, or the entry's
-//! ProxyProvider), so `kubectl describe` and `kubectl get events` show who
+//! ClusterProxyProvider), so `kubectl describe` and `kubectl get events` show who
 //! did what to the fleet next to what the controller did.
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -66,7 +66,7 @@ impl OperatorActions {
         }
     }
 
-    /// Publishes `action` as an Event on the Proxy or the ProxyProvider it
+    /// Publishes `action` as an Event on the Proxy or the ClusterProxyProvider it
     /// concerns; a failure is logged.
     pub async fn record(&self, action: &Action) {
         let reference = match (action.proxy(), action.entry()) {
@@ -81,7 +81,7 @@ impl OperatorActions {
             // Events of cluster-scoped objects live in `default`.
             (None, Some(entry)) => ObjectReference {
                 api_version: Some("proxyfleet.io/v1alpha1".to_owned()),
-                kind: Some("ProxyProvider".to_owned()),
+                kind: Some("ClusterProxyProvider".to_owned()),
                 name: Some(entry.to_owned()),
                 namespace: Some("default".to_owned()),
                 ..ObjectReference::default()

@@ -14,6 +14,11 @@
 //! (unknown keys refused, every error naming the key); an edit that does
 //! not validate, or that the plugin refuses, leaves the entry serving the
 //! spec it had, and the conditions say why.
+//!
+//! The providers file's entries show here too, as the ClusterProxyProviders
+//! [`crate::file_providers`] applies: the same passes write their status
+//! from what the file's entry comes to, and their deletion holds nothing
+//! (the file, not the object, serves the entry).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use crate::crd::{
     CONDITION_MESSAGE_MAX, ClusterProxyProvider, ClusterProxyProviderStatus, Condition,
     ConditionStatus, MANAGER, PluginRevisionRef, Proxy, RejectedRevision,
 };
+use crate::file_providers::{is_file_view, shown_by_another};
 
 /// The finalizer that keeps a provider while Proxies name it.
 pub const PROVIDER_FINALIZER: &str = "proxyfleet.io/provider-in-use";
@@ -44,6 +50,9 @@ pub const CHECKS_MANAGER: &str = "proxyfleet-checks";
 /// How often the leader looks at each provider again without a change of
 /// the object: a plugin swap or a refused build shows in the status then.
 const RESYNC: Duration = Duration::from_secs(30);
+
+/// How soon a view that lags its file entry is looked at again.
+const RESYNC_VIEW: Duration = Duration::from_secs(5);
 
 /// How often a provider held by its Proxies is looked at again.
 const HELD_RESYNC: Duration = Duration::from_secs(5);
@@ -78,9 +87,13 @@ pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Init) => listed.clear(),
+            // A view of a providers file declares nothing: the file serves
+            // its entry.
             Ok(watcher::Event::InitApply(provider)) => {
-                listed.insert(provider.name_any());
-                apply(entries.as_ref(), &provider).await;
+                if !is_file_view(&provider) {
+                    listed.insert(provider.name_any());
+                    apply(entries.as_ref(), &provider).await;
+                }
             }
             Ok(watcher::Event::InitDone) => {
                 for name in entries.resource_names() {
@@ -89,8 +102,16 @@ pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
                     }
                 }
             }
-            Ok(watcher::Event::Apply(provider)) => apply(entries.as_ref(), &provider).await,
-            Ok(watcher::Event::Delete(provider)) => entries.remove(&provider.name_any()).await,
+            Ok(watcher::Event::Apply(provider)) => {
+                if !is_file_view(&provider) {
+                    apply(entries.as_ref(), &provider).await;
+                }
+            }
+            Ok(watcher::Event::Delete(provider)) => {
+                if !is_file_view(&provider) {
+                    entries.remove(&provider.name_any()).await;
+                }
+            }
             Err(err) => tracing::warn!("ClusterProxyProvider watch: {err}"),
         }
     }
@@ -169,15 +190,18 @@ pub async fn reconcile(
     context: &ProviderContext,
 ) -> Result<Action, Error> {
     let name = provider.name_any();
+    if shown_by_another(provider, context.entries.installation().as_str()) {
+        return Ok(Action::await_change());
+    }
     let api: Api<ClusterProxyProvider> = Api::all(context.client.clone());
     let has_finalizer = provider.finalizers().iter().any(|f| f == PROVIDER_FINALIZER);
     if provider.meta().deletion_timestamp.is_some() {
         if !has_finalizer {
             return Ok(Action::await_change());
         }
-        // A provider that never served (its name is a file entry's) holds
-        // no Proxy of its own.
-        let served = context.entries.resource_names().contains(&name);
+        // A provider that never served (its name is a file entry's) or
+        // that shows a file entry holds no Proxy of its own.
+        let served = !is_file_view(provider) && context.entries.resource_names().contains(&name);
         let users = if served { proxies_naming(context, &name).await? } else { Vec::new() };
         if users.is_empty() {
             let rest: Vec<String> = provider
@@ -202,7 +226,19 @@ pub async fn reconcile(
         // applies it.
         return Ok(Action::await_change());
     }
+    // The view of an entry that left the file: the views' next pass
+    // deletes it; applied, it would be taken for a resource's entry.
+    if is_file_view(provider)
+        && !context.entries.file_entries().iter().any(|(entry, _)| *entry == name)
+    {
+        return Ok(Action::await_change());
+    }
     let applied = context.entries.apply(&name, &entry_spec(provider)).await;
+    if is_file_view(provider) && applied == Applied::NameTaken {
+        // The file's entry changed and the views' next pass brings this
+        // one in line: not another provider's name.
+        return Ok(Action::requeue(RESYNC_VIEW));
+    }
     let revisions = context.entries.revisions_of(&name);
     let serving = revisions.as_ref().is_some_and(|r| r.active.is_some());
     let conditions = conditions(provider, &applied, serving);
@@ -210,16 +246,22 @@ pub async fn reconcile(
     Ok(Action::requeue(RESYNC))
 }
 
-/// Publishes a check of the entry `name` declares as its `Checked`
-/// condition: `True/Passed`, or `False` with the first finding's reason
-/// and every finding in the message. A provider that is gone is left be.
+/// Publishes a check of entry `name` as the `Checked` condition of its
+/// ClusterProxyProvider: `True/Passed`, or `False` with the first finding's
+/// reason and every finding in the message. An entry without one (not
+/// shown yet, or gone), or whose one is another installation's view, is
+/// left be.
 pub async fn publish_check(
     client: &kube::Client,
+    installation: &str,
     name: &str,
     health: &proxyfleet_core::Health,
 ) -> Result<(), kube::Error> {
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     let Some(provider) = api.get_opt(name).await? else { return Ok(()) };
+    if shown_by_another(&provider, installation) {
+        return Ok(());
+    }
     let (reason, message) = match health.issues.first() {
         None if health.healthy => ("Passed".to_owned(), "the last check passed".to_owned()),
         None => ("Failed".to_owned(), "the last check failed".to_owned()),

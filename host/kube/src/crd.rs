@@ -377,33 +377,6 @@ pub struct ProxyPoolStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// A provider entry as the operator sees it: which plugin serves it and
-/// what its last check found. Cluster-scoped, one per entry, written by the
-/// leader after every check so `kubectl get proxyproviders` shows the state
-/// of every backend.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "proxyfleet.io",
-    version = "v1alpha1",
-    kind = "ProxyProvider",
-    shortname = "pxprov",
-    category = "proxyfleet",
-    doc = "A provider entry as the leading operator sees it: the plugin serving it, its \
-           revision, and what its last check found. Written by the operator, one per entry.",
-    status = "ProxyProviderStatus",
-    derive = "PartialEq",
-    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".status.plugin"}"#,
-    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
-    printcolumn = r#"{"name":"Healthy","type":"boolean","jsonPath":".status.healthy"}"#,
-    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
-    printcolumn = r#"{"name":"Last-Success","type":"date","jsonPath":".status.lastSuccess"}"#
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyProviderSpec {
-    /// The plugin the providers file names for this entry.
-    pub plugin: String,
-}
-
 /// A provider entry declared as a resource by the platform team, beside
 /// the providers file's: applied, edited and deleted with `kubectl` or a
 /// GitOps tool, served by every replica without a restart.
@@ -564,56 +537,6 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
-/// One finding of a provider check.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub struct ProviderIssue {
-    /// Kebab-case reason, e.g. `credentials-unavailable`.
-    pub reason: String,
-    /// For people.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-/// What the last check of an entry found.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyProviderStatus {
-    /// Whether the plugin loaded and accepted the entry's config.
-    pub available: bool,
-    /// Whether the last check passed.
-    pub healthy: bool,
-    /// The first issue's reason, or `Unavailable`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Every issue the check reported.
-    #[serde(default)]
-    pub issues: Vec<ProviderIssue>,
-    /// Plugin name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<String>,
-    /// Plugin version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// sha256 of the plugin component.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// RFC 3339 time of the last passing check.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_success: Option<String>,
-    /// RFC 3339 time of this check.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checked_at: Option<String>,
-    /// RFC 3339 time the serving revision was activated.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub activated_at: Option<String>,
-    /// The revision `proxyfleet plugin rollback` would bring back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<PluginRevisionRef>,
-    /// The most recent candidates refused before activation, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rejected: Vec<RejectedRevision>,
-}
-
 /// One plugin revision.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -643,17 +566,15 @@ pub struct RejectedRevision {
 /// too: the two move together), so `kubectl get crd -l
 /// app.kubernetes.io/part-of=proxyfleet -L app.kubernetes.io/version`
 /// shows which are installed.
-pub fn crds() -> [CustomResourceDefinition; 4] {
+pub fn crds() -> [CustomResourceDefinition; 3] {
     use kube::CustomResourceExt as _;
-    [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd(), ClusterProxyProvider::crd()].map(
-        |mut crd| {
-            crd.metadata.labels = Some(BTreeMap::from([
-                ("app.kubernetes.io/part-of".to_owned(), "proxyfleet".to_owned()),
-                ("app.kubernetes.io/version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
-            ]));
-            crd
-        },
-    )
+    [Proxy::crd(), ProxyPool::crd(), ClusterProxyProvider::crd()].map(|mut crd| {
+        crd.metadata.labels = Some(BTreeMap::from([
+            ("app.kubernetes.io/part-of".to_owned(), "proxyfleet".to_owned()),
+            ("app.kubernetes.io/version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ]));
+        crd
+    })
 }
 
 /// Every CRD of [`crds`] as a multi-document YAML stream, for a server of

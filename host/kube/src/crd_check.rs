@@ -159,7 +159,7 @@ mod tests {
     use kube::CustomResourceExt as _;
 
     use super::*;
-    use crate::crd::{Proxy, ProxyPool, ProxyProvider};
+    use crate::crd::{ClusterProxyProvider, Proxy, ProxyPool};
 
     fn pool_crd() -> CustomResourceDefinition {
         ProxyPool::crd()
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn the_crds_this_build_generates_pass() {
-        for crd in [Proxy::crd(), ProxyPool::crd(), ProxyProvider::crd()] {
+        for crd in [Proxy::crd(), ProxyPool::crd(), ClusterProxyProvider::crd()] {
             compare(&crd, &crd).unwrap();
         }
     }

@@ -187,7 +187,9 @@ mod tests {
     #[test]
     fn the_page_names_every_kind_field_bound_and_default() {
         let page = markdown(&crate::crd::crds());
-        for heading in ["## Proxy\n", "## ProxyPool\n", "## ProxyProvider\n", "### Proxy `spec`"] {
+        for heading in
+            ["## Proxy\n", "## ProxyPool\n", "## ClusterProxyProvider\n", "### Proxy `spec`"]
+        {
             assert!(page.contains(heading), "{heading}");
         }
         assert!(page.contains("| `spec.cores` | integer; 1–256; default `1` |"), "{page}");

@@ -11,6 +11,7 @@ pub mod crd_check;
 pub mod crd_reference;
 pub mod credentials;
 pub mod events;
+pub mod file_providers;
 pub mod fleet;
 pub mod fleet_services;
 pub mod kube_version;

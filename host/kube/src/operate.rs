@@ -8,26 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use proxyfleet_core::entry_resources::ResourceEntries;
 use proxyfleet_core::liveness::{Heartbeat, Watchdog};
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_core::revisions::EntryRevisions;
-use proxyfleet_core::source::{ProviderSource, STILL_LOADING};
+use proxyfleet_core::source::ProviderSource;
 use proxyfleet_core::spec_key::SpecKey;
 use proxyfleet_fleet::Fleet;
-use proxyfleet_housekeeping::{
-    self as housekeeping, Availability, EntryCheck, GcSettings, check_entries,
-};
+use proxyfleet_housekeeping::{self as housekeeping, EntryCheck, GcSettings, check_entries};
 use proxyfleet_metrics::Metrics;
 use tokio::sync::watch;
 
 use crate::controller::{self, Context};
-use crate::crd::{
-    PluginRevisionRef, ProviderIssue, Proxy, ProxyProvider, ProxyProviderStatus, RejectedRevision,
-};
+use crate::crd::Proxy;
 use crate::credentials::Credentials;
 use crate::events::{Event, EventType, Recorder, Reporter};
 use crate::fleet::Wakes;
@@ -56,7 +50,9 @@ pub struct LeaderSettings {
     /// Where the leader's loops beat, for `/livez`.
     pub watchdog: Watchdog,
     /// Where ClusterProxyProviders are applied, for their finalizers and
-    /// status; `None`: the leader leaves them alone.
+    /// status, and whose providers-file entries the leader shows as
+    /// ClusterProxyProviders ([`crate::file_providers`]); `None`: the
+    /// leader leaves them alone.
     pub resource_entries: Option<Arc<dyn ResourceEntries>>,
 }
 
@@ -159,6 +155,16 @@ pub async fn lead(
             }
         }
     };
+    // The file's entries shown as ClusterProxyProviders, beside those.
+    let file_views = {
+        let (client, entries) = (client.clone(), settings.resource_entries.clone());
+        async move {
+            match entries {
+                Some(entries) => crate::file_providers::show(client, entries.as_ref()).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let gate_caches = async move {
         match gate_caches {
             Some(caches) => caches.await,
@@ -169,6 +175,7 @@ pub async fn lead(
         tokio::select! {
             _ = async { tokio::join!(controller, pools, providers) } => {}
             () = gate_caches => {}
+            () = file_views => {}
         }
     };
     let housekeeping = async {
@@ -180,13 +187,13 @@ pub async fn lead(
             tokio::select! {
                 _ = gc.tick() => collect_garbage(&client, source.as_ref(), &settings).await,
                 _ = checks.tick() => {
-                    check_providers_with(&client, source.as_ref(), &resource_names(&settings), settings.check_interval, &settings.metrics).await;
+                    check_all(&client, source.as_ref(), &settings).await;
                 }
                 _ = revisions.tick() => {
-                    // A swap or refusal shows on the ProxyProvider at once,
-                    // not at the next scheduled check.
+                    // A swap or refusal is checked at once, not at the next
+                    // scheduled check.
                     if announcer.announce(source.as_ref(), &settings.metrics).await {
-                        check_providers_with(&client, source.as_ref(), &resource_names(&settings), settings.check_interval, &settings.metrics).await;
+                        check_all(&client, source.as_ref(), &settings).await;
                     }
                 }
             }
@@ -199,11 +206,6 @@ pub async fn lead(
         () = stop(lost) => {}
     }
     heartbeats.retire();
-}
-
-/// The entries ClusterProxyProviders declare, whose checks go on them too.
-fn resource_names(settings: &LeaderSettings) -> Vec<String> {
-    settings.resource_entries.as_ref().map(|entries| entries.resource_names()).unwrap_or_default()
 }
 
 /// The leader's parts on the watchdog.
@@ -245,150 +247,48 @@ async fn collect_garbage(
     housekeeping::collect_garbage(source, &live, gc, &settings.metrics).await;
 }
 
-/// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
-/// publishes each result as the entry's cluster-scoped ProxyProvider
-/// object. Returns the entries whose result could not be published, with
-/// why.
-pub async fn check_providers(
-    client: &kube::Client,
-    source: &dyn ProviderSource,
-    interval: Duration,
-    metrics: &Metrics,
-) -> Vec<(String, kube::Error)> {
-    check_providers_with(client, source, &[], interval, metrics).await
+/// The leader's provider checks: published when it keeps
+/// ClusterProxyProviders, measured only otherwise.
+async fn check_all(client: &kube::Client, source: &dyn ProviderSource, settings: &LeaderSettings) {
+    let (interval, metrics) = (settings.check_interval, settings.metrics.as_ref());
+    match &settings.resource_entries {
+        Some(entries) => {
+            check_providers(client, entries.as_ref(), interval, metrics).await;
+        }
+        None => {
+            check_entries(source, interval, metrics).await;
+        }
+    }
 }
 
-/// [`check_providers`], which also publishes the result of each entry
-/// named in `resources` as the `Checked` condition of its
-/// ClusterProxyProvider.
-pub async fn check_providers_with(
+/// Checks every entry (`proxyfleet_housekeeping::check_entries`) and
+/// publishes each result as the `Checked` condition of the entry's
+/// ClusterProxyProvider (a platform team's, or the view of a providers-file
+/// entry); an entry without one is only measured. Returns the entries
+/// whose result could not be published, with why.
+pub async fn check_providers(
     client: &kube::Client,
-    source: &dyn ProviderSource,
-    resources: &[String],
+    entries: &dyn ResourceEntries,
     interval: Duration,
     metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
-    let api: Api<ProxyProvider> = Api::all(client.clone());
-    let now = Timestamp::now();
-    let checks = check_entries(source, interval, metrics).await;
-    for EntryCheck { entry, availability, health } in checks {
-        let entry = &entry;
-        if resources.contains(entry)
-            && let Err(err) = crate::cluster_providers::publish_check(client, entry, &health).await
-        {
+    let installation = entries.installation().as_str();
+    for EntryCheck { entry, health, .. } in check_entries(entries, interval, metrics).await {
+        let published =
+            crate::cluster_providers::publish_check(client, installation, &entry, &health).await;
+        if let Err(err) = published {
             tracing::warn!(entry = %entry, "cannot publish the check on its ClusterProxyProvider: {err}");
-            failures.push((entry.clone(), err));
-        }
-        let mut status =
-            ProxyProviderStatus { checked_at: Some(now.to_string()), ..Default::default() };
-        match availability {
-            Availability::Loading => {
-                status.reason = Some("Loading".into());
-                status.issues = vec![ProviderIssue {
-                    reason: "loading".into(),
-                    message: Some(STILL_LOADING.into()),
-                }];
-            }
-            Availability::Failed(reason) => {
-                status.reason = Some("Unavailable".into());
-                status.issues =
-                    vec![ProviderIssue { reason: "unavailable".into(), message: Some(reason) }];
-            }
-            Availability::Loaded(info) => {
-                status.available = true;
-                status.healthy = health.healthy;
-                status.plugin = Some(info.name);
-                status.version = Some(info.version);
-                status.issues = health
-                    .issues
-                    .iter()
-                    .map(|issue| ProviderIssue {
-                        reason: serde_json::to_value(issue.reason)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned))
-                            .unwrap_or_default(),
-                        message: Some(issue.message.clone()).filter(|m| !m.is_empty()),
-                    })
-                    .collect();
-                status.reason = status.issues.first().map(|i| i.reason.clone());
-            }
-        }
-        let revisions = source.revisions_of(entry);
-        let plugin = revisions.as_ref().map_or_else(|| "unknown".to_owned(), |r| r.plugin.clone());
-        if let Some(revisions) = revisions {
-            if status.available {
-                status.digest = revisions.active.as_ref().map(|active| active.digest.clone());
-            }
-            status.activated_at = revisions.activated_at.and_then(rfc3339);
-            status.previous = revisions.previous.map(|previous| PluginRevisionRef {
-                version: previous.version,
-                digest: previous.digest,
-            });
-            status.rejected = revisions
-                .rejected
-                .into_iter()
-                .map(|candidate| RejectedRevision {
-                    version: candidate.version,
-                    digest: candidate.digest,
-                    kind: candidate.kind.as_str().to_owned(),
-                    reason: candidate.reason,
-                })
-                .collect();
-            if let Some(reason) = revisions.config_refused {
-                status
-                    .issues
-                    .push(ProviderIssue { reason: "configRefused".into(), message: Some(reason) });
-                status.reason.get_or_insert_with(|| "configRefused".into());
-            }
-        }
-        status.last_success = if status.healthy {
-            Some(now.to_string())
-        } else {
-            // Carried over, also across a change of leader.
-            api.get_opt(entry).await.ok().flatten().and_then(|p| p.status?.last_success)
-        };
-        if let Err(err) = publish(&api, entry, &plugin, &status).await {
-            tracing::warn!(entry = %entry, "cannot publish the provider check: {err}");
-            failures.push((entry.clone(), err));
+            failures.push((entry, err));
         }
     }
     failures
 }
 
-async fn publish(
-    api: &Api<ProxyProvider>,
-    entry: &str,
-    plugin: &str,
-    status: &ProxyProviderStatus,
-) -> Result<(), kube::Error> {
-    let params = PatchParams::apply(crate::crd::MANAGER).force();
-    let object = serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "ProxyProvider",
-        "metadata": { "name": entry },
-        "spec": { "plugin": plugin },
-    });
-    api.patch(entry, &params, &Patch::Apply(&object)).await?;
-    let status = serde_json::json!({
-        "apiVersion": "proxyfleet.io/v1alpha1",
-        "kind": "ProxyProvider",
-        "status": status,
-    });
-    api.patch_status(entry, &params, &Patch::Apply(&status)).await?;
-    Ok(())
-}
-
-fn rfc3339(unix_seconds: u64) -> Option<String> {
-    Timestamp::from_second(i64::try_from(unix_seconds).ok()?).ok().map(|t| t.to_string())
-}
-
-/// Publishes an Event on an entry's ProxyProvider whenever its registry
-/// activates a revision, refuses a candidate or refuses a config edit,
-/// deletes the ProxyProvider of an entry removed while running, and keeps
-/// the swap metrics.
+/// Publishes an Event on an entry's ClusterProxyProvider whenever its
+/// registry activates a revision, refuses a candidate or refuses a config
+/// edit, and keeps the swap metrics.
 pub struct RevisionAnnouncer {
-    client: kube::Client,
     recorder: Recorder,
     /// Entry → what was already announced of it.
     seen: HashMap<String, Announced>,
@@ -415,12 +315,7 @@ impl RevisionAnnouncer {
     pub fn new(client: kube::Client, instance: String) -> Self {
         let reporter =
             Reporter { controller: crate::crd::MANAGER.to_owned(), instance: Some(instance) };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            seen: HashMap::new(),
-            primed: false,
-        }
+        Self { recorder: Recorder::new(client, reporter), seen: HashMap::new(), primed: false }
     }
 
     /// Announces what changed since the last call (the first call only
@@ -428,7 +323,10 @@ impl RevisionAnnouncer {
     pub async fn announce(&mut self, source: &dyn ProviderSource, metrics: &Metrics) -> bool {
         let primed = std::mem::replace(&mut self.primed, true);
         let revisions = source.revisions();
-        let mut changed = self.forget_removed(&revisions).await;
+        // An entry removed while running is news too: its checks stop.
+        let before = self.seen.len();
+        self.seen.retain(|name, _| revisions.iter().any(|entry| &entry.entry == name));
+        let mut changed = self.seen.len() != before;
         for entry in revisions {
             metrics.observe_revisions(&entry.entry, entry.swaps, entry.rejections);
             let now = Announced {
@@ -449,7 +347,7 @@ impl RevisionAnnouncer {
             // servers before 1.22 insist the reference says so too.
             let reference = ObjectReference {
                 api_version: Some("proxyfleet.io/v1alpha1".to_owned()),
-                kind: Some("ProxyProvider".to_owned()),
+                kind: Some("ClusterProxyProvider".to_owned()),
                 name: Some(entry.entry.clone()),
                 namespace: Some("default".to_owned()),
                 ..ObjectReference::default()
@@ -494,34 +392,6 @@ impl RevisionAnnouncer {
             }
         }
         changed
-    }
-
-    /// Deletes the ProxyProvider of each entry seen before and gone from
-    /// `revisions` (removed from the providers file while running); true
-    /// when there was one. Only entries this process saw are deleted, never
-    /// an object another installation writes.
-    async fn forget_removed(&mut self, revisions: &[EntryRevisions]) -> bool {
-        let gone: Vec<String> = self
-            .seen
-            .keys()
-            .filter(|name| !revisions.iter().any(|entry| &entry.entry == *name))
-            .cloned()
-            .collect();
-        let api: Api<ProxyProvider> = Api::all(self.client.clone());
-        for name in &gone {
-            self.seen.remove(name);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    tracing::info!(entry = %name, "deleted the ProxyProvider of a removed entry")
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => tracing::warn!(
-                    entry = %name,
-                    "cannot delete the ProxyProvider of a removed entry: {err}"
-                ),
-            }
-        }
-        !gone.is_empty()
     }
 
     async fn publish(

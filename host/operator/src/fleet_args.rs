@@ -395,7 +395,8 @@ pub fn serve_api(
 }
 
 /// What the API shows of a Kubernetes-mode installation's providers: the
-/// plugin revisions (check results are on the ProxyProvider objects); and
+/// plugin revisions (check results are on the ClusterProxyProvider
+/// objects); and
 /// operators' actions, carried out and recorded as Events.
 pub struct SourceStatus {
     /// The plugin registry.

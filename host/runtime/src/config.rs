@@ -4,7 +4,7 @@
 //! Parsed in two steps: serde into `Raw*` structs that reject unknown keys,
 //! then validation into typed config whose errors name the entry and key.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
@@ -33,6 +33,9 @@ pub struct ProvidersConfig {
     pub entries: Vec<EntryConfig>,
     /// How the registries that `oci://` plugins live in are reached.
     pub registries: Registries,
+    /// Each entry as the file writes it, without its name, by name: the
+    /// spec of the ClusterProxyProvider that shows it in a cluster.
+    pub written: BTreeMap<String, serde_json::Value>,
 }
 
 /// One provider entry.
@@ -170,7 +173,7 @@ impl ProvidersConfig {
         let registries = Registries::validate(raw.registries).map_err(|err| {
             ConfigError::invalid(format!("registries[{}]", err.index), err.field, err.reason)
         })?;
-        Ok(Self { entries, registries })
+        Ok(Self { entries, registries, written: written_entries(text) })
     }
 
     /// Parses and validates one entry given as JSON without its name (the
@@ -308,6 +311,30 @@ fn validate_pin(at: &str, raw: RawPin) -> Result<Pin, ConfigError> {
     }
 }
 
+/// Each entry of providers YAML that parsed, as JSON without its name and
+/// without keys left empty (`config:` with nothing after it), by name.
+fn written_entries(text: &str) -> BTreeMap<String, serde_json::Value> {
+    let document = yaml_serde::from_str::<yaml_serde::Value>(text)
+        .ok()
+        .and_then(|yaml| serde_json::to_value(yaml).ok());
+    let Some(serde_json::Value::Array(entries)) = document
+        .and_then(|mut document| document.get_mut("providers").map(serde_json::Value::take))
+    else {
+        return BTreeMap::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let serde_json::Value::Object(mut fields) = entry else { return None };
+            let Some(serde_json::Value::String(name)) = fields.remove("name") else {
+                return None;
+            };
+            fields.retain(|_, value| !value.is_null());
+            Some((name, serde_json::Value::Object(fields)))
+        })
+        .collect()
+}
+
 /// RFC 1123 label: what Kubernetes accepts as a name, so entries can be
 /// named in resources and metrics without escaping.
 fn check_dns_label(name: &str) -> Result<(), String> {
@@ -367,6 +394,27 @@ mod tests {
 
     fn parse_err(yaml: &str) -> String {
         ProvidersConfig::parse(yaml).unwrap_err().to_string()
+    }
+
+    /// A cluster shows each file entry as a ClusterProxyProvider whose spec
+    /// is the entry as written: it must parse back to the same entry.
+    #[test]
+    fn each_entry_as_written_parses_back_to_the_same_entry() {
+        let config = ProvidersConfig::parse(
+            "providers:\n  - name: a\n    plugin: static\n    config:\n  - name: b\n    \
+             plugin: x\n    config: { endpoints: ['10.0.0.1:3128'] }\n    limits: { concurrency: \
+             2 }\n    proxyAddresses: [10.0.0.0/8]\n    grants:\n      http:\n        - url: \
+             https://pve.example:8006\n          credential: { header: Authorization, \
+             valueTemplate: 'PVEAPIToken={secret}', secretFile: /run/s }\n",
+        )
+        .unwrap();
+        assert_eq!(config.written.len(), 2);
+        for entry in &config.entries {
+            let written = &config.written[&entry.name];
+            assert!(written.get("name").is_none(), "{written}");
+            assert_eq!(&ProvidersConfig::parse_entry(&entry.name, written).unwrap(), entry);
+        }
+        assert_eq!(config.written["a"], serde_json::json!({ "plugin": "static" }));
     }
 
     #[test]

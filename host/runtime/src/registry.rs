@@ -151,6 +151,9 @@ struct RevisionState {
     /// The entries a resource declared (`resources.rs`), which the
     /// providers file neither removes nor takes over.
     resources: std::collections::BTreeSet<String>,
+    /// The providers file's entries as it last stated them, parsed and as
+    /// written, by name (`resources.rs` tells a resource showing one).
+    file: BTreeMap<String, (EntryConfig, serde_json::Value)>,
 }
 
 #[derive(Default)]
@@ -246,7 +249,10 @@ impl Registry {
                 config.entries.iter().map(|e| (e.name.clone(), e.clone())).collect(),
             ),
             entries: ArcSwap::from_pointee(entries),
-            revisions: Mutex::new(RevisionState::default()),
+            revisions: Mutex::new(RevisionState {
+                file: file_entries(config),
+                ..RevisionState::default()
+            }),
             scanning: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::watch::Sender::new(config.entries.is_empty()),
         };
@@ -917,6 +923,19 @@ async fn bind(
 /// Plugins loaded at once: pulls, checks and the plugins' own `describe`
 /// and config validation go side by side; the compilations among them take
 /// turns, each on every core (see `RuntimeInner::compiling`).
+/// `config`'s entries, parsed and as written, by name; an entry whose
+/// written form is unknown is left out (it is not shown as a resource).
+fn file_entries(config: &ProvidersConfig) -> BTreeMap<String, (EntryConfig, serde_json::Value)> {
+    config
+        .entries
+        .iter()
+        .filter_map(|entry| {
+            let written = config.written.get(&entry.name)?;
+            Some((entry.name.clone(), (entry.clone(), written.clone())))
+        })
+        .collect()
+}
+
 fn load_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
 }

@@ -105,10 +105,9 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     // The leader's checks go on it as `Checked`, beside the passes' own
     // conditions (each applied by its own field manager).
     let metrics = proxyfleet_metrics::Metrics::new();
-    let failures = proxyfleet_kube::operate::check_providers_with(
+    let failures = proxyfleet_kube::operate::check_providers(
         &client,
         registry.as_ref(),
-        std::slice::from_ref(&name),
         Duration::from_secs(5),
         &metrics,
     )

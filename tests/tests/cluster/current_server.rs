@@ -120,7 +120,8 @@ async fn a_pools_cel_rules_refuse_what_openapi_cannot_say() {
     assert!(message.contains("spec.providers[1]") && message.contains("Duplicate"), "{message}");
 }
 
-/// The leader's writes of cluster-scoped ProxyProvider statuses.
+/// The leader's views of file entries as ClusterProxyProviders, their
+/// statuses and checks.
 #[tokio::test]
 async fn provider_checks_are_published_per_entry() {
     let (client, namespace) = on_current("pf-checks").await;

@@ -10,10 +10,10 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::kv::KvStore;
 use proxyfleet_core::reconcile::{FINALIZER, Policy};
-use proxyfleet_kube::crd::{Proxy, ProxyPhase, ProxyPool, ProxyProvider};
+use proxyfleet_kube::crd::{ClusterProxyProvider, Proxy, ProxyPhase, ProxyPool};
 use proxyfleet_kube::kv::ConfigMapKv;
+use proxyfleet_runtime::Registry;
 use proxyfleet_runtime::config::ProvidersConfig;
-use proxyfleet_runtime::{Registry, Runtime, RuntimeOptions};
 use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, plugin, wait_for,
 };
@@ -359,39 +359,54 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     )
     .await;
     assert!(failures.is_empty(), "{failures:?}");
-    let published = Api::<ProxyProvider>::all(admin.clone()).get_opt("lab").await.unwrap();
-    assert!(published.is_some(), "provider objects are allowed");
-    // An entry removed while running has its object deleted, as this user.
+    // The file's entries shown as ClusterProxyProviders, as this user: an
+    // entry's view applied (created), checked, and deleted once the entry
+    // leaves the file. (An installation of its own, with a name of this
+    // run's: views are cluster-scoped.)
     let extra = format!("extra-{namespace}");
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(plugin("static"), plugins.path().join("static.wasm")).unwrap();
     let with_extra = format!(
-        "{PROVIDERS}  - {{ name: {extra}, plugin: static, config: {{ endpoints: ['192.0.2.9:3128'] }} }}\n"
+        "providers:\n  - {{ name: {extra}, plugin: static, config: {{ endpoints: ['192.0.2.9:3128'] }} }}\n"
     );
-    let mut announcer =
-        proxyfleet_kube::operate::RevisionAnnouncer::new(user.clone(), "rbac".into());
-    announcer.announce(controllers.registry.as_ref(), &metrics).await;
-    controllers.registry.reconfigure(&ProvidersConfig::parse(&with_extra).unwrap()).await;
-    assert!(announcer.announce(controllers.registry.as_ref(), &metrics).await);
+    let own = Arc::new(
+        Registry::load(
+            &crate::views::runtime(),
+            &ProvidersConfig::parse(&with_extra).unwrap(),
+            plugins.path(),
+            Arc::new(proxyfleet_core::kv::MemoryKv::new()),
+        )
+        .await
+        .unwrap(),
+    );
+    let mut views = proxyfleet_kube::file_providers::FileViews::new(user.clone());
+    let shown = views.pass(own.as_ref()).await.expect("showing entries is allowed");
+    assert_eq!(shown.applied, std::slice::from_ref(&extra));
     let failures = proxyfleet_kube::operate::check_providers(
         &user,
-        controllers.registry.as_ref(),
+        own.as_ref(),
         Duration::from_secs(5),
         &metrics,
     )
     .await;
-    assert!(failures.is_empty(), "{failures:?}");
-    let providers_api = Api::<ProxyProvider>::all(admin.clone());
-    assert!(providers_api.get_opt(&extra).await.unwrap().is_some());
-    controllers.registry.reconfigure(&ProvidersConfig::parse(PROVIDERS).unwrap()).await;
-    assert!(announcer.announce(controllers.registry.as_ref(), &metrics).await);
+    assert!(
+        failures.is_empty(),
+        "publishing checks on ClusterProxyProviders is allowed: {failures:?}"
+    );
+    let providers_api = Api::<ClusterProxyProvider>::all(admin.clone());
+    let checked = providers_api.get(&extra).await.unwrap().status.unwrap_or_default();
+    assert!(checked.conditions.iter().any(|c| c.type_ == "Checked"), "{checked:?}");
+    own.reconfigure(&ProvidersConfig::parse("providers: []\n").unwrap()).await;
+    let shown = views.pass(own.as_ref()).await.unwrap();
+    assert_eq!(shown.deleted, std::slice::from_ref(&extra));
     assert!(
         providers_api.get_opt(&extra).await.unwrap().is_none(),
-        "deleting a removed entry's provider object is allowed"
+        "deleting a removed entry's view is allowed"
     );
     // ClusterProxyProviders, followed and kept as this user: watched,
     // finalized, their status written, and their deletion let go.
     {
         use proxyfleet_kube::cluster_providers::{self, ProviderContext};
-        use proxyfleet_kube::crd::ClusterProxyProvider;
         let follow = tokio::spawn(cluster_providers::follow(
             user.clone(),
             controllers.registry.clone() as _,
@@ -510,13 +525,15 @@ async fn provider_checks_are_published_per_entry() {
     provider_checks_are_published_per_entry_on(&client, &namespace, kv).await;
 }
 
-/// The entries' checks as ProxyProvider statuses (cluster-scoped objects,
-/// named after `namespace` to be this run's) and metrics.
+/// The entries' checks as the conditions of their ClusterProxyProviders
+/// (the views of the file's entries, named after `namespace` to be this
+/// run's) and as metrics.
 pub(crate) async fn provider_checks_are_published_per_entry_on(
     client: &kube::Client,
     namespace: &str,
     kv: Arc<dyn KvStore>,
 ) {
+    use crate::views::{Views, condition};
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(plugin("static"), dir.path().join("static.wasm")).unwrap();
     // Entry names are cluster-wide objects: make them unique to this run.
@@ -525,15 +542,18 @@ pub(crate) async fn provider_checks_are_published_per_entry_on(
     let providers = format!(
         "providers:\n  - {{ name: {good}, plugin: static, config: {{ endpoints: ['192.0.2.1:3128'] }}, proxyAddresses: ['192.0.2.0/24'] }}\n  - {{ name: {empty}, plugin: static, config: {{ endpoints: [] }} }}\n  - {{ name: {missing}, plugin: nowhere }}\n"
     );
-    let runtime = Runtime::new(RuntimeOptions::default()).unwrap();
-    let registry =
+    let runtime = crate::views::runtime();
+    let registry = Arc::new(
         Registry::load(&runtime, &ProvidersConfig::parse(&providers).unwrap(), dir.path(), kv)
             .await
-            .unwrap();
+            .unwrap(),
+    );
+    let mut views = Views::new(client, registry.clone());
+    assert_eq!(views.show(registry.as_ref()).await.applied.len(), 3);
     let metrics = proxyfleet_metrics::Metrics::new();
     let failures = proxyfleet_kube::operate::check_providers(
         client,
-        &registry,
+        registry.as_ref(),
         Duration::from_secs(5),
         &metrics,
     )
@@ -546,17 +566,17 @@ pub(crate) async fn provider_checks_are_published_per_entry_on(
         "{text}"
     );
 
-    let api: Api<ProxyProvider> = Api::all(client.clone());
-    let ok = api.get(&good).await.unwrap().status.unwrap();
-    assert!(ok.available && ok.healthy, "{ok:?}");
+    let ok = views.status(&good).await;
+    assert_eq!(condition(&ok, "Ready").0, "Ready=True/Serving");
+    assert_eq!(condition(&ok, "Checked").0, "Checked=True/Passed");
     assert_eq!(ok.plugin.as_deref(), Some("static"));
-    assert!(ok.last_success.is_some());
-    let unhealthy = api.get(&empty).await.unwrap().status.unwrap();
-    assert!(unhealthy.available && !unhealthy.healthy);
-    assert_eq!(unhealthy.reason.as_deref(), Some("unreachable"));
-    assert_eq!(unhealthy.last_success, None);
-    let unavailable = api.get(&missing).await.unwrap().status.unwrap();
-    assert!(!unavailable.available);
-    assert_eq!(unavailable.reason.as_deref(), Some("Unavailable"));
-    assert!(unavailable.issues[0].message.as_deref().unwrap_or_default().contains("nowhere.wasm"));
+    let unhealthy = views.status(&empty).await;
+    assert_eq!(condition(&unhealthy, "Ready").0, "Ready=True/Serving");
+    let (checked, findings) = condition(&unhealthy, "Checked");
+    assert!(checked.starts_with("Checked=False/"), "{checked}: {findings}");
+    let unavailable = views.status(&missing).await;
+    let (ready, why) = condition(&unavailable, "Ready");
+    assert_eq!(ready, "Ready=False/Refused");
+    assert!(why.contains("nowhere.wasm"), "{why}");
+    assert!(condition(&unavailable, "Checked").0.starts_with("Checked=False/"));
 }

@@ -19,3 +19,4 @@ mod kube_lease;
 mod kube_pool;
 mod kube_revisions;
 mod kubernetes_plugin;
+mod views;

@@ -319,3 +319,42 @@ async fn resource_entries_and_the_file_never_take_each_others_names() {
     assert!(registry.provider("r").is_err());
     assert!(registry.resource_names().is_empty());
 }
+
+/// A resource stating a file entry exactly as the file writes it (what a
+/// cluster shows of each file entry) comes to what that entry comes to,
+/// including a refused edit of the file, and takes nothing over.
+#[tokio::test]
+async fn a_resource_showing_a_file_entry_comes_to_what_the_entry_comes_to() {
+    use proxyfleet_core::entry_resources::{Applied, ResourceEntries as _};
+    let dir = plugin_dir();
+    let file = providers(&[("a", "'127.0.0.1:18011'"), ("b", "'127.0.0.1:18012'")]);
+    let registry = load(dir.path(), &file).await;
+    let written = registry.file_entries();
+    assert_eq!(written.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    let view_of_a = written[0].1.clone();
+    assert_eq!(registry.apply("a", &view_of_a).await, Applied::Serving);
+    assert!(registry.resource_names().is_empty(), "a view declares no entry");
+    let mut other = view_of_a.clone();
+    other["config"]["endpoints"] = serde_json::json!(["127.0.0.1:18013"]);
+    assert_eq!(registry.apply("a", &other).await, Applied::NameTaken, "a different spec");
+
+    // The file's edit of `a` is refused (an endpoint named twice): its new
+    // view says so, and the config before still serves.
+    let refused =
+        providers(&[("a", "'127.0.0.1:18014', '127.0.0.1:18014'"), ("b", "'127.0.0.1:18012'")]);
+    registry.reconfigure(&parse(&refused)).await;
+    let view_of_a = registry.file_entries()[0].1.clone();
+    let Applied::Refused { reason, kept_serving: true } = registry.apply("a", &view_of_a).await
+    else {
+        panic!("the refused edit shows on its view");
+    };
+    assert!(reason.contains("endpoints[1]"), "{reason}");
+    assert_eq!(served(&registry, "a"), serde_json::json!(["127.0.0.1:18011"]));
+
+    // Removing the view removes nothing; an entry that left the file is
+    // no longer written.
+    registry.remove("a").await;
+    assert!(registry.provider("a").is_ok());
+    registry.reconfigure(&parse(&providers(&[("a", "'127.0.0.1:18011'")]))).await;
+    assert_eq!(registry.file_entries().len(), 1);
+}

@@ -94,14 +94,14 @@ fn a_minimal_manifest_gets_the_defaults() {
 #[test]
 fn the_stream_holds_every_crd() {
     let yaml = crds_yaml(None).unwrap();
-    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 4);
+    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 3);
     assert!(yaml.contains("name: proxypools.proxyfleet.io"));
-    assert!(yaml.contains("name: proxyproviders.proxyfleet.io"));
+    assert!(!yaml.contains("name: proxyproviders.proxyfleet.io"), "the status-only kind is gone");
     assert!(yaml.contains("name: clusterproxyproviders.proxyfleet.io"));
     assert!(yaml.contains("scope: Cluster"), "provider objects are cluster-scoped");
     assert_eq!(
         yaml.matches(&format!("app.kubernetes.io/version: {}", env!("CARGO_PKG_VERSION"))).count(),
-        4,
+        3,
         "each CRD says which version made it"
     );
 }

@@ -761,6 +761,7 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
 /// chart's entry: the same backend (the pulled kubernetes plugin, the
 /// pod's token), served to the Proxies' namespace only. A Proxy on it comes
 /// up and is probed healthy; deleting the provider waits for that Proxy.
+/// The chart's own entry is listed as a ClusterProxyProvider too.
 async fn cluster_provider(
     node: &Node,
     client: &kube::Client,
@@ -815,6 +816,16 @@ async fn cluster_provider(
     // What a platform engineer sees.
     let listed = node.kubectl(&["get", "cpxprov", "team-pods"]);
     assert!(listed.contains("True") && listed.contains("Serving"), "{listed}");
+    // The chart's entry shows beside it, as the leader applies it from the
+    // providers file.
+    let file_view = wait_for(wait, || async {
+        let status = providers.get("pods").await.ok()?.status?;
+        Condition::is_true(&status.conditions, "Ready").then_some(())
+    })
+    .await;
+    assert!(file_view.is_some(), "the chart's entry shows: {:?}", providers.get("pods").await);
+    let views = node.kubectl(&["get", "cpxprov", "-l", "proxyfleet.io/providers-file"]);
+    assert!(views.contains("pods") && !views.contains("team-pods"), "{views}");
 
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), NAMESPACE);
     let proxy: Proxy = serde_json::from_value(serde_json::json!({

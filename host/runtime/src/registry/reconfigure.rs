@@ -53,7 +53,11 @@ impl Registry {
     pub async fn reconfigure(&self, config: &ProvidersConfig) -> BTreeMap<String, EntryChange> {
         let _one_at_a_time = self.scanning.lock().await;
         let before = self.configs.load_full();
-        let resources = self.lock().resources.clone();
+        let resources = {
+            let mut state = self.lock();
+            state.file = super::file_entries(config);
+            state.resources.clone()
+        };
         let mut changes = BTreeMap::new();
         for name in before.keys() {
             if !resources.contains(name) && !config.entries.iter().any(|entry| &entry.name == name)

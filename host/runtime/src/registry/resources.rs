@@ -5,7 +5,10 @@
 //!
 //! The two never take each other's names: a resource naming a file entry
 //! serves nothing ([`Applied::NameTaken`]), and the file cannot take over
-//! or remove an entry a resource declared.
+//! or remove an entry a resource declared. A resource that states a file
+//! entry exactly as the file writes it is that entry's view (a cluster
+//! shows its file entries so): it comes to what the file entry comes to,
+//! and removing it removes nothing.
 
 use async_trait::async_trait;
 use proxyfleet_core::entry_resources::{Applied, ResourceEntries};
@@ -26,7 +29,8 @@ impl Registry {
         let _one_at_a_time = self.scanning.lock().await;
         let before = self.configs.load_full();
         if before.contains_key(name) && !self.lock().resources.contains(name) {
-            return Applied::NameTaken;
+            let shows_the_file = self.lock().file.get(name).is_some_and(|(file, _)| *file == entry);
+            return if shows_the_file { self.applied_now(name) } else { Applied::NameTaken };
         }
         self.lock().resources.insert(name.to_owned());
         if before.get(name) == Some(&entry) {
@@ -91,5 +95,15 @@ impl ResourceEntries for Registry {
 
     fn resource_names(&self) -> Vec<String> {
         self.lock().resources.iter().cloned().collect()
+    }
+
+    fn file_entries(&self) -> Vec<(String, serde_json::Value)> {
+        let state = self.lock();
+        state
+            .file
+            .iter()
+            .filter(|(name, _)| !state.resources.contains(*name))
+            .map(|(name, (_, written))| (name.clone(), written.clone()))
+            .collect()
     }
 }
