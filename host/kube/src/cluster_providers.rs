@@ -249,17 +249,23 @@ pub async fn reconcile(
 /// Publishes a check of entry `name` as the `Checked` condition of its
 /// ClusterProxyProvider: `True/Passed`, or `False` with the first finding's
 /// reason and every finding in the message. An entry without one (not
-/// shown yet, or gone), or whose one is another installation's view, is
-/// left be.
+/// shown yet, or gone) is left be, and so is an object of its name that
+/// does not declare or show it (another installation's view; a resource
+/// refused because the file has the name).
 pub async fn publish_check(
     client: &kube::Client,
-    installation: &str,
+    entries: &dyn ResourceEntries,
     name: &str,
     health: &proxyfleet_core::Health,
 ) -> Result<(), kube::Error> {
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     let Some(provider) = api.get_opt(name).await? else { return Ok(()) };
-    if shown_by_another(&provider, installation) {
+    let declares_it = if is_file_view(&provider) {
+        !shown_by_another(&provider, entries.installation().as_str())
+    } else {
+        entries.resource_names().iter().any(|resource| resource == name)
+    };
+    if !declares_it {
         return Ok(());
     }
     let (reason, message) = match health.issues.first() {

@@ -273,10 +273,9 @@ pub async fn check_providers(
     metrics: &Metrics,
 ) -> Vec<(String, kube::Error)> {
     let mut failures = Vec::new();
-    let installation = entries.installation().as_str();
     for EntryCheck { entry, health, .. } in check_entries(entries, interval, metrics).await {
         let published =
-            crate::cluster_providers::publish_check(client, installation, &entry, &health).await;
+            crate::cluster_providers::publish_check(client, entries, &entry, &health).await;
         if let Err(err) = published {
             tracing::warn!(entry = %entry, "cannot publish the check on its ClusterProxyProvider: {err}");
             failures.push((entry, err));
