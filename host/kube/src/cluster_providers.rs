@@ -17,8 +17,8 @@
 //!
 //! The providers file's entries show here too, as the ClusterProxyProviders
 //! [`crate::file_providers`] applies: the same passes write their status
-//! from what the file's entry comes to, and their deletion holds nothing
-//! (the file, not the object, serves the entry).
+//! from what the file's entry comes to; they get no finalizer, since the
+//! file, not the object, serves the entry.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -218,7 +218,9 @@ pub async fn reconcile(
         write_status(&api, provider, vec![in_use], None).await?;
         return Ok(Action::requeue(HELD_RESYNC));
     }
-    if !has_finalizer {
+    // A view holds nothing (the file serves its entry), so it gets no
+    // finalizer: deleting it never waits, also once no operator runs.
+    if !has_finalizer && !is_file_view(provider) {
         let mut list = provider.finalizers().to_vec();
         list.push(PROVIDER_FINALIZER.to_owned());
         set_finalizers(&api, provider, list).await?;

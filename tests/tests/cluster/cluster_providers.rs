@@ -76,8 +76,13 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     let client = kube_admin_client().await;
     kube_install_crds(&client).await;
     let namespace = kube_test_namespace(&client, "pf-cpp").await;
+    // The file's entry under a name of this run's: another installation's
+    // view of its file may hold `lab` (an operator that ran against this
+    // server).
+    let file_entry = format!("file-{namespace}");
+    let providers = PROVIDERS.replace("name: lab", &format!("name: {file_entry}"));
     let controllers =
-        Controllers::start(&client, &namespace, PROVIDERS, Policy::default(), false).await;
+        Controllers::start(&client, &namespace, &providers, Policy::default(), false).await;
     let registry = std::sync::Arc::clone(&controllers.registry);
     let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -180,17 +185,17 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     assert!(removed.await.is_some(), "its entry is removed");
 
     // The providers file's entry keeps its name.
-    api.create(&PostParams::default(), &provider("lab", static_spec(&["192.0.2.7:3128"])))
-        .await
-        .unwrap();
-    let why = until_condition(&api, "lab", "Ready", "False", "NameTaken").await;
+    let taken = provider(&file_entry, static_spec(&["192.0.2.7:3128"]));
+    api.create(&PostParams::default(), &taken).await.unwrap();
+    let why = until_condition(&api, &file_entry, "Ready", "False", "NameTaken").await;
     assert!(why.contains("providers file"), "{why}");
-    api.delete("lab", &DeleteParams::default()).await.unwrap();
-    let gone =
-        wait_for(PATIENCE, || async { api.get_opt("lab").await.ok()?.is_none().then_some(()) })
-            .await;
+    api.delete(&file_entry, &DeleteParams::default()).await.unwrap();
+    let gone = wait_for(PATIENCE, || async {
+        api.get_opt(&file_entry).await.ok()?.is_none().then_some(())
+    })
+    .await;
     assert!(gone.is_some());
-    assert!(controllers.registry.provider("lab").is_ok(), "the file's entry still serves");
+    assert!(controllers.registry.provider(&file_entry).is_ok(), "the file's entry still serves");
 
     let _ = stop.send(());
     let _ = leader.await;
