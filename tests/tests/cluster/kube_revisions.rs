@@ -147,7 +147,7 @@ async fn entries_changed_while_running_show_on_their_provider_objects() {
     let mut views = Views::new(&client, registry.clone());
     let mut shown = views.show(registry.as_ref()).await.applied;
     shown.sort();
-    assert_eq!(shown, [kept.clone(), removed.clone()]);
+    assert_eq!(shown, [removed.clone(), kept.clone()], "in name order");
     assert!(check_providers(&client, registry.as_ref(), interval, &metrics).await.is_empty());
 
     // The static plugin refuses an endpoint named twice.
