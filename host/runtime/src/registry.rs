@@ -920,9 +920,6 @@ async fn bind(
         .map_err(|err| Refusal::Config(err.to_string()))
 }
 
-/// Plugins loaded at once: pulls, checks and the plugins' own `describe`
-/// and config validation go side by side; the compilations among them take
-/// turns, each on every core (see `RuntimeInner::compiling`).
 /// `config`'s entries, parsed and as written, by name; an entry whose
 /// written form is unknown is left out (it is not shown as a resource).
 fn file_entries(config: &ProvidersConfig) -> BTreeMap<String, (EntryConfig, serde_json::Value)> {
@@ -936,6 +933,9 @@ fn file_entries(config: &ProvidersConfig) -> BTreeMap<String, (EntryConfig, serd
         .collect()
 }
 
+/// Plugins loaded at once: pulls, checks and the plugins' own `describe`
+/// and config validation go side by side; the compilations among them take
+/// turns, each on every core (see `RuntimeInner::compiling`).
 fn load_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, usize::from)
 }
