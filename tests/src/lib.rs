@@ -346,6 +346,24 @@ pub async fn fixture_provider_with(
     grants: &str,
     limits: &str,
 ) -> Arc<dyn Provider> {
+    fixture_registry_with(options, dir, fixture, grants, limits)
+        .await
+        .provider("fetch")
+        .expect("the fetch entry is ready")
+}
+
+/// The registry of [`fixture_provider_with`], whose entry `fetch` may
+/// have been refused.
+///
+/// # Panics
+/// When the fixture is not built or the providers file does not parse.
+pub async fn fixture_registry_with(
+    options: RuntimeOptions,
+    dir: &Path,
+    fixture: &str,
+    grants: &str,
+    limits: &str,
+) -> Registry {
     std::fs::copy(plugin(&format!("fixtures/{fixture}")), dir.join(format!("{fixture}.wasm")))
         .expect("copy fixture");
     let yaml = format!(
@@ -353,10 +371,9 @@ pub async fn fixture_provider_with(
     );
     let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
     let runtime = Runtime::new(options).expect("runtime");
-    let registry = Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
+    Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
         .await
-        .expect("plugin directory readable");
-    registry.provider("fetch").expect("the fetch entry is ready")
+        .expect("plugin directory readable")
 }
 
 /// What the `http-fetch` fixture observed of a response (its instance name).

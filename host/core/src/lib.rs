@@ -22,6 +22,7 @@ mod provider;
 pub mod proxy;
 pub mod reconcile;
 pub mod revisions;
+pub mod secret_store;
 pub mod source;
 pub mod spec_key;
 mod types;

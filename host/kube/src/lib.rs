@@ -9,6 +9,7 @@ pub mod convert;
 pub mod crd;
 pub mod crd_check;
 pub mod crd_reference;
+pub mod credential_secrets;
 pub mod credentials;
 pub mod events;
 pub mod file_providers;

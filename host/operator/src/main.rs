@@ -25,6 +25,7 @@ use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::liveness::Watchdog;
 use proxyfleet_core::proxy::{ConditionType, Phase};
 use proxyfleet_core::reconcile::Policy;
+use proxyfleet_kube::credential_secrets::CredentialSecrets;
 use proxyfleet_kube::kv::ConfigMapKv;
 use proxyfleet_kube::lease::{ElectionConfig, LeaderElector};
 use proxyfleet_kube::operate::{LeaderFleet, LeaderSettings, lead, mark_leader};
@@ -806,6 +807,7 @@ async fn run_in_cluster(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(RuntimeOptions {
         observer: Some(Arc::clone(&metrics) as _),
         installation,
+        secrets: Some(Arc::new(CredentialSecrets::new(client.clone(), &args.namespace))),
         ..args.setup.runtime_options()
     })?;
     // Plugins compile in the background (a cold cache takes seconds per

@@ -79,6 +79,10 @@ pub(crate) enum Refusal {
     Widening(Vec<MissingGrant>),
     #[error("refused the entry's config: {0}")]
     Config(String),
+    /// A credential the entry's grants name cannot be read (a missing
+    /// Secret or key): the entry's fault, not the plugin's.
+    #[error("cannot serve the entry: {0}")]
+    Credential(String),
 }
 
 impl Refusal {
@@ -87,7 +91,7 @@ impl Refusal {
             Self::Load(_) => RejectionKind::Load,
             Self::Pin { .. } => RejectionKind::Pin,
             Self::Widening(_) => RejectionKind::Capabilities,
-            Self::Config(_) => RejectionKind::Config,
+            Self::Config(_) | Self::Credential(_) => RejectionKind::Config,
         }
     }
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::capabilities::address;
 pub use proxyfleet_core::revisions::Pin;
 
-pub use crate::capabilities::http::config::{Credential, HeaderCredential, HttpGrant};
+pub use crate::capabilities::http::config::{Credential, HeaderCredential, HttpGrant, SecretSource};
 use crate::capabilities::http::config::{RawHttpGrant, validate_http_grant};
 pub use crate::capabilities::libvirt::config::{
     DEFAULT_LIBVIRT_SOCKET, DEFAULT_LIBVIRT_URI, LibvirtGrant,
@@ -685,8 +685,57 @@ providers:
         else {
             panic!("a service-account credential")
         };
-        assert_eq!(account.key_file, Path::new("/etc/proxyfleet/gcp-key.json"));
+        assert_eq!(account.key, SecretSource::File("/etc/proxyfleet/gcp-key.json".into()));
         assert_eq!(account.scopes, ["https://www.googleapis.com/auth/compute"]);
+    }
+
+    #[test]
+    fn a_credential_may_name_a_key_of_a_secret_instead_of_a_file() {
+        let parse = |credential: &str| {
+            ProvidersConfig::parse(&format!(
+                "providers:\n  - name: pve\n    plugin: proxmox\n    grants:\n      http:\n        \
+                 - url: https://pve.lan:8006\n          credential: {credential}\n"
+            ))
+        };
+        let config =
+            parse("{ header: Authorization, secretRef: { name: pve-token, key: token } }").unwrap();
+        let Some(Credential::Header(header)) = &config.entries[0].grants.http[0].credential else {
+            panic!("a header credential")
+        };
+        let at = proxyfleet_core::secret_store::SecretKeyRef {
+            namespace: None,
+            name: "pve-token".into(),
+            key: "token".into(),
+        };
+        assert_eq!(header.secret, SecretSource::Ref(at));
+        let account = parse(
+            "{ kind: google-service-account, secretRef: { name: gcp, key: key.json }, \
+             scopes: ['https://www.googleapis.com/auth/compute'] }",
+        )
+        .unwrap();
+        let Some(Credential::GoogleServiceAccount(google)) =
+            &account.entries[0].grants.http[0].credential
+        else {
+            panic!("a service-account credential")
+        };
+        assert!(matches!(&google.key, SecretSource::Ref(at) if at.key == "key.json"));
+        // Each mistake names its key and the fix.
+        for (credential, key, why) in [
+            (
+                "{ header: A, secretFile: /t, secretRef: { name: a, key: b } }",
+                "credential.secretRef",
+                "not both",
+            ),
+            ("{ header: A }", "credential.secretFile", "or give `secretRef`"),
+            ("{ header: A, secretRef: { name: Pve_Token, key: t } }", "secretRef.name", "Secret name"),
+            ("{ header: A, secretRef: { name: pve, key: 'a/b' } }", "secretRef.key", "Secret key"),
+            ("{ header: A, secretRef: { name: pve } }", "key", "missing field"),
+            ("{ header: A, secretRef: { name: pve, key: t, namespace: x } }", "namespace", "unknown field"),
+            ("{ kind: google-metadata, secretRef: { name: a, key: b } }", "secretRef", "does not apply"),
+        ] {
+            let err = parse(credential).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(why), "{credential}: {err}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxyfleet_core::installation::InstallationId;
+use proxyfleet_core::secret_store::SecretStore;
 use proxyfleet_core::observe::CallObserver;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -60,6 +61,9 @@ pub struct RuntimeOptions {
     /// next to the running executable. Started only when an entry with a
     /// libvirt grant first connects.
     pub libvirt_helper: Option<PathBuf>,
+    /// Reads the Kubernetes Secrets credentials name by `secretRef`;
+    /// `None` (standalone): an entry naming one is refused, saying so.
+    pub secrets: Option<Arc<dyn SecretStore>>,
 }
 
 /// The shared engine and linker. Cheap to clone.
@@ -82,6 +86,7 @@ pub(crate) struct RuntimeInner {
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     pub(crate) pooling: bool,
     pub(crate) libvirt: Arc<LibvirtHelper>,
+    pub(crate) secrets: Option<Arc<dyn SecretStore>>,
     /// One compilation at a time. Each one already spreads its functions
     /// over every core (`parallel_compilation`), so a second alongside it
     /// would gain little time and hold a second set of compiled functions in
@@ -151,6 +156,7 @@ impl Runtime {
                         .libvirt_helper
                         .map_or_else(LibvirtHelper::beside_current_exe, LibvirtHelper::new),
                 ),
+                secrets: options.secrets,
             }),
             installation: options.installation,
         })

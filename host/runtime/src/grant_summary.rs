@@ -25,12 +25,11 @@ pub(crate) fn grant_summaries(entry: &EntryConfig) -> Vec<GrantSummary> {
         match &grant.credential {
             Some(Credential::Header(header)) => detail.push_str(&format!(
                 "; the host adds the {} header from {}",
-                header.header,
-                header.secret_file.display()
+                header.header, header.secret
             )),
             Some(Credential::GoogleServiceAccount(google)) => detail.push_str(&format!(
-                "; the host adds Google access tokens of the key {}",
-                google.key_file.display()
+                "; the host adds Google access tokens of the key in {}",
+                google.key
             )),
             Some(Credential::GoogleMetadata(google)) => detail.push_str(&format!(
                 "; the host adds Google access tokens of the service account {} from the \

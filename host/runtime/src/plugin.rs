@@ -366,6 +366,7 @@ pub(crate) fn entry_http(
         &entry.limits,
         transport,
         redactor,
+        runtime.inner.secrets.clone(),
         crate::capabilities::google::obtain,
     )))
 }

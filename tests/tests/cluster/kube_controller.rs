@@ -304,6 +304,21 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
     // Before campaigning the operator reads its CRDs by name; the ones the
     // API server stores serve this build.
     proxyfleet_kube::crd_check::check(&user).await.unwrap();
+    // A credential Secret in the operator's namespace, read by name.
+    {
+        use proxyfleet_core::secret_store::{SecretKeyRef, SecretStore as _};
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+            serde_json::json!({ "metadata": { "name": "pve-token" }, "stringData": { "token": "t" } }),
+        )
+        .unwrap();
+        Api::namespaced(admin.clone(), &namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let store = proxyfleet_kube::credential_secrets::CredentialSecrets::new(user.clone(), &namespace);
+        let at = SecretKeyRef { namespace: None, name: "pve-token".into(), key: "token".into() };
+        assert_eq!(store.read(&at).await.unwrap(), b"t", "reading a credential Secret is allowed");
+    }
 
     let controllers =
         Controllers::start(&user, &namespace, PROVIDERS, Policy::default(), true).await;

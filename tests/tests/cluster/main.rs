@@ -10,6 +10,7 @@
 //! command starts the server and runs every tier).
 
 mod cluster_providers;
+mod credential_secrets;
 mod current_server;
 mod kube_controller;
 mod kube_crd;

@@ -17,6 +17,11 @@ use proxyfleet_runtime::{Runtime, RuntimeOptions};
 
 /// A runtime of an installation of its own.
 pub(crate) fn runtime() -> Runtime {
+    runtime_with(RuntimeOptions::default())
+}
+
+/// A runtime set up with `options`, of an installation of its own.
+pub(crate) fn runtime_with(options: RuntimeOptions) -> Runtime {
     use std::sync::atomic::{AtomicU32, Ordering};
     static COUNT: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
@@ -25,7 +30,7 @@ pub(crate) fn runtime() -> Runtime {
     let id =
         format!("t{:x}-{:x}-{}", std::process::id(), nanos, COUNT.fetch_add(1, Ordering::Relaxed));
     let installation = InstallationId::parse("test", &id).unwrap();
-    Runtime::new(RuntimeOptions { installation, ..RuntimeOptions::default() }).unwrap()
+    Runtime::new(RuntimeOptions { installation, ..options }).unwrap()
 }
 
 /// The leader's provider parts for one test: the views of `installation`'s

@@ -1,7 +1,14 @@
 //! Credential injection against a real HTTPS server.
 
+use std::sync::Arc;
+
 use proxyfleet_core::ErrorClass;
-use proxyfleet_tests::{Canned, CapturedLogs, TestServer, fetch_provider, localhost_tls, observed};
+use proxyfleet_core::secret_store::MemorySecrets;
+use proxyfleet_runtime::RuntimeOptions;
+use proxyfleet_tests::{
+    Canned, CapturedLogs, TestServer, fetch_provider, fixture_registry_with, localhost_tls,
+    observed,
+};
 
 #[tokio::test(flavor = "current_thread")]
 async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
@@ -62,4 +69,70 @@ async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
     // it; the request's own fields do not.
     let fields = answered[2].split(" answered ").nth(1).unwrap_or_default();
     assert!(!fields.contains("abc123xyz"), "the request's line leaks a query token: {fields}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_credential_in_a_secret_is_injected_rotated_and_a_missing_one_refuses_the_entry() {
+    let logs = CapturedLogs::default();
+    let _guard = logs.install();
+    let (ca, cert, key) = localhost_tls();
+    let server =
+        TestServer::https(Canned { status: 200, body: "welcome".into() }, &cert, &key).await;
+    let port = server.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    let secrets = Arc::new(MemorySecrets::new("proxyfleet"));
+    secrets.put("proxyfleet", "api", &[("token", b"s3cret-of-a-secret-1\n")]);
+    let grants = |secret_ref: &str| {
+        format!(
+            "      caFile: {}\n      http:\n        - url: https://localhost:{port}\n          allowAddresses: [127.0.0.1, '::1']\n          credential: {{ header: Authorization, valueTemplate: 'Bearer {{secret}}', secretRef: {secret_ref} }}\n",
+            ca_file.display()
+        )
+    };
+    let options = || RuntimeOptions { secrets: Some(Arc::clone(&secrets) as _), ..Default::default() };
+    let registry =
+        fixture_registry_with(options(), dir.path(), "http-fetch", &grants("{ name: api, key: token }"), "")
+            .await;
+    let fetch = registry.provider("fetch").expect("serves with its Secret");
+    let url = format!("https://localhost:{port}/api");
+    fetch.get(&url).await.unwrap();
+    assert_eq!(server.seen()[0].header("authorization"), Some("Bearer s3cret-of-a-secret-1"));
+
+    // Rotation: the Secret is read again for the next request.
+    secrets.put("proxyfleet", "api", &[("token", b"s3cret-of-a-secret-2")]);
+    fetch.get(&url).await.unwrap();
+    assert_eq!(server.seen()[1].header("authorization"), Some("Bearer s3cret-of-a-secret-2"));
+
+    // An echoing backend: redacted as a file's secret is.
+    server.set_canned(Canned { status: 401, body: "bad: Bearer s3cret-of-a-secret-2".into() });
+    let err = fetch.get(&url).await.unwrap_err();
+    assert!(!err.message.contains("s3cret"), "the error leaks the secret: {err}");
+
+    // The Secret gone: the request is answered by the host, not sent.
+    secrets.remove("proxyfleet", "api");
+    let err = fetch.get(&url).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "the host's 503: {err}");
+    assert_eq!(server.seen().len(), 3, "no request left without its credential");
+
+    // A Secret or key that is not there refuses the entry, naming the grant
+    // and what is missing; so does a secretRef where no Secrets are read.
+    secrets.put("proxyfleet", "api", &[("token", b"s3cret-of-a-secret-3")]);
+    for (secret_ref, options, why) in [
+        ("{ name: nowhere, key: token }", options(), "Secret \"nowhere\" not found"),
+        ("{ name: api, key: password }", options(), "no key \"password\" (it has: token)"),
+        ("{ name: api, key: token }", RuntimeOptions::default(), "secretFile"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let registry =
+            fixture_registry_with(options, dir.path(), "http-fetch", &grants(secret_ref), "").await;
+        let refused = registry.provider("fetch").err().expect("refused").to_string();
+        assert!(
+            refused.contains("grants.http[0].credential.secretRef") && refused.contains(why),
+            "{secret_ref}: {refused}"
+        );
+        assert!(!refused.contains("s3cret"), "{refused}");
+    }
+    let logged = logs.text();
+    assert!(!logged.contains("s3cret"), "the logs leak the secret:\n{logged}");
 }

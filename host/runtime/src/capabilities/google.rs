@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
+use proxyfleet_core::secret_store::SecretStore;
 use serde_json::json;
 
 use super::Redactor;
@@ -89,9 +90,7 @@ impl Source {
     /// What the log names: a file or a server, never a secret.
     fn describe(&self) -> String {
         match self {
-            Source::ServiceAccount(account) => {
-                format!("the key file {}", account.key_file.display())
-            }
+            Source::ServiceAccount(account) => account.describe(),
             Source::Metadata(server) => format!(
                 "the metadata server {} (account {})",
                 server.config.metadata_host, server.config.service_account
@@ -180,10 +179,13 @@ pub enum TokenError {
 
 /// The live credential of a grant's `credential`, when the host obtains
 /// it at request time: a Google credential with an empty token cache.
-pub(crate) fn obtain(credential: &Credential) -> Option<Arc<dyn ObtainedCredential>> {
+pub(crate) fn obtain(
+    credential: &Credential,
+    secrets: Option<&Arc<dyn SecretStore>>,
+) -> Option<Arc<dyn ObtainedCredential>> {
     match credential {
         Credential::GoogleServiceAccount(google) => {
-            Some(Arc::new(GoogleAccessToken::service_account(google)))
+            Some(Arc::new(GoogleAccessToken::service_account(google, secrets.cloned())))
         }
         Credential::GoogleMetadata(google) => Some(Arc::new(GoogleAccessToken::metadata(google))),
         Credential::Header(_) => None,
@@ -195,10 +197,15 @@ impl GoogleAccessToken {
         Self { source, state: tokio::sync::Mutex::new(TokenState::default()) }
     }
 
-    /// Tokens of a service-account key, with an empty token cache.
-    pub fn service_account(config: &GoogleCredential) -> Self {
+    /// Tokens of a service-account key, read from a file or through
+    /// `secrets`, with an empty token cache.
+    pub fn service_account(
+        config: &GoogleCredential,
+        secrets: Option<Arc<dyn SecretStore>>,
+    ) -> Self {
         Self::new(Source::ServiceAccount(service_account::ServiceAccount {
-            key_file: config.key_file.clone(),
+            key: config.key.clone(),
+            secrets,
             scopes: config.scopes.clone(),
         }))
     }

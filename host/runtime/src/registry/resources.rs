@@ -33,7 +33,11 @@ impl Registry {
             return if shows_the_file { self.applied_now(name) } else { Applied::NameTaken };
         }
         self.lock().resources.insert(name.to_owned());
-        if before.get(name) == Some(&entry) {
+        // An entry that could not serve its spec is tried again each time
+        // the spec is applied (the leader's resync does): the Secret, the
+        // plugin or the answer it missed may be there now.
+        let failed = matches!(self.entries.load().get(name), Some(EntryState::Failed(_)));
+        if before.get(name) == Some(&entry) && !failed {
             self.withdraw_refused(name);
             return self.applied_now(name);
         }

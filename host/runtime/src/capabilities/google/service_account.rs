@@ -1,8 +1,8 @@
 //! A service-account key exchanged for access tokens: the host reads the
-//! JSON key file, signs an RS256 assertion (`iss` = `client_email`,
+//! JSON key (a file, or a Secret's key), signs an RS256 assertion (`iss` = `client_email`,
 //! `scope`, `aud` = `token_uri`, `iat`, `exp` one hour later) with the
 //! key's private key, and exchanges it at `token_uri` by the JWT-bearer
-//! grant (RFC 7523, as Google runs it). The key file is read again on every
+//! grant (RFC 7523, as Google runs it). The key is read again on every
 //! exchange, so a rotated key is picked up without a restart.
 //!
 //! The exchange goes through the entry's own transport: its CA bundle, its
@@ -12,7 +12,7 @@
 //! a host name, granted as well, because the resolver only lets granted
 //! hosts reach such addresses).
 
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -20,11 +20,13 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
+use proxyfleet_core::secret_store::SecretStore;
 use serde_json::{Value, json};
 
 use super::{Fetched, MAX_TOKEN_RESPONSE, TokenError};
 use crate::capabilities::address::{literal_ip, refused_kind};
-use crate::capabilities::http::config::HttpGrant;
+use crate::capabilities::http::config::{HttpGrant, SecretSource};
+use crate::capabilities::http::secret::{SecretUnavailable, read_secret};
 use crate::capabilities::http::{HttpTransport, SendPolicy};
 use crate::limits::Limits;
 
@@ -33,10 +35,12 @@ const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 /// How long an assertion is valid; Google accepts at most an hour.
 const ASSERTION_LIFETIME: Duration = Duration::from_secs(3600);
 
-/// A key file and the scopes its tokens are asked for.
+/// A key (in a file or a Secret) and the scopes its tokens are asked for.
 #[derive(Debug)]
 pub(super) struct ServiceAccount {
-    pub(super) key_file: PathBuf,
+    pub(super) key: SecretSource,
+    /// Reads a key given by `secretRef`.
+    pub(super) secrets: Option<Arc<dyn SecretStore>>,
     pub(super) scopes: Vec<String>,
 }
 
@@ -61,12 +65,30 @@ impl ServiceAccount {
         Ok(Fetched { token, lifetime, account: key.client_email })
     }
 
+    /// What the log and errors name: where the key is, never the key.
+    pub(super) fn describe(&self) -> String {
+        match &self.key {
+            SecretSource::File(path) => format!("the key file {}", path.display()),
+            SecretSource::Ref(at) => format!("the key in {at}"),
+        }
+    }
+
     async fn read_key(&self) -> Result<Key, TokenError> {
-        let path = self.key_file.display();
-        let text = tokio::fs::read_to_string(&self.key_file).await.map_err(|err| {
-            TokenError::Refused(format!("cannot read the key file {path}: {err}"))
-        })?;
-        parse_key(&text).map_err(|why| TokenError::Refused(format!("the key file {path} {why}")))
+        let text = match read_secret(&self.key, self.secrets.as_ref()).await {
+            Ok(bytes) => String::from_utf8(bytes).map_err(|_| {
+                TokenError::Refused(format!("{} is not UTF-8 text", self.describe()))
+            })?,
+            Err(SecretUnavailable::File { error, .. }) => {
+                return Err(TokenError::Refused(format!(
+                    "cannot read {}: {error}",
+                    self.describe()
+                )));
+            }
+            Err(SecretUnavailable::Ref(error)) => {
+                return Err(TokenError::Refused(format!("cannot read {}: {error}", self.describe())));
+            }
+        };
+        parse_key(&text).map_err(|why| TokenError::Refused(format!("{} {why}", self.describe())))
     }
 }
 

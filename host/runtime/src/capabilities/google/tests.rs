@@ -12,7 +12,7 @@ use proxyfleet_gce_sim::{Faults, SimOptions, Simulator};
 
 use super::*;
 use crate::capabilities::http::ReqwestTransport;
-use crate::capabilities::http::config::GoogleCredential;
+use crate::capabilities::http::config::{GoogleCredential, SecretSource};
 use crate::config::{Credential, EntryConfig, ProvidersConfig};
 
 const EMAIL: &str = "proxyfleet@proxyfleet-test.iam.gserviceaccount.com";
@@ -73,7 +73,7 @@ impl Fixture {
         .unwrap();
         let account = match &entry.grants.http[0].credential {
             Some(Credential::GoogleServiceAccount(google)) => {
-                Arc::new(GoogleAccessToken::service_account(google))
+                Arc::new(GoogleAccessToken::service_account(google, None))
             }
             other => panic!("a service-account credential: {other:?}"),
         };
@@ -93,14 +93,52 @@ impl Fixture {
     /// Like [`Fixture::header`], on a new credential of the same key file,
     /// which remembers no earlier failure.
     async fn fresh_header(&self) -> Result<HeaderValue, TokenError> {
-        let account = GoogleAccessToken::service_account(&GoogleCredential {
-            key_file: self.key_file.clone(),
+        let credential = GoogleCredential {
+            key: SecretSource::File(self.key_file.clone()),
             scopes: vec![SCOPE.to_owned()],
-        });
-        account
+        };
+        self.header_of(&credential, None).await
+    }
+
+    /// A header of a new credential `credential`, whose `secretRef` is read
+    /// through `secrets`.
+    async fn header_of(
+        &self,
+        credential: &GoogleCredential,
+        secrets: Option<Arc<dyn proxyfleet_core::secret_store::SecretStore>>,
+    ) -> Result<HeaderValue, TokenError> {
+        GoogleAccessToken::service_account(credential, secrets)
             .header(&self.transport, &self.entry.grants.http[0], &self.entry.limits, &self.redactor)
             .await
     }
+}
+
+#[tokio::test]
+async fn a_key_in_a_secret_is_exchanged_as_a_key_file_is() {
+    use proxyfleet_core::secret_store::{MemorySecrets, SecretKeyRef};
+    let f = Fixture::new(Duration::from_secs(3600), true).await;
+    let secrets = Arc::new(MemorySecrets::new("proxyfleet"));
+    let key = std::fs::read(&f.key_file).unwrap();
+    secrets.put("proxyfleet", "gcp-key", &[("key.json", &key)]);
+    let credential = GoogleCredential {
+        key: SecretSource::Ref(SecretKeyRef {
+            namespace: None,
+            name: "gcp-key".into(),
+            key: "key.json".into(),
+        }),
+        scopes: vec![SCOPE.to_owned()],
+    };
+    let header = f.header_of(&credential, Some(Arc::clone(&secrets) as _)).await.unwrap();
+    let issued = f.sim.tokens_issued();
+    assert_eq!(issued.last().map(|grant| grant.access_token.clone()), Some(bearer(&header)));
+    assert_eq!(issued.last().map(|grant| grant.client_email.as_str()), Some(EMAIL));
+
+    secrets.remove("proxyfleet", "gcp-key");
+    let err = f.header_of(&credential, Some(secrets as _)).await.unwrap_err();
+    let TokenError::Refused(message) = &err else { panic!("refused: {err:?}") };
+    assert!(message.contains("\"gcp-key\"") && message.contains("not found"), "{message}");
+    let without_store = f.header_of(&credential, None).await.unwrap_err().to_string();
+    assert!(without_store.contains("secretRef"), "{without_store}");
 }
 
 fn bearer(header: &HeaderValue) -> String {

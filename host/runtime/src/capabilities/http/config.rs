@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use http::HeaderName;
 use ipnet::IpNet;
 use proxyfleet_core::HttpDestination;
+use proxyfleet_core::secret_store::SecretKeyRef;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
@@ -26,7 +27,7 @@ pub struct HttpGrant {
 /// What the host adds to every request to a grant's destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credential {
-    /// A header built from a secret file (`kind: header`, the default).
+    /// A header built from a secret (`kind: header`, the default).
     Header(HeaderCredential),
     /// `Authorization: Bearer` with an access token the host gets for a
     /// Google service account (`kind: google-service-account`).
@@ -43,8 +44,8 @@ pub enum Credential {
 /// (`capabilities::google`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GoogleCredential {
-    /// The JSON key file, read again on every exchange.
-    pub key_file: PathBuf,
+    /// The JSON key, read again on every exchange.
+    pub key: SecretSource,
     /// OAuth scopes, each an `https://` URL.
     pub scopes: Vec<String>,
 }
@@ -69,15 +70,35 @@ pub const METADATA_HOST: &str = "metadata.google.internal";
 const CREDENTIAL_KINDS: &str =
     "`header` (the default), `google-service-account` or `google-metadata`";
 
-/// A header the host injects, built from a secret file read on every request.
+/// A header the host injects, built from a secret read on every request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderCredential {
     /// Header name, e.g. `authorization`.
     pub header: HeaderName,
-    /// Header value with `{secret}` where the file's content goes.
+    /// Header value with `{secret}` where the secret goes.
     pub value_template: String,
-    /// File holding the secret; trailing newlines are dropped.
-    pub secret_file: PathBuf,
+    /// Where the secret is read from; trailing newlines are dropped.
+    pub secret: SecretSource,
+}
+
+/// Where a credential's secret is read from, each time it is needed, so
+/// that a rotated secret is used without a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// A file of the host (`secretFile`, `keyFile`).
+    File(PathBuf),
+    /// A key of a Kubernetes Secret (`secretRef`), read through the mode's
+    /// [`proxyfleet_core::secret_store::SecretStore`].
+    Ref(SecretKeyRef),
+}
+
+impl std::fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "the file {}", path.display()),
+            Self::Ref(at) => at.fmt(f),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -97,9 +118,20 @@ struct RawCredential {
     value_template: Option<String>,
     secret_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    secret_ref: Option<RawSecretRef>,
     scopes: Option<Vec<String>>,
     metadata_host: Option<String>,
     service_account: Option<String>,
+}
+
+/// A key of a Secret in the operator's namespace.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawSecretRef {
+    /// The Secret's name.
+    name: String,
+    /// The key in it.
+    key: String,
 }
 
 pub(crate) fn validate_http_grant(
@@ -217,22 +249,22 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
                     format!("{header:?} is not a valid header name"),
                 )
             })?;
-            let Some(secret_file) = raw.secret_file else {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("secretFile"),
-                    "is required: the file holding the secret",
-                ));
-            };
+            let secret = secret_source(
+                at,
+                &field,
+                ("secretFile", raw.secret_file),
+                raw.secret_ref,
+                "the file holding the secret",
+            )?;
             let value_template = raw.value_template.unwrap_or_else(|| "{secret}".to_owned());
             if !value_template.contains("{secret}") {
                 return Err(ConfigError::invalid(
                     at,
                     field("valueTemplate"),
-                    "must contain {secret} where the secret file's content goes",
+                    "must contain {secret} where the secret goes",
                 ));
             }
-            Ok(Credential::Header(HeaderCredential { header, value_template, secret_file }))
+            Ok(Credential::Header(HeaderCredential { header, value_template, secret }))
         }
         "google-service-account" => {
             let kind = "google-service-account";
@@ -241,13 +273,13 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
             refuse("secretFile", raw.secret_file.is_some(), kind)?;
             refuse("metadataHost", raw.metadata_host.is_some(), kind)?;
             refuse("serviceAccount", raw.service_account.is_some(), kind)?;
-            let Some(key_file) = raw.key_file else {
-                return Err(ConfigError::invalid(
-                    at,
-                    field("keyFile"),
-                    "is required: the service account's JSON key file",
-                ));
-            };
+            let key = secret_source(
+                at,
+                &field,
+                ("keyFile", raw.key_file),
+                raw.secret_ref,
+                "the service account's JSON key file",
+            )?;
             let scopes = raw.scopes.unwrap_or_default();
             if scopes.is_empty() {
                 return Err(ConfigError::invalid(
@@ -257,7 +289,7 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
                 ));
             }
             validate_scopes(at, &field, &scopes)?;
-            Ok(Credential::GoogleServiceAccount(GoogleCredential { key_file, scopes }))
+            Ok(Credential::GoogleServiceAccount(GoogleCredential { key, scopes }))
         }
         "google-metadata" => {
             let kind = "google-metadata";
@@ -265,6 +297,7 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
             refuse("valueTemplate", raw.value_template.is_some(), kind)?;
             refuse("secretFile", raw.secret_file.is_some(), kind)?;
             refuse("keyFile", raw.key_file.is_some(), kind)?;
+            refuse("secretRef", raw.secret_ref.is_some(), kind)?;
             let metadata_host = raw.metadata_host.unwrap_or_else(|| METADATA_HOST.to_owned());
             let authority = metadata_host.parse::<http::uri::Authority>().ok();
             if authority.is_none_or(|a| a.as_str() != metadata_host || a.host().is_empty())
@@ -308,4 +341,68 @@ fn validate_credential(at: &str, key: &str, raw: RawCredential) -> Result<Creden
             format!("{other:?} is not a credential kind; use {CREDENTIAL_KINDS}"),
         )),
     }
+}
+
+/// The secret of a credential: the file under `file.0` (what it holds:
+/// `holds`) or the Secret key of `secretRef`, exactly one of them.
+fn secret_source(
+    at: &str,
+    field: &dyn Fn(&str) -> String,
+    file: (&str, Option<PathBuf>),
+    secret_ref: Option<RawSecretRef>,
+    holds: &str,
+) -> Result<SecretSource, ConfigError> {
+    let (file_key, file) = file;
+    match (file, secret_ref) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            at,
+            field("secretRef"),
+            format!("give either `{file_key}` or `secretRef`, not both"),
+        )),
+        (Some(path), None) => Ok(SecretSource::File(path)),
+        (None, Some(raw)) => {
+            let name_at = field("secretRef.name");
+            if !is_dns_subdomain(&raw.name) {
+                return Err(ConfigError::invalid(
+                    at,
+                    name_at,
+                    format!(
+                        "{:?} is not a Secret name: use up to 253 lowercase letters, digits,                          '-' and '.'",
+                        raw.name
+                    ),
+                ));
+            }
+            let key_chars = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+            if raw.key.is_empty() || raw.key.len() > 253 || !raw.key.chars().all(key_chars) {
+                return Err(ConfigError::invalid(
+                    at,
+                    field("secretRef.key"),
+                    format!(
+                        "{:?} is not a Secret key: use up to 253 letters, digits, '-', '_' and                          '.'",
+                        raw.key
+                    ),
+                ));
+            }
+            Ok(SecretSource::Ref(SecretKeyRef { namespace: None, name: raw.name, key: raw.key }))
+        }
+        (None, None) => Err(ConfigError::invalid(
+            at,
+            field(file_key),
+            format!(
+                "is required: {holds}; or give `secretRef` (`name` and `key` of a Secret in the \
+                 operator's namespace)"
+            ),
+        )),
+    }
+}
+
+/// A DNS-1123 subdomain, as Kubernetes names most objects.
+fn is_dns_subdomain(name: &str) -> bool {
+    let label = |part: &str| {
+        !part.is_empty()
+            && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    };
+    name.len() <= 253 && name.split('.').all(label)
 }

@@ -10,8 +10,9 @@
 //!    resolves to, must be public unless the grant names its range
 //!    (loopback, private, link-local and cloud metadata addresses are
 //!    refused otherwise, which also defeats DNS rebinding);
-//! 3. credential injection: the grant's header, built from a secret file
-//!    read now, so rotation needs no restart and the plugin never sees it;
+//! 3. credential injection: the grant's header, built from a secret read
+//!    now (a file, or a Kubernetes Secret's key through the mode's short
+//!    cache), so rotation needs no restart and the plugin never sees it;
 //!    the answer to such a request has the credential taken out of its
 //!    headers and body before the plugin reads it ([`reflected`]), in case
 //!    the backend reflects requests;
@@ -35,6 +36,7 @@
 pub mod config;
 pub mod host_refusal;
 mod reflected;
+pub(crate) mod secret;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -50,6 +52,7 @@ use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
 use ipnet::IpNet;
 use proxyfleet_core::HttpDestination;
+use proxyfleet_core::secret_store::SecretStore;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 use wasmtime_wasi_http::{RequestOptions, WasiHttpHooks};
@@ -132,6 +135,9 @@ pub struct EntryHttp {
     limits: Limits,
     transport: Arc<dyn HttpTransport>,
     redactor: Arc<Redactor>,
+    /// Reads the Secrets a grant's `secretRef` names; `None`: this mode
+    /// has none.
+    secrets: Option<Arc<dyn SecretStore>>,
     /// Requests of the entry open now, up to `limits.http_in_flight`.
     in_flight: Arc<Semaphore>,
 }
@@ -144,21 +150,29 @@ struct InFlight {
 
 impl EntryHttp {
     /// The capability of the entry named `entry`, with its HTTP grants and
-    /// limits. `obtain` makes the live state of each grant whose credential
-    /// the host obtains at request time.
+    /// limits, reading `secretRef`s through `secrets`. `obtain` makes the
+    /// live state of each grant whose credential the host obtains at
+    /// request time.
     pub(crate) fn new(
         entry: &str,
         grants: &[HttpGrant],
         limits: &Limits,
         transport: Arc<dyn HttpTransport>,
         redactor: Arc<Redactor>,
-        obtain: impl Fn(&Credential) -> Option<Arc<dyn ObtainedCredential>>,
+        secrets: Option<Arc<dyn SecretStore>>,
+        obtain: impl Fn(
+            &Credential,
+            Option<&Arc<dyn SecretStore>>,
+        ) -> Option<Arc<dyn ObtainedCredential>>,
     ) -> Self {
         let grants = grants
             .iter()
             .map(|grant| LiveGrant {
                 grant: grant.clone(),
-                obtained: grant.credential.as_ref().and_then(&obtain),
+                obtained: grant
+                    .credential
+                    .as_ref()
+                    .and_then(|credential| obtain(credential, secrets.as_ref())),
             })
             .collect();
         Self {
@@ -167,6 +181,7 @@ impl EntryHttp {
             limits: limits.clone(),
             transport,
             redactor,
+            secrets,
             in_flight: Arc::new(Semaphore::new(limits.http_in_flight)),
         }
     }
@@ -309,13 +324,20 @@ impl EntryHttp {
             }
         }
         if let Some(Credential::Header(credential)) = &grant.credential {
-            let secret = match tokio::fs::read_to_string(&credential.secret_file).await {
-                Ok(secret) => secret,
-                Err(err) => {
+            let read = secret::read_secret(&credential.secret, self.secrets.as_ref()).await;
+            let secret = match read.map(String::from_utf8) {
+                Ok(Ok(secret)) => secret,
+                Ok(Err(_)) => {
                     tracing::error!(
-                        "credential for {destination} unavailable: cannot read {}: {err}",
-                        credential.secret_file.display()
+                        "credential for {destination} unavailable: {} is not UTF-8 text",
+                        credential.secret
                     );
+                    return Ok(host_refusal::credential_unavailable(format!(
+                        "the host's credential for {destination} is not a valid header value"
+                    )));
+                }
+                Err(err) => {
+                    tracing::error!("credential for {destination} unavailable: {err}");
                     return Ok(host_refusal::credential_unavailable(format!(
                         "the host could not read the credential for {destination}"
                     )));
@@ -327,9 +349,8 @@ impl EntryHttp {
             self.redactor.remember(&value);
             let Ok(mut value) = HeaderValue::from_str(&value) else {
                 tracing::error!(
-                    "credential for {destination}: the secret file {} holds bytes that cannot \
-                     appear in a header",
-                    credential.secret_file.display()
+                    "credential for {destination}: {} holds bytes that cannot appear in a header",
+                    credential.secret
                 );
                 return Ok(host_refusal::credential_unavailable(format!(
                     "the host's credential for {destination} is not a valid header value"
