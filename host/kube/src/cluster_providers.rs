@@ -19,6 +19,10 @@
 //! [`crate::file_providers`] applies: the same passes write their status
 //! from what the file's entry comes to; they get no finalizer, since the
 //! file, not the object, serves the entry.
+//!
+//! A provider labelled [`INSTALLATION_LABEL`] with another installation's
+//! ID is that installation's alone: this one neither serves it nor writes
+//! its finalizer, status or checks ([`belongs_to_another`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -36,7 +40,7 @@ use proxyfleet_core::revisions::EntryRevisions;
 use crate::convert::rfc3339;
 use crate::crd::{
     CONDITION_MESSAGE_MAX, ClusterProxyProvider, ClusterProxyProviderStatus, Condition,
-    ConditionStatus, MANAGER, PluginRevisionRef, Proxy, RejectedRevision,
+    ConditionStatus, INSTALLATION_LABEL, MANAGER, PluginRevisionRef, Proxy, RejectedRevision,
 };
 use crate::file_providers::{is_file_view, shown_by_another};
 
@@ -77,11 +81,22 @@ pub fn entry_spec(provider: &ClusterProxyProvider) -> serde_json::Value {
     spec
 }
 
-/// Serves every ClusterProxyProvider as an entry of `entries`, following
-/// changes until the watch ends (it retries on its own). Entries whose
-/// resource went while the watch was down are removed when it lists again.
+/// Whether `provider` is another installation's: labelled
+/// [`INSTALLATION_LABEL`] with another ID, or another installation's view
+/// of its providers file. This installation neither serves it nor writes
+/// its finalizer, status or checks.
+pub fn belongs_to_another(provider: &ClusterProxyProvider, installation: &str) -> bool {
+    shown_by_another(provider, installation)
+        || provider.labels().get(INSTALLATION_LABEL).is_some_and(|owner| owner != installation)
+}
+
+/// Serves every ClusterProxyProvider of this installation as an entry of
+/// `entries`, following changes until the watch ends (it retries on its
+/// own). Entries whose resource went (or was given to another
+/// installation) while the watch was down are removed when it lists again.
 pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
     let api: Api<ClusterProxyProvider> = Api::all(client);
+    let own = entries.installation().as_str().to_owned();
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     let mut listed = BTreeSet::new();
     while let Some(event) = events.next().await {
@@ -90,7 +105,7 @@ pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
             // A view of a providers file declares nothing: the file serves
             // its entry.
             Ok(watcher::Event::InitApply(provider)) => {
-                if !is_file_view(&provider) {
+                if !is_file_view(&provider) && !belongs_to_another(&provider, &own) {
                     listed.insert(provider.name_any());
                     apply(entries.as_ref(), &provider).await;
                 }
@@ -102,11 +117,13 @@ pub async fn follow(client: kube::Client, entries: Arc<dyn ResourceEntries>) {
                     }
                 }
             }
-            Ok(watcher::Event::Apply(provider)) => {
-                if !is_file_view(&provider) {
-                    apply(entries.as_ref(), &provider).await;
-                }
+            Ok(watcher::Event::Apply(provider)) if is_file_view(&provider) => {}
+            // Given to another installation: no longer served here (a no-op
+            // unless this one declared it).
+            Ok(watcher::Event::Apply(provider)) if belongs_to_another(&provider, &own) => {
+                entries.remove(&provider.name_any()).await;
             }
+            Ok(watcher::Event::Apply(provider)) => apply(entries.as_ref(), &provider).await,
             Ok(watcher::Event::Delete(provider)) => {
                 if !is_file_view(&provider) {
                     entries.remove(&provider.name_any()).await;
@@ -190,7 +207,7 @@ pub async fn reconcile(
     context: &ProviderContext,
 ) -> Result<Action, Error> {
     let name = provider.name_any();
-    if shown_by_another(provider, context.entries.installation().as_str()) {
+    if belongs_to_another(provider, context.entries.installation().as_str()) {
         return Ok(Action::await_change());
     }
     let api: Api<ClusterProxyProvider> = Api::all(context.client.clone());

@@ -31,6 +31,12 @@ pub const USER_DATA_SECRET_LABEL: &str = "proxyfleet.io/user-data";
 /// credential from.
 pub const PROXY_AUTH_SECRET_LABEL: &str = "proxyfleet.io/proxy-auth";
 
+/// The label that gives a ClusterProxyProvider to one installation: its
+/// value is the installation's ID (the one its ownership marks carry), and
+/// only that installation serves the provider. Without it, every
+/// installation in the cluster does.
+pub const INSTALLATION_LABEL: &str = "proxyfleet.io/installation";
+
 /// The pattern of a provider entry name (a DNS-1123 label).
 const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 

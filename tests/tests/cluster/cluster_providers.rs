@@ -1,7 +1,8 @@
 //! ClusterProxyProviders against a real API server with the real static
 //! plugin: applied live as entries, their conditions, a refused edit that
 //! keeps the entry serving, an invalid spec, a name the providers file
-//! holds, and a deletion held while Proxies name the provider.
+//! holds, a deletion held while Proxies name the provider, and providers
+//! given to one installation by label.
 
 use std::time::Duration;
 
@@ -256,4 +257,92 @@ async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
     api.delete(&name, &DeleteParams::default()).await.unwrap();
     follow.abort();
     controllers.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
+    use std::sync::Arc;
+
+    use proxyfleet_kube::crd::INSTALLATION_LABEL;
+    use proxyfleet_runtime::Registry;
+    use proxyfleet_runtime::config::ProvidersConfig;
+
+    let client = kube_admin_client().await;
+    kube_install_crds(&client).await;
+    // The namespace only makes this run's names unique.
+    let namespace = kube_test_namespace(&client, "pf-given").await;
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(proxyfleet_tests::plugin("static"), plugins.path().join("static.wasm")).unwrap();
+    let registry = Arc::new(
+        Registry::load(
+            &crate::views::runtime(),
+            &ProvidersConfig::parse("providers: []\n").unwrap(),
+            plugins.path(),
+            Arc::new(proxyfleet_core::kv::MemoryKv::new()),
+        )
+        .await
+        .unwrap(),
+    );
+    let own = registry.installation().as_str().to_owned();
+    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let leader = tokio::spawn(cluster_providers::run(
+        ProviderContext::new(client.clone(), registry.clone() as _, Some(namespace.clone()), None),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let api: Api<ClusterProxyProvider> = Api::all(client.clone());
+    let given = |name: &str, installation: &str| {
+        let mut object = provider(name, static_spec(&["192.0.2.30:3128"]));
+        object.metadata.labels =
+            Some([(INSTALLATION_LABEL.to_owned(), installation.to_owned())].into());
+        object
+    };
+    let theirs = format!("theirs-{namespace}");
+    let ours = format!("ours-{namespace}");
+    api.create(&PostParams::default(), &given(&theirs, "someone-else")).await.unwrap();
+    api.create(&PostParams::default(), &given(&ours, &own)).await.unwrap();
+    until_condition(&api, &ours, "Ready", "True", "Serving").await;
+    // Both were seen by now (the watch brings them in order), and no
+    // installation of this run is `someone-else`.
+    let untouched = api.get(&theirs).await.unwrap();
+    assert!(
+        untouched.finalizers().is_empty() && untouched.status.is_none(),
+        "another installation's provider is neither finalized nor given a status: {untouched:?}"
+    );
+    assert!(registry.provider(&theirs).is_err(), "nor served");
+
+    // Given to this installation, it serves; given away again, it does not.
+    let relabel = |installation: String| {
+        let (api, theirs) = (api.clone(), theirs.clone());
+        async move {
+            let patch = serde_json::json!({
+                "metadata": { "labels": { INSTALLATION_LABEL: installation } }
+            });
+            api.patch(&theirs, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    };
+    relabel(own.clone()).await;
+    until_condition(&api, &theirs, "Ready", "True", "Serving").await;
+    assert!(registry.provider(&theirs).is_ok(), "served once given to this installation");
+    relabel("someone-else".to_owned()).await;
+    let dropped = wait_for(PATIENCE, || async { registry.provider(&theirs).is_err().then_some(()) });
+    assert!(dropped.await.is_some(), "no longer served once given away");
+
+    // Its finalizer is now the other installation's to remove; take it
+    // back to delete it here.
+    relabel(own.clone()).await;
+    for name in [&theirs, &ours] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let gone = wait_for(PATIENCE, || async {
+        let left = api.get_opt(&theirs).await.ok()?.is_some() || api.get_opt(&ours).await.ok()?.is_some();
+        (!left).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "both deleted");
+    let _ = stop.send(());
+    let _ = leader.await;
+    follow.abort();
 }

@@ -14,7 +14,7 @@ use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::secret_store::{SecretKeyRef, SecretReadError, SecretStore as _};
 use proxyfleet_kube::cluster_providers::{self, ProviderContext};
 use proxyfleet_kube::credential_secrets::CredentialSecrets;
-use proxyfleet_kube::crd::{ClusterProxyProvider, Condition};
+use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, INSTALLATION_LABEL};
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, RuntimeOptions};
 use proxyfleet_tests::{
@@ -104,11 +104,13 @@ async fn a_cluster_provider_takes_its_credential_from_a_secret_and_names_a_missi
         },
     ));
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
+    // Given to this installation: the other tests' operators leave them be.
+    let own = registry.installation().as_str().to_owned();
     let provider = |name: &str, secret_name: &str| -> ClusterProxyProvider {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "proxyfleet.io/v1alpha1",
             "kind": "ClusterProxyProvider",
-            "metadata": { "name": name },
+            "metadata": { "name": name, "labels": { INSTALLATION_LABEL: own } },
             "spec": {
                 "plugin": "http-fetch",
                 "grants": {
