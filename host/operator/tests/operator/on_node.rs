@@ -758,10 +758,11 @@ async fn the_chart_runs_the_operator_and_its_proxies_on_a_real_node() {
 }
 
 /// A ClusterProxyProvider as the platform team applies one, beside the
-/// chart's entry: the same backend (the pulled kubernetes plugin, the
-/// pod's token), served to the Proxies' namespace only. A Proxy on it comes
-/// up and is probed healthy; deleting the provider waits for that Proxy.
-/// The chart's own entry is listed as a ClusterProxyProvider too.
+/// chart's entry: the same backend (the pulled kubernetes plugin), its
+/// token in a Secret of the operator's namespace that the provider names
+/// (`secretRef`), served to the Proxies' namespace only. A Proxy on it
+/// comes up and is probed healthy; deleting the provider waits for that
+/// Proxy. The chart's own entry is listed as a ClusterProxyProvider too.
 async fn cluster_provider(
     node: &Node,
     client: &kube::Client,
@@ -771,6 +772,26 @@ async fn cluster_provider(
 ) {
     use proxyfleet_kube::crd::ClusterProxyProvider;
     let started = Instant::now();
+    // The token of the operator's ServiceAccount, in a Secret the token
+    // controller fills (Kubernetes 1.20 still makes such tokens).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let token: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "team-pods-token",
+            "annotations": { "kubernetes.io/service-account.name": RELEASE },
+        },
+        "type": "kubernetes.io/service-account-token",
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &token).await.unwrap();
+    let filled = wait_for(wait, || async {
+        let secret = secrets.get("team-pods-token").await.ok()?;
+        secret.data?.contains_key("token").then_some(())
+    })
+    .await;
+    assert!(filled.is_some(), "the token controller fills the token Secret");
     let declared: ClusterProxyProvider = serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ClusterProxyProvider",
@@ -791,7 +812,7 @@ async fn cluster_provider(
                     "credential": {
                         "header": "authorization",
                         "valueTemplate": "Bearer {secret}",
-                        "secretFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                        "secretRef": { "name": "team-pods-token", "key": "token" },
                     },
                 }],
             },
@@ -857,6 +878,7 @@ async fn cluster_provider(
     })
     .await;
     assert!(gone.is_some(), "the provider goes once its Proxy is gone");
+    secrets.delete("team-pods-token", &DeleteParams::default()).await.unwrap();
 }
 
 /// The credential Secret of the Proxy `exit`.
