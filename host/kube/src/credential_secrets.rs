@@ -58,7 +58,12 @@ impl CredentialSecrets {
         let owned = || (namespace.to_owned(), name.to_owned());
         match api.get_opt(name).await {
             Ok(Some(secret)) => Ok(Arc::new(
-                secret.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect(),
+                secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(key, value)| (key, value.0))
+                    .collect(),
             )),
             Ok(None) => {
                 let (namespace, name) = owned();

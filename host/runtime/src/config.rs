@@ -14,7 +14,9 @@ use serde::Deserialize;
 use crate::capabilities::address;
 pub use proxyfleet_core::revisions::Pin;
 
-pub use crate::capabilities::http::config::{Credential, HeaderCredential, HttpGrant, SecretSource};
+pub use crate::capabilities::http::config::{
+    Credential, HeaderCredential, HttpGrant, SecretSource,
+};
 use crate::capabilities::http::config::{RawHttpGrant, validate_http_grant};
 pub use crate::capabilities::libvirt::config::{
     DEFAULT_LIBVIRT_SOCKET, DEFAULT_LIBVIRT_URI, LibvirtGrant,
@@ -727,11 +729,23 @@ providers:
                 "not both",
             ),
             ("{ header: A }", "credential.secretFile", "or give `secretRef`"),
-            ("{ header: A, secretRef: { name: Pve_Token, key: t } }", "secretRef.name", "Secret name"),
+            (
+                "{ header: A, secretRef: { name: Pve_Token, key: t } }",
+                "secretRef.name",
+                "Secret name",
+            ),
             ("{ header: A, secretRef: { name: pve, key: 'a/b' } }", "secretRef.key", "Secret key"),
             ("{ header: A, secretRef: { name: pve } }", "key", "missing field"),
-            ("{ header: A, secretRef: { name: pve, key: t, namespace: x } }", "namespace", "unknown field"),
-            ("{ kind: google-metadata, secretRef: { name: a, key: b } }", "secretRef", "does not apply"),
+            (
+                "{ header: A, secretRef: { name: pve, key: t, namespace: x } }",
+                "namespace",
+                "unknown field",
+            ),
+            (
+                "{ kind: google-metadata, secretRef: { name: a, key: b } }",
+                "secretRef",
+                "does not apply",
+            ),
         ] {
             let err = parse(credential).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains(why), "{credential}: {err}");

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxyfleet_core::installation::InstallationId;
-use proxyfleet_core::secret_store::SecretStore;
 use proxyfleet_core::observe::CallObserver;
+use proxyfleet_core::secret_store::SecretStore;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 

@@ -915,9 +915,12 @@ async fn bind(
     kv: Arc<dyn KvStore>,
 ) -> Result<PluginProvider, Refusal> {
     check_pin_and_grants(entry, revision)?;
-    crate::capabilities::http::secret::check_refs(&entry.grants.http, runtime.inner.secrets.as_ref())
-        .await
-        .map_err(Refusal::Credential)?;
+    crate::capabilities::http::secret::check_refs(
+        &entry.grants.http,
+        runtime.inner.secrets.as_ref(),
+    )
+    .await
+    .map_err(Refusal::Credential)?;
     PluginProvider::new(runtime, entry.clone(), Arc::clone(revision), kv)
         .await
         .map_err(|err| Refusal::Config(err.to_string()))

@@ -327,7 +327,8 @@ async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
     until_condition(&api, &theirs, "Ready", "True", "Serving").await;
     assert!(registry.provider(&theirs).is_ok(), "served once given to this installation");
     relabel("someone-else".to_owned()).await;
-    let dropped = wait_for(PATIENCE, || async { registry.provider(&theirs).is_err().then_some(()) });
+    let dropped =
+        wait_for(PATIENCE, || async { registry.provider(&theirs).is_err().then_some(()) });
     assert!(dropped.await.is_some(), "no longer served once given away");
 
     // Its finalizer is now the other installation's to remove; take it
@@ -337,7 +338,8 @@ async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
         api.delete(name, &DeleteParams::default()).await.unwrap();
     }
     let gone = wait_for(PATIENCE, || async {
-        let left = api.get_opt(&theirs).await.ok()?.is_some() || api.get_opt(&ours).await.ok()?.is_some();
+        let left =
+            api.get_opt(&theirs).await.ok()?.is_some() || api.get_opt(&ours).await.ok()?.is_some();
         (!left).then_some(())
     })
     .await;

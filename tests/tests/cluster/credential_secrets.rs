@@ -13,13 +13,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::secret_store::{SecretKeyRef, SecretReadError, SecretStore as _};
 use proxyfleet_kube::cluster_providers::{self, ProviderContext};
-use proxyfleet_kube::credential_secrets::CredentialSecrets;
 use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, INSTALLATION_LABEL};
+use proxyfleet_kube::credential_secrets::CredentialSecrets;
 use proxyfleet_runtime::config::ProvidersConfig;
 use proxyfleet_runtime::{Registry, RuntimeOptions};
 use proxyfleet_tests::{
-    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace,
-    localhost_tls, plugin, wait_for,
+    Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, localhost_tls,
+    plugin, wait_for,
 };
 
 /// Long enough for the leader's resync (30 s) to try a refused entry again.
@@ -169,7 +169,8 @@ async fn a_cluster_provider_takes_its_credential_from_a_secret_and_names_a_missi
         api.delete(provider, &DeleteParams::default()).await.unwrap();
     }
     let gone = wait_for(PATIENCE, || async {
-        let left = api.get_opt(&name).await.ok()?.is_some() || api.get_opt(&waiting).await.ok()?.is_some();
+        let left =
+            api.get_opt(&name).await.ok()?.is_some() || api.get_opt(&waiting).await.ok()?.is_some();
         (!left).then_some(())
     })
     .await;

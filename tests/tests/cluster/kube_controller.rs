@@ -315,7 +315,8 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let store = proxyfleet_kube::credential_secrets::CredentialSecrets::new(user.clone(), &namespace);
+        let store =
+            proxyfleet_kube::credential_secrets::CredentialSecrets::new(user.clone(), &namespace);
         let at = SecretKeyRef { namespace: None, name: "pve-token".into(), key: "token".into() };
         assert_eq!(store.read(&at).await.unwrap(), b"t", "reading a credential Secret is allowed");
     }

@@ -90,10 +90,16 @@ async fn a_credential_in_a_secret_is_injected_rotated_and_a_missing_one_refuses_
             ca_file.display()
         )
     };
-    let options = || RuntimeOptions { secrets: Some(Arc::clone(&secrets) as _), ..Default::default() };
-    let registry =
-        fixture_registry_with(options(), dir.path(), "http-fetch", &grants("{ name: api, key: token }"), "")
-            .await;
+    let options =
+        || RuntimeOptions { secrets: Some(Arc::clone(&secrets) as _), ..Default::default() };
+    let registry = fixture_registry_with(
+        options(),
+        dir.path(),
+        "http-fetch",
+        &grants("{ name: api, key: token }"),
+        "",
+    )
+    .await;
     let fetch = registry.provider("fetch").expect("serves with its Secret");
     let url = format!("https://localhost:{port}/api");
     fetch.get(&url).await.unwrap();

@@ -85,7 +85,10 @@ impl ServiceAccount {
                 )));
             }
             Err(SecretUnavailable::Ref(error)) => {
-                return Err(TokenError::Refused(format!("cannot read {}: {error}", self.describe())));
+                return Err(TokenError::Refused(format!(
+                    "cannot read {}: {error}",
+                    self.describe()
+                )));
             }
         };
         parse_key(&text).map_err(|why| TokenError::Refused(format!("{} {why}", self.describe())))

@@ -732,6 +732,7 @@ impl EntryHttp {
             limits: Limits::default(),
             transport,
             redactor: Arc::new(Redactor::default()),
+            secrets: None,
             in_flight: Arc::new(Semaphore::new(1)),
         }
     }
