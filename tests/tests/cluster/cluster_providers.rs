@@ -10,7 +10,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
 use proxyfleet_kube::cluster_providers::{self, PROVIDER_FINALIZER, ProviderContext};
-use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, Proxy};
+use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, INSTALLATION_LABEL, Proxy};
 use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };
@@ -19,11 +19,13 @@ use crate::kube_controller::{PROVIDERS, proxy};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-fn provider(name: &str, spec: serde_json::Value) -> ClusterProxyProvider {
+/// A ClusterProxyProvider given to `installation`: the leaders of the
+/// tests running beside (installations of their own) leave it alone.
+fn provider(name: &str, installation: &str, spec: serde_json::Value) -> ClusterProxyProvider {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ClusterProxyProvider",
-        "metadata": { "name": name },
+        "metadata": { "name": name, "labels": { INSTALLATION_LABEL: installation } },
         "spec": spec,
     }))
     .unwrap()
@@ -97,7 +99,8 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     // Cluster-scoped: a name of this run's own.
     let name = format!("team-{namespace}");
 
-    api.create(&PostParams::default(), &provider(&name, static_spec(&["192.0.2.5:3128"])))
+    let own = registry.installation().as_str().to_owned();
+    api.create(&PostParams::default(), &provider(&name, &own, static_spec(&["192.0.2.5:3128"])))
         .await
         .unwrap();
     until_condition(&api, &name, "Ready", "True", "Serving").await;
@@ -186,7 +189,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     assert!(removed.await.is_some(), "its entry is removed");
 
     // The providers file's entry keeps its name.
-    let taken = provider(&file_entry, static_spec(&["192.0.2.7:3128"]));
+    let taken = provider(&file_entry, &own, static_spec(&["192.0.2.7:3128"]));
     api.create(&PostParams::default(), &taken).await.unwrap();
     let why = until_condition(&api, &file_entry, "Ready", "False", "NameTaken").await;
     assert!(why.contains("providers file"), "{why}");
@@ -222,7 +225,8 @@ async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
     let mut spec = static_spec(&["192.0.2.8:3128"]);
     spec["allowedNamespaces"] =
         serde_json::json!({ "matchLabels": { "proxyfleet.io/test-team": "a" } });
-    api.create(&PostParams::default(), &provider(&name, spec)).await.unwrap();
+    let own = registry.installation().as_str();
+    api.create(&PostParams::default(), &provider(&name, own, spec)).await.unwrap();
     let served = wait_for(PATIENCE, || async { registry.provider(&name).ok().map(drop) }).await;
     assert!(served.is_some(), "the selector is not part of the entry");
 
@@ -263,7 +267,6 @@ async fn a_cluster_provider_serves_only_the_namespaces_it_selects() {
 async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
     use std::sync::Arc;
 
-    use proxyfleet_kube::crd::INSTALLATION_LABEL;
     use proxyfleet_runtime::Registry;
     use proxyfleet_runtime::config::ProvidersConfig;
 
@@ -294,10 +297,7 @@ async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
     ));
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     let given = |name: &str, installation: &str| {
-        let mut object = provider(name, static_spec(&["192.0.2.30:3128"]));
-        object.metadata.labels =
-            Some([(INSTALLATION_LABEL.to_owned(), installation.to_owned())].into());
-        object
+        provider(name, installation, static_spec(&["192.0.2.30:3128"]))
     };
     let theirs = format!("theirs-{namespace}");
     let ours = format!("ours-{namespace}");

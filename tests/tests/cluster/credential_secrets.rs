@@ -150,8 +150,8 @@ async fn a_cluster_provider_takes_its_credential_from_a_secret_and_names_a_missi
         let (state, message) = ready(&api, &waiting).await?;
         (state == "False/Refused").then_some(message)
     })
-    .await
-    .unwrap_or_else(|| panic!("not refused: {:?}", ready(&api, &waiting).await));
+    .await;
+    let Some(refused) = refused else { panic!("not refused: {:?}", ready(&api, &waiting).await) };
     assert!(
         refused.contains("grants.http[0].credential.secretRef")
             && refused.contains("\"later\" not found"),

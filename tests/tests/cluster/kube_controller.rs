@@ -441,7 +441,13 @@ async fn the_shipped_rbac_is_enough_for_the_controller() {
         let object: ClusterProxyProvider = serde_json::from_value(serde_json::json!({
             "apiVersion": "proxyfleet.io/v1alpha1",
             "kind": "ClusterProxyProvider",
-            "metadata": { "name": declared },
+            "metadata": {
+                "name": declared,
+                "labels": {
+                    proxyfleet_kube::crd::INSTALLATION_LABEL:
+                        controllers.registry.installation().as_str(),
+                },
+            },
             "spec": { "plugin": "static", "config": { "endpoints": ["192.0.2.20:3128"] } },
         }))
         .unwrap();

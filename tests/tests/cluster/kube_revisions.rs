@@ -188,7 +188,10 @@ async fn entries_changed_while_running_show_on_their_provider_objects() {
     let taken = serde_json::json!({
         "apiVersion": "proxyfleet.io/v1alpha1",
         "kind": "ClusterProxyProvider",
-        "metadata": { "name": format!("taken-{run}") },
+        "metadata": {
+            "name": format!("taken-{run}"),
+            "labels": { proxyfleet_kube::crd::INSTALLATION_LABEL: registry.installation().as_str() },
+        },
         "spec": { "plugin": "static", "config": { "endpoints": ["10.0.0.9:3128"] } },
     });
     let taken: ClusterProxyProvider = serde_json::from_value(taken).unwrap();
