@@ -95,12 +95,18 @@ pub trait SecretStore: Send + Sync + std::fmt::Debug {
     async fn read(&self, at: &SecretKeyRef) -> Result<Vec<u8>, SecretReadError>;
 }
 
+/// A Secret's `data`: key to value.
+pub type SecretData = BTreeMap<String, Vec<u8>>;
+
+/// Secrets by namespace and name.
+type Secrets = BTreeMap<(String, String), SecretData>;
+
 /// Secrets held in memory, for tests and the plugin test harness: every
 /// namespace is the one given at creation when a reference names none.
 #[derive(Debug)]
 pub struct MemorySecrets {
     namespace: String,
-    secrets: Mutex<BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>>,
+    secrets: Mutex<Secrets>,
 }
 
 impl MemorySecrets {
@@ -120,9 +126,7 @@ impl MemorySecrets {
         self.lock().remove(&(namespace.to_owned(), name.to_owned()));
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Secrets> {
         self.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
@@ -145,7 +149,7 @@ pub fn value_of(
     namespace: &str,
     name: &str,
     key: &str,
-    data: &BTreeMap<String, Vec<u8>>,
+    data: &SecretData,
 ) -> Result<Vec<u8>, SecretReadError> {
     data.get(key).cloned().ok_or_else(|| SecretReadError::NoKey {
         namespace: namespace.to_owned(),

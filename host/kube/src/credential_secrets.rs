@@ -8,20 +8,22 @@
 //! long, so a plugin cannot make the host ask again on every request;
 //! a failed request to the API server is not remembered.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use proxyfleet_core::secret_store::{SecretKeyRef, SecretReadError, SecretStore, value_of};
+use proxyfleet_core::secret_store::{
+    SecretData, SecretKeyRef, SecretReadError, SecretStore, value_of,
+};
 
 /// How long an answer is used before the Secret is read again.
 pub const FRESH_FOR: Duration = Duration::from_secs(10);
 
 /// A Secret's data as last read, or why it could not be.
-type Answer = Result<Arc<BTreeMap<String, Vec<u8>>>, SecretReadError>;
+type Answer = Result<Arc<SecretData>, SecretReadError>;
 
 /// Reads Secrets for credentials; a reference without a namespace reads
 /// the operator's own.
