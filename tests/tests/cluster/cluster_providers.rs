@@ -9,13 +9,14 @@ use std::time::Duration;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use proxyfleet_core::reconcile::Policy;
-use proxyfleet_kube::cluster_providers::{self, PROVIDER_FINALIZER, ProviderContext};
+use proxyfleet_kube::cluster_providers::{self, PROVIDER_FINALIZER};
 use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, INSTALLATION_LABEL, Proxy};
 use proxyfleet_tests::{
     Controllers, kube_admin_client, kube_install_crds, kube_test_namespace, wait_for,
 };
 
 use crate::kube_controller::{PROVIDERS, proxy};
+use crate::provider_passes::{Passes, delete_all};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -87,14 +88,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     let controllers =
         Controllers::start(&client, &namespace, &providers, Policy::default(), false).await;
     let registry = std::sync::Arc::clone(&controllers.registry);
-    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let leader = tokio::spawn(cluster_providers::run(
-        ProviderContext::new(client.clone(), registry.clone() as _, Some(namespace.clone()), None),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let passes = Passes::start(&client, registry.clone() as _, &namespace);
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     // Cluster-scoped: a name of this run's own.
     let name = format!("team-{namespace}");
@@ -201,9 +195,7 @@ async fn cluster_providers_serve_live_and_are_held_while_proxies_name_them() {
     assert!(gone.is_some());
     assert!(controllers.registry.provider(&file_entry).is_ok(), "the file's entry still serves");
 
-    let _ = stop.send(());
-    let _ = leader.await;
-    follow.abort();
+    passes.stop().await;
     controllers.stop().await;
 }
 
@@ -287,14 +279,7 @@ async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
         .unwrap(),
     );
     let own = registry.installation().as_str().to_owned();
-    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let leader = tokio::spawn(cluster_providers::run(
-        ProviderContext::new(client.clone(), registry.clone() as _, Some(namespace.clone()), None),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let passes = Passes::start(&client, registry.clone() as _, &namespace);
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     let given = |name: &str, installation: &str| {
         provider(name, installation, static_spec(&["192.0.2.30:3128"]))
@@ -334,17 +319,6 @@ async fn a_cluster_provider_given_to_another_installation_is_left_alone() {
     // Its finalizer is now the other installation's to remove; take it
     // back to delete it here.
     relabel(own.clone()).await;
-    for name in [&theirs, &ours] {
-        api.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    let gone = wait_for(PATIENCE, || async {
-        let left =
-            api.get_opt(&theirs).await.ok()?.is_some() || api.get_opt(&ours).await.ok()?.is_some();
-        (!left).then_some(())
-    })
-    .await;
-    assert!(gone.is_some(), "both deleted");
-    let _ = stop.send(());
-    let _ = leader.await;
-    follow.abort();
+    assert!(delete_all(&api, &[&theirs, &ours], PATIENCE).await, "both deleted");
+    passes.stop().await;
 }

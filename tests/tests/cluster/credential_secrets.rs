@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use proxyfleet_core::kv::MemoryKv;
 use proxyfleet_core::secret_store::{SecretKeyRef, SecretReadError, SecretStore as _};
-use proxyfleet_kube::cluster_providers::{self, ProviderContext};
 use proxyfleet_kube::crd::{ClusterProxyProvider, Condition, INSTALLATION_LABEL};
 use proxyfleet_kube::credential_secrets::CredentialSecrets;
 use proxyfleet_runtime::config::ProvidersConfig;
@@ -21,6 +20,8 @@ use proxyfleet_tests::{
     Canned, TestServer, kube_admin_client, kube_install_crds, kube_test_namespace, localhost_tls,
     plugin, wait_for,
 };
+
+use crate::provider_passes::{Passes, delete_all};
 
 /// Long enough for the leader's resync (30 s) to try a refused entry again.
 const PATIENCE: Duration = Duration::from_secs(75);
@@ -95,14 +96,7 @@ async fn a_cluster_provider_takes_its_credential_from_a_secret_and_names_a_missi
         .await
         .unwrap(),
     );
-    let follow = tokio::spawn(cluster_providers::follow(client.clone(), registry.clone() as _));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let leader = tokio::spawn(cluster_providers::run(
-        ProviderContext::new(client.clone(), registry.clone() as _, Some(namespace.clone()), None),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let passes = Passes::start(&client, registry.clone() as _, &namespace);
     let api: Api<ClusterProxyProvider> = Api::all(client.clone());
     // Given to this installation: the other tests' operators leave them be.
     let own = registry.installation().as_str().to_owned();
@@ -165,17 +159,6 @@ async fn a_cluster_provider_takes_its_credential_from_a_secret_and_names_a_missi
     .await;
     assert!(healed.is_some(), "{:?}", ready(&api, &waiting).await);
 
-    for provider in [&name, &waiting] {
-        api.delete(provider, &DeleteParams::default()).await.unwrap();
-    }
-    let gone = wait_for(PATIENCE, || async {
-        let left =
-            api.get_opt(&name).await.ok()?.is_some() || api.get_opt(&waiting).await.ok()?.is_some();
-        (!left).then_some(())
-    })
-    .await;
-    assert!(gone.is_some(), "the providers went");
-    let _ = stop.send(());
-    let _ = leader.await;
-    follow.abort();
+    assert!(delete_all(&api, &[&name, &waiting], PATIENCE).await, "the providers went");
+    passes.stop().await;
 }

@@ -20,4 +20,5 @@ mod kube_lease;
 mod kube_pool;
 mod kube_revisions;
 mod kubernetes_plugin;
+mod provider_passes;
 mod views;

@@ -10,17 +10,24 @@ use proxyfleet_tests::{
     observed,
 };
 
+/// An HTTPS origin on localhost answering `welcome`, and a directory
+/// holding the CA that signed its certificate (`ca.pem`, the path given).
+async fn welcoming_origin() -> (TestServer, tempfile::TempDir, std::path::PathBuf) {
+    let (ca, cert, key) = localhost_tls();
+    let server =
+        TestServer::https(Canned { status: 200, body: "welcome".into() }, &cert, &key).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca).unwrap();
+    (server, dir, ca_file)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
     let logs = CapturedLogs::default();
     let _guard = logs.install();
-    let (ca, cert, key) = localhost_tls();
-    let server =
-        TestServer::https(Canned { status: 200, body: "welcome".into() }, &cert, &key).await;
+    let (server, dir, ca_file) = welcoming_origin().await;
     let port = server.addr.port();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca).unwrap();
     let secret_file = dir.path().join("token");
     std::fs::write(&secret_file, "s3cret-token-1\n").unwrap();
     let grants = format!(
@@ -75,13 +82,8 @@ async fn credentials_are_injected_by_the_host_and_never_seen_or_logged() {
 async fn a_credential_in_a_secret_is_injected_rotated_and_a_missing_one_refuses_the_entry() {
     let logs = CapturedLogs::default();
     let _guard = logs.install();
-    let (ca, cert, key) = localhost_tls();
-    let server =
-        TestServer::https(Canned { status: 200, body: "welcome".into() }, &cert, &key).await;
+    let (server, dir, ca_file) = welcoming_origin().await;
     let port = server.addr.port();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca).unwrap();
     let secrets = Arc::new(MemorySecrets::new("proxyfleet"));
     secrets.put("proxyfleet", "api", &[("token", b"s3cret-of-a-secret-1\n")]);
     let grants = |secret_ref: &str| {
