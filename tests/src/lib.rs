@@ -352,6 +352,14 @@ pub async fn fixture_provider_with(
         .expect("the fetch entry is ready")
 }
 
+/// The providers file of [`fixture_registry_with`]: entry `fetch` on
+/// `fixture` with `grants` and `limits`.
+pub fn fixture_providers(fixture: &str, grants: &str, limits: &str) -> String {
+    format!(
+        "providers:\n  - name: fetch\n    plugin: {fixture}\n    limits: {{ {limits} }}\n    grants:\n{grants}"
+    )
+}
+
 /// The registry of [`fixture_provider_with`], whose entry `fetch` may
 /// have been refused.
 ///
@@ -366,10 +374,8 @@ pub async fn fixture_registry_with(
 ) -> Registry {
     std::fs::copy(plugin(&format!("fixtures/{fixture}")), dir.join(format!("{fixture}.wasm")))
         .expect("copy fixture");
-    let yaml = format!(
-        "providers:\n  - name: fetch\n    plugin: {fixture}\n    limits: {{ {limits} }}\n    grants:\n{grants}"
-    );
-    let config = ProvidersConfig::parse(&yaml).expect("valid providers file");
+    let config = ProvidersConfig::parse(&fixture_providers(fixture, grants, limits))
+        .expect("valid providers file");
     let runtime = Runtime::new(options).expect("runtime");
     Registry::load(&runtime, &config, dir, Arc::new(MemoryKv::new()))
         .await

@@ -11,6 +11,11 @@
 //! ConfigMap changes by swapping a link in its directory, and a network
 //! volume may deliver no events at all. Reading a file of a few KiB every
 //! few seconds costs nothing.
+//!
+//! Every [`ProvidersWatchOptions::retry_failed`] the entries that serve
+//! nothing because their binding failed are bound again
+//! ([`Registry::retry_failed`]): the Secret a credential names may have
+//! been created since, with no change of the file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +32,8 @@ use crate::registry::Registry;
 pub struct ProvidersWatchOptions {
     /// How often the file is read.
     pub interval: Duration,
+    /// How often entries whose binding failed are bound again.
+    pub retry_failed: Duration,
     /// Where each look beats (as `providers file`), so `/livez` fails when
     /// looks stop ending.
     pub watchdog: Option<Watchdog>,
@@ -34,7 +41,11 @@ pub struct ProvidersWatchOptions {
 
 impl Default for ProvidersWatchOptions {
     fn default() -> Self {
-        Self { interval: Duration::from_secs(5), watchdog: None }
+        Self {
+            interval: Duration::from_secs(5),
+            retry_failed: Duration::from_secs(30),
+            watchdog: None,
+        }
     }
 }
 
@@ -75,6 +86,7 @@ pub fn follow_providers_file(
         let mut last = None;
         let mut ticker = tokio::time::interval(options.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retried = tokio::time::Instant::now();
         loop {
             ticker.tick().await;
             let now = read_digest(&path).await;
@@ -82,6 +94,12 @@ pub fn follow_providers_file(
                 let first = last.is_none();
                 last = now;
                 reload(&registry, &path, &registries, first).await;
+            }
+            if retried.elapsed() >= options.retry_failed {
+                retried = tokio::time::Instant::now();
+                for entry in registry.retry_failed().await {
+                    tracing::info!(entry = %entry, "provider entry serves now, bound again");
+                }
             }
             if let Some(beats) = &beats {
                 beats.beat();

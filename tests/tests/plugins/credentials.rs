@@ -1,13 +1,16 @@
 //! Credential injection against a real HTTPS server.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use proxyfleet_core::ErrorClass;
 use proxyfleet_core::secret_store::MemorySecrets;
 use proxyfleet_runtime::RuntimeOptions;
+use proxyfleet_runtime::config::ProvidersConfig;
+use proxyfleet_runtime::providers_watch::{ProvidersWatchOptions, follow_providers_file};
 use proxyfleet_tests::{
-    Canned, CapturedLogs, TestServer, fetch_provider, fixture_registry_with, localhost_tls,
-    observed,
+    Canned, CapturedLogs, TestServer, fetch_provider, fixture_providers, fixture_registry_with,
+    localhost_tls, observed, wait_for,
 };
 
 /// An HTTPS origin on localhost answering `welcome`, and a directory
@@ -141,6 +144,37 @@ async fn a_credential_in_a_secret_is_injected_rotated_and_a_missing_one_refuses_
         );
         assert!(!refused.contains("s3cret"), "{refused}");
     }
+
+    // A Secret created after the entry was refused, with no change of the
+    // providers file: the file's follower binds the entry again.
+    let dir = tempfile::tempdir().unwrap();
+    let late = grants("{ name: late, key: token }");
+    let registry =
+        Arc::new(fixture_registry_with(options(), dir.path(), "http-fetch", &late, "").await);
+    assert!(registry.provider("fetch").is_err(), "refused while the Secret is missing");
+    let file = dir.path().join("providers.yaml");
+    std::fs::write(&file, fixture_providers("http-fetch", &late, "")).unwrap();
+    let _follow = follow_providers_file(
+        Arc::clone(&registry),
+        file.clone(),
+        &ProvidersConfig::load(&file).unwrap(),
+        ProvidersWatchOptions {
+            interval: Duration::from_millis(50),
+            retry_failed: Duration::from_millis(100),
+            watchdog: None,
+        },
+    );
+    secrets.put("proxyfleet", "late", &[("token", b"s3cret-of-a-late-secret")]);
+    let serving =
+        wait_for(Duration::from_secs(10), || async { registry.provider("fetch").ok().map(drop) });
+    assert!(serving.await.is_some(), "bound again once its Secret exists");
+    server.set_canned(Canned { status: 200, body: "welcome".into() });
+    registry.provider("fetch").unwrap().get(&url).await.unwrap();
+    assert_eq!(
+        server.seen().last().and_then(|seen| seen.header("authorization").map(str::to_owned)),
+        Some("Bearer s3cret-of-a-late-secret".to_owned())
+    );
+
     let logged = logs.text();
     assert!(!logged.contains("s3cret"), "the logs leak the secret:\n{logged}");
 }

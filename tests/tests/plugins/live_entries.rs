@@ -187,7 +187,11 @@ async fn the_providers_file_is_followed_and_a_broken_one_changes_nothing() {
         Arc::clone(&registry),
         file.clone(),
         &parse(&first),
-        ProvidersWatchOptions { interval: Duration::from_millis(50), watchdog: None },
+        ProvidersWatchOptions {
+            interval: Duration::from_millis(50),
+            retry_failed: Duration::from_secs(30),
+            watchdog: None,
+        },
     );
 
     // Written the way a mounted ConfigMap changes: a new file moved in.

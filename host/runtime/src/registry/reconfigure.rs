@@ -93,6 +93,33 @@ impl Registry {
         changes
     }
 
+    /// Binds again, as its config stands, every entry that serves nothing
+    /// because its binding failed: what it missed may be there now (the
+    /// Secret its credential names, above all, which can appear without
+    /// any change of the entry). Answers the entries that serve now.
+    pub async fn retry_failed(&self) -> Vec<String> {
+        let _one_at_a_time = self.scanning.lock().await;
+        let states = self.entries.load_full();
+        let failed: Vec<EntryConfig> = self
+            .configs
+            .load()
+            .values()
+            .filter(|entry| matches!(states.get(&entry.name), Some(EntryState::Failed(_))))
+            .cloned()
+            .collect();
+        let mut serving = Vec::new();
+        for entry in failed {
+            if let Some(EntryChange::Added) = self.apply_entry(&entry, false).await {
+                serving.push(entry.name);
+            }
+        }
+        if !serving.is_empty() {
+            self.forget_unused_plugins();
+            self.keep_serving().await;
+        }
+        serving
+    }
+
     /// Binds a new or edited entry and publishes it; `None` when it is the
     /// edit refused last time, unchanged since.
     pub(super) async fn apply_entry(
