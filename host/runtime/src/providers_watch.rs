@@ -13,9 +13,9 @@
 //! few seconds costs nothing.
 //!
 //! Every [`ProvidersWatchOptions::retry_failed`] the entries that serve
-//! nothing because their binding failed are bound again
-//! ([`Registry::retry_failed`]): the Secret a credential names may have
-//! been created since, with no change of the file.
+//! nothing and name Secrets are bound again once those read
+//! ([`Registry::retry_failed`]): a Secret may have been created since,
+//! with no change of the file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,7 +32,8 @@ use crate::registry::Registry;
 pub struct ProvidersWatchOptions {
     /// How often the file is read.
     pub interval: Duration,
-    /// How often entries whose binding failed are bound again.
+    /// How often entries that serve nothing for want of a Secret are
+    /// bound again.
     pub retry_failed: Duration,
     /// Where each look beats (as `providers file`), so `/livez` fails when
     /// looks stop ending.

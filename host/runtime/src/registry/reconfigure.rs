@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::admission::Refusal;
+use crate::capabilities::http::secret::{check_refs, names_secrets};
 use crate::config::{EntryConfig, ProvidersConfig};
 use crate::plugin::{PluginFile, PluginRevision, file_digest};
 use crate::provider::PluginProvider;
@@ -94,9 +95,13 @@ impl Registry {
     }
 
     /// Binds again, as its config stands, every entry that serves nothing
-    /// because its binding failed: what it missed may be there now (the
-    /// Secret its credential names, above all, which can appear without
-    /// any change of the entry). Answers the entries that serve now.
+    /// and names Secrets that read now: they may have been created since
+    /// its binding failed, with no change of the entry. Entries whose
+    /// Secrets still do not read are left as they are (binding compiles
+    /// the plugin, which no entry may hold any more), and so are entries
+    /// naming no Secret: nothing else they need appears on its own (a
+    /// plugin file that does is picked up by the rescan). Answers the
+    /// entries that serve now.
     pub async fn retry_failed(&self) -> Vec<String> {
         let _one_at_a_time = self.scanning.lock().await;
         let states = self.entries.load_full();
@@ -105,10 +110,14 @@ impl Registry {
             .load()
             .values()
             .filter(|entry| matches!(states.get(&entry.name), Some(EntryState::Failed(_))))
+            .filter(|entry| names_secrets(&entry.grants.http))
             .cloned()
             .collect();
         let mut serving = Vec::new();
         for entry in failed {
+            if check_refs(&entry.grants.http, self.runtime.inner.secrets.as_ref()).await.is_err() {
+                continue;
+            }
             if let Some(EntryChange::Added) = self.apply_entry(&entry, false).await {
                 serving.push(entry.name);
             }

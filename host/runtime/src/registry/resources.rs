@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use proxyfleet_core::entry_resources::{Applied, ResourceEntries};
 use proxyfleet_core::source::STILL_LOADING;
 
+use crate::capabilities::http::secret::{check_refs, names_secrets};
 use crate::config::ProvidersConfig;
 
 use super::{EntryChange, EntryState, Registry};
@@ -33,10 +34,13 @@ impl Registry {
             return if shows_the_file { self.applied_now(name) } else { Applied::NameTaken };
         }
         self.lock().resources.insert(name.to_owned());
-        // An entry that could not serve its spec is tried again each time
-        // the spec is applied (the leader's resync does): the Secret, the
-        // plugin or the answer it missed may be there now.
-        let failed = matches!(self.entries.load().get(name), Some(EntryState::Failed(_)));
+        // An entry that could not serve its spec for want of a Secret is
+        // tried again when the spec is applied (the leader's resync does)
+        // and its Secrets read now; no other failure mends on its own, and
+        // binding compiles the plugin again.
+        let failed = matches!(self.entries.load().get(name), Some(EntryState::Failed(_)))
+            && names_secrets(&entry.grants.http)
+            && check_refs(&entry.grants.http, self.runtime.inner.secrets.as_ref()).await.is_ok();
         if before.get(name) == Some(&entry) && !failed {
             self.withdraw_refused(name);
             return self.applied_now(name);

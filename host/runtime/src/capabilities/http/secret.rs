@@ -42,6 +42,20 @@ pub(crate) async fn read_secret(
     }
 }
 
+/// The secret a grant's credential reads, when it reads one.
+fn secret_of(grant: &HttpGrant) -> Option<&SecretSource> {
+    match &grant.credential {
+        Some(Credential::Header(header)) => Some(&header.secret),
+        Some(Credential::GoogleServiceAccount(google)) => Some(&google.key),
+        Some(Credential::GoogleMetadata(_)) | None => None,
+    }
+}
+
+/// Whether a grant of `grants` names a Secret's key (`secretRef`).
+pub(crate) fn names_secrets(grants: &[HttpGrant]) -> bool {
+    grants.iter().any(|grant| matches!(secret_of(grant), Some(SecretSource::Ref(_))))
+}
+
 /// Reads every Secret key `grants` name (`secretRef`), so that an entry
 /// whose Secret or key is missing is refused before it serves, with the
 /// grant named. Files are read only when a request needs them.
@@ -50,12 +64,7 @@ pub(crate) async fn check_refs(
     store: Option<&Arc<dyn SecretStore>>,
 ) -> Result<(), String> {
     for (i, grant) in grants.iter().enumerate() {
-        let source = match &grant.credential {
-            Some(Credential::Header(header)) => &header.secret,
-            Some(Credential::GoogleServiceAccount(google)) => &google.key,
-            Some(Credential::GoogleMetadata(_)) | None => continue,
-        };
-        if let SecretSource::Ref(_) = source {
+        if let Some(source @ SecretSource::Ref(_)) = secret_of(grant) {
             read_secret(source, store)
                 .await
                 .map_err(|err| format!("grants.http[{i}].credential.secretRef: {err}"))?;
