@@ -749,6 +749,8 @@ providers:
         ] {
             let err = parse(credential).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains(why), "{credential}: {err}");
+            // Regression: a message's continued line once kept its indent.
+            assert!(!err.contains("  "), "{credential}: {err}");
         }
     }
 

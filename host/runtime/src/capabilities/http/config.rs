@@ -367,7 +367,8 @@ fn secret_source(
                     at,
                     name_at,
                     format!(
-                        "{:?} is not a Secret name: use up to 253 lowercase letters, digits,                          '-' and '.'",
+                        "{:?} is not a Secret name: use up to 253 lowercase letters, digits, \
+                         '-' and '.'",
                         raw.name
                     ),
                 ));
@@ -378,7 +379,8 @@ fn secret_source(
                     at,
                     field("secretRef.key"),
                     format!(
-                        "{:?} is not a Secret key: use up to 253 letters, digits, '-', '_' and                          '.'",
+                        "{:?} is not a Secret key: use up to 253 letters, digits, '-', '_' and \
+                         '.'",
                         raw.key
                     ),
                 ));
