@@ -1,9 +1,10 @@
 //! A service-account key exchanged for access tokens: the host reads the
-//! JSON key (a file, or a Secret's key), signs an RS256 assertion (`iss` = `client_email`,
-//! `scope`, `aud` = `token_uri`, `iat`, `exp` one hour later) with the
-//! key's private key, and exchanges it at `token_uri` by the JWT-bearer
-//! grant (RFC 7523, as Google runs it). The key is read again on every
-//! exchange, so a rotated key is picked up without a restart.
+//! JSON key (a file, or a Secret's key), signs an RS256 assertion (`iss` =
+//! `client_email`, `scope`, `aud` = `token_uri`, `iat`, `exp` one hour
+//! later) with the key's private key, and exchanges it at `token_uri` by
+//! the JWT-bearer grant (RFC 7523, as Google runs it). The key is read
+//! again on every exchange, so a rotated key is picked up without a
+//! restart.
 //!
 //! The exchange goes through the entry's own transport: its CA bundle, its
 //! connect and first-byte limits, and its address policy, with the
@@ -74,23 +75,16 @@ impl ServiceAccount {
     }
 
     async fn read_key(&self) -> Result<Key, TokenError> {
-        let text = match read_secret(&self.key, self.secrets.as_ref()).await {
-            Ok(bytes) => String::from_utf8(bytes).map_err(|_| {
-                TokenError::Refused(format!("{} is not UTF-8 text", self.describe()))
-            })?,
-            Err(SecretUnavailable::File { error, .. }) => {
-                return Err(TokenError::Refused(format!(
-                    "cannot read {}: {error}",
-                    self.describe()
-                )));
-            }
-            Err(SecretUnavailable::Ref(error)) => {
-                return Err(TokenError::Refused(format!(
-                    "cannot read {}: {error}",
-                    self.describe()
-                )));
-            }
-        };
+        let bytes = read_secret(&self.key, self.secrets.as_ref()).await.map_err(|unavailable| {
+            // The cause alone: `describe` names the key's place.
+            let why: &dyn std::fmt::Display = match &unavailable {
+                SecretUnavailable::File { error, .. } => error,
+                SecretUnavailable::Ref(error) => error,
+            };
+            TokenError::Refused(format!("cannot read {}: {why}", self.describe()))
+        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| TokenError::Refused(format!("{} is not UTF-8 text", self.describe())))?;
         parse_key(&text).map_err(|why| TokenError::Refused(format!("{} {why}", self.describe())))
     }
 }
